@@ -1,0 +1,121 @@
+"""Argument parsing and the shared description of a padding: no kernels, no Taichi.
+
+Everything here is plain Python so the functional layer, the custom ops, both backends and the
+transforms agree on one meaning of ``padding``, ``mode`` and the texture mapping.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import Any
+
+import torch
+
+__all__ = [
+    "MODES",
+    "MODE_CODES",
+    "PadGeometry",
+    "check_mode",
+    "parse_padding",
+]
+
+#: Standard modes, in the order of their integer codes, then the texture mode.
+MODES: tuple[str, ...] = ("constant", "edge", "reflect", "symmetric", "circular", "texture")
+MODE_CODES: dict[str, int] = {name: code for code, name in enumerate(MODES)}
+_ALIASES = {"replicate": "edge", "wrap": "circular"}
+
+# Taichi indexes ndarrays with 32-bit integers.
+MAX_ELEMENTS = 2**31 - 1
+
+
+def check_mode(mode: Any) -> str:
+    """Canonical name of a padding mode (``replicate`` -> ``edge``, ``wrap`` -> ``circular``)."""
+    if not isinstance(mode, str):
+        raise TypeError(f"mode must be a str, got {type(mode).__name__}")
+    name = _ALIASES.get(mode, mode)
+    if name not in MODE_CODES or name == "texture":
+        allowed = ", ".join([*MODES[:-1], *_ALIASES])
+        raise ValueError(f"mode must be one of {allowed}; got {mode!r}")
+    return name
+
+
+def _as_int(value: Any, what: str) -> int:
+    if isinstance(value, bool) or not isinstance(value, (int, torch.SymInt)):
+        if isinstance(value, torch.Tensor) and value.numel() == 1 and not value.is_floating_point():
+            return int(value.item())
+        raise TypeError(f"{what} must contain ints, got {value!r} ({type(value).__name__})")
+    return int(value)
+
+
+def parse_padding(padding: int | Sequence[int]) -> tuple[int, int, int, int]:
+    """Normalise torchvision's padding forms to ``(left, top, right, bottom)``.
+
+    ``p`` pads every side by ``p``; ``(lr, tb)`` pads left/right by ``lr`` and top/bottom by ``tb``;
+    ``(left, top, right, bottom)`` is taken as is. Raises ``TypeError`` for non-integers and
+    ``ValueError`` for negative values or a sequence of another length.
+    """
+    if isinstance(padding, (int, torch.SymInt)) and not isinstance(padding, bool):
+        values: list[int] = [int(padding)] * 4
+    elif isinstance(padding, Sequence) and not isinstance(padding, str):
+        ints = [_as_int(p, "padding") for p in padding]
+        if len(ints) == 1:
+            values = ints * 4
+        elif len(ints) == 2:
+            values = [ints[0], ints[1], ints[0], ints[1]]
+        elif len(ints) == 4:
+            values = ints
+        else:
+            raise ValueError(
+                f"padding must be an int or a sequence of 1, 2 or 4 ints, got {len(ints)} values"
+            )
+    else:
+        raise TypeError(
+            f"padding must be an int or a sequence of ints, got {type(padding).__name__}"
+        )
+    if any(v < 0 for v in values):
+        raise ValueError(f"padding must be non-negative, got {tuple(values)}")
+    left, top, right, bottom = values
+    return left, top, right, bottom
+
+
+@dataclass(frozen=True)
+class PadGeometry:
+    """Shapes of one padding call on an input flattened to ``(N, C, H, W)``.
+
+    ``N`` is the product of the leading dims (1 for ``(C, H, W)`` and ``(H, W)`` inputs). Output
+    pixel ``(Y, X)`` of a plane reads image pixel ``(Y - top, X - left)`` when that is inside the
+    image; otherwise it is a border pixel.
+    """
+
+    n: int
+    c: int
+    h: int
+    w: int
+    left: int
+    top: int
+    right: int
+    bottom: int
+
+    @property
+    def out_h(self) -> int:
+        return self.h + self.top + self.bottom
+
+    @property
+    def out_w(self) -> int:
+        return self.w + self.left + self.right
+
+    @staticmethod
+    def of(shape: Sequence[int], padding: Sequence[int]) -> PadGeometry:
+        """Geometry of an input of ``shape`` (``(..., C, H, W)`` or ``(H, W)``)."""
+        if len(shape) < 2:
+            raise ValueError(f"x must have shape (..., C, H, W) or (H, W), got {tuple(shape)}")
+        h, w = int(shape[-1 - 1]), int(shape[-1])
+        c = int(shape[-3]) if len(shape) >= 3 else 1
+        n = math.prod(int(s) for s in shape[:-3]) if len(shape) > 3 else 1
+        left, top, right, bottom = (int(p) for p in padding)
+        return PadGeometry(n, c, h, w, left, top, right, bottom)
+
+    def out_shape(self, shape: Sequence[int]) -> list[int]:
+        return [*(int(s) for s in shape[:-2]), self.out_h, self.out_w]

@@ -1,0 +1,249 @@
+"""``tipad::pad``: the padding engine as torch.library custom ops.
+
+The ops take canonical arguments (the functional layer parses user input): ``padding`` as
+``[left, top, right, bottom]``, ``fill`` as a ``(C,)`` tensor and ``texture`` as a ``(K, Ct, th,
+tw)`` bank, both in the image's dtype, ``offset`` ``(N, 2)`` and ``texture_index`` ``(N,)`` int32
+where ``N`` is the product of the image's leading dims. Being custom ops with fake
+implementations and registered autograd, they trace under ``torch.compile(fullgraph=True)`` and
+pass ``torch.library.opcheck``.
+"""
+
+from __future__ import annotations
+
+import warnings
+
+import torch
+
+from .. import _fallback, _runtime
+from .._geometry import MAX_ELEMENTS, PadGeometry
+
+__all__ = ["pad", "pad_backward", "pad_out"]
+
+_warned: set[str] = set()
+
+
+def _check_bank_index(texture: torch.Tensor, texture_index: torch.Tensor) -> None:
+    # Data-dependent, so it lives in the real implementation (opaque to torch.compile).
+    if texture_index.numel() == 0:
+        return
+    lo, hi = (int(v) for v in torch.aminmax(texture_index))
+    if lo < 0 or hi >= texture.shape[0]:
+        raise ValueError(
+            f"texture_index must lie in [0, {texture.shape[0]}) for a bank of "
+            f"{texture.shape[0]} textures, got values in [{lo}, {hi}]"
+        )
+
+
+def _run(
+    g: PadGeometry,
+    mode: str,
+    image: torch.Tensor,
+    canvas: torch.Tensor,
+    texture: torch.Tensor,
+    fill: torch.Tensor,
+    offset: torch.Tensor,
+    texture_index: torch.Tensor,
+    stagger: int,
+) -> None:
+    """Write every element of ``canvas`` (N, C, H', W'), contiguous."""
+    reason = _runtime.refusal(canvas.device)
+    if reason is None and max(canvas.numel(), image.numel(), texture.numel()) > MAX_ELEMENTS:
+        reason = f"more than {MAX_ELEMENTS} elements in one call"
+    if reason is None:
+        _runtime.launch_pad(
+            g,
+            mode,
+            image,
+            canvas,
+            texture=texture,
+            fill=fill,
+            offset=offset,
+            texture_index=texture_index,
+            stagger=stagger,
+        )
+        return
+    if reason not in _warned:
+        _warned.add(reason)
+        warnings.warn(
+            f"tipad_transforms: the Taichi kernel cannot run here ({reason}); padding with the "
+            "slower torch route instead",
+            RuntimeWarning,
+            stacklevel=4,
+        )
+    canvas.copy_(
+        _fallback.pad(
+            g,
+            mode,
+            image,
+            texture=texture,
+            fill=fill,
+            offset=offset,
+            texture_index=texture_index,
+            stagger=stagger,
+        )
+    )
+
+
+def _prepare(
+    x: torch.Tensor, padding: list[int], texture: torch.Tensor, texture_index: torch.Tensor
+) -> tuple[PadGeometry, torch.Tensor, torch.Tensor]:
+    g = PadGeometry.of(x.shape, padding)
+    if texture.numel() > 0:
+        _check_bank_index(texture, texture_index)
+    # reshape copies only when needed (channels-last, slices); the kernel wants row-major planes.
+    image = x.detach().reshape(g.n, g.c, g.h, g.w).contiguous()
+    return g, image, texture.detach().contiguous()
+
+
+@torch.library.custom_op("tipad::pad", mutates_args=())
+def pad(
+    x: torch.Tensor,
+    padding: list[int],
+    mode: str,
+    fill: torch.Tensor,
+    texture: torch.Tensor,
+    offset: torch.Tensor,
+    texture_index: torch.Tensor,
+    stagger: int,
+) -> torch.Tensor:
+    """Pad ``x`` (``(..., C, H, W)`` or ``(H, W)``) into a new tensor; see the module docstring."""
+    g, image, tex = _prepare(x, padding, texture, texture_index)
+    canvas = torch.empty(g.n, g.c, g.out_h, g.out_w, dtype=x.dtype, device=x.device)
+    _run(
+        g,
+        mode,
+        image,
+        canvas,
+        tex,
+        fill.contiguous(),
+        offset.contiguous(),
+        texture_index.contiguous(),
+        stagger,
+    )
+    return canvas.reshape(g.out_shape(x.shape))
+
+
+@pad.register_fake
+def _(x, padding, mode, fill, texture, offset, texture_index, stagger):  # type: ignore[no-untyped-def]
+    g = PadGeometry.of(x.shape, padding)
+    return x.new_empty(g.out_shape(x.shape))
+
+
+@torch.library.custom_op("tipad::pad_out", mutates_args=("out",))
+def pad_out(
+    x: torch.Tensor,
+    padding: list[int],
+    mode: str,
+    fill: torch.Tensor,
+    texture: torch.Tensor,
+    offset: torch.Tensor,
+    texture_index: torch.Tensor,
+    stagger: int,
+    out: torch.Tensor,
+) -> None:
+    """``pad`` writing into ``out`` (contiguous, the output's shape, dtype and device)."""
+    g, image, tex = _prepare(x, padding, texture, texture_index)
+    canvas = out.view(g.n, g.c, g.out_h, g.out_w)
+    _run(
+        g,
+        mode,
+        image,
+        canvas,
+        tex,
+        fill.contiguous(),
+        offset.contiguous(),
+        texture_index.contiguous(),
+        stagger,
+    )
+
+
+@pad_out.register_fake
+def _(x, padding, mode, fill, texture, offset, texture_index, stagger, out):  # type: ignore[no-untyped-def]
+    return None
+
+
+@torch.library.custom_op("tipad::pad_backward", mutates_args=())
+def pad_backward(
+    grad: torch.Tensor,
+    x_shape: list[int],
+    padding: list[int],
+    mode: str,
+    texture: torch.Tensor,
+    offset: torch.Tensor,
+    texture_index: torch.Tensor,
+    stagger: int,
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """Gradients of ``pad``: ``(grad_x, grad_texture)`` with ``x``'s and ``texture``'s shapes.
+
+    Every image pixel receives the sum of the gradients of all canvas pixels that read it (the
+    interior copy and, for edge/reflect/symmetric/circular, the border); the texture receives
+    the border gradients of texture mode. Half types accumulate in float32.
+    """
+    g = PadGeometry.of(x_shape, padding)
+    acc = grad.dtype if grad.dtype in (torch.float32, torch.float64) else torch.float32
+    canvas_grad = grad.detach().reshape(g.n, g.c, g.out_h, g.out_w).to(acc).contiguous()
+    tex = texture.detach().contiguous()
+    reason = _runtime.refusal(grad.device)
+    if reason is None and max(canvas_grad.numel(), tex.numel()) > MAX_ELEMENTS:
+        reason = "too many elements"
+    if reason is None:
+        grad_x = canvas_grad.new_zeros(g.n, g.c, g.h, g.w)
+        grad_tex = canvas_grad.new_zeros(tex.shape)
+        _runtime.launch_pad(
+            g,
+            mode,
+            grad_x,
+            canvas_grad,
+            texture=grad_tex,
+            fill=canvas_grad.new_zeros(0),
+            offset=offset.contiguous(),
+            texture_index=texture_index.contiguous(),
+            stagger=stagger,
+            backward=True,
+        )
+    else:
+        grad_x, grad_tex = _fallback.pad_backward(
+            canvas_grad,
+            g,
+            mode,
+            acc,
+            texture=tex,
+            offset=offset,
+            texture_index=texture_index,
+            stagger=stagger,
+        )
+    return grad_x.to(grad.dtype).reshape(x_shape), grad_tex.to(grad.dtype)
+
+
+@pad_backward.register_fake
+def _(grad, x_shape, padding, mode, texture, offset, texture_index, stagger):  # type: ignore[no-untyped-def]
+    return grad.new_empty(x_shape), grad.new_empty(texture.shape)
+
+
+def _setup_context(ctx, inputs, output):  # type: ignore[no-untyped-def]
+    x, padding, mode, _fill, texture, offset, texture_index, stagger = inputs
+    ctx.x_shape = list(x.shape)
+    ctx.padding, ctx.mode, ctx.stagger = list(padding), mode, stagger
+    ctx.texture_dtype = texture.dtype
+    ctx.save_for_backward(texture, offset, texture_index)
+
+
+def _backward(ctx, grad):  # type: ignore[no-untyped-def]
+    texture, offset, texture_index = ctx.saved_tensors
+    grad_x, grad_tex = pad_backward(
+        grad, ctx.x_shape, ctx.padding, ctx.mode, texture, offset, texture_index, ctx.stagger
+    )
+    needs_x, _, _, _, needs_tex = ctx.needs_input_grad[:5]
+    return (
+        grad_x if needs_x else None,
+        None,
+        None,
+        None,
+        grad_tex.to(ctx.texture_dtype) if needs_tex else None,
+        None,
+        None,
+        None,
+    )
+
+
+pad.register_autograd(_backward, setup_context=_setup_context)
