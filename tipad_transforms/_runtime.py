@@ -34,7 +34,7 @@ class RuntimeUnavailable(RuntimeError):
 
 
 _lock = threading.RLock()
-_state: dict[str, Any] = {"ti": None, "arch": None, "pid": None, "kernels": None}
+_state: dict[str, Any] = {"ti": None, "arch": None, "pid": None, "kernels": None, "per_pixel": None}
 
 
 def _reset_after_fork() -> None:
@@ -126,6 +126,8 @@ def _ensure(device: torch.device) -> Any:
         )
     _state["arch"] = arch
     _state["pid"] = os.getpid()
+    if _state["per_pixel"] is None:
+        _state["per_pixel"] = arch == "cuda"
     _state["kernels"] = _build_kernels(ti)
     return _state["kernels"]
 
@@ -150,10 +152,18 @@ def _ordered_with_torch(device: torch.device) -> Iterator[None]:
     current.wait_stream(default)
 
 
+# fmt: off
 def _build_kernels(ti: Any) -> dict[str, Any]:
-    """Compile-on-demand kernels. One body serves forward and backward (``backward`` template)."""
+    """Compile-on-demand kernels: one body for every mode, forward and backward.
+
+    Layout: every tensor is flat; the canvas is ``N*C*H'`` rows of ``W'``. Constant mode runs as
+    a 1x1 texture per channel. Two loop orders share all index math: on the CPU one task per
+    canvas row walks its pixels in order, so the texture column advances incrementally (no
+    division per pixel) and data moves in 8-byte words where aligned; on CUDA one thread per
+    pixel, so a warp writes contiguous memory.
+    """
     nd = ti.types.ndarray
-    texture, constant = MODE_CODES["texture"], MODE_CODES["constant"]
+    texture = MODE_CODES["texture"]
     edge, reflect, symmetric = MODE_CODES["edge"], MODE_CODES["reflect"], MODE_CODES["symmetric"]
 
     @ti.func
@@ -181,191 +191,154 @@ def _build_kernels(ti: Any) -> dict[str, Any]:
         return r
 
     @ti.func
-    def border(
-        img: ti.template(),
-        canvas: ti.template(),
-        tex: ti.template(),
-        fill: ti.template(),
-        row: ti.i32,
-        x0: ti.i32,
-        x1: ti.i32,
-        plane: ti.i32,
-        c: ti.i32,
-        tc: ti.i32,
-        iy: ti.i32,
-        k: ti.i32,
-        oy: ti.i32,
-        ox: ti.i32,
-        ct: ti.i32,
-        th: ti.i32,
-        tw: ti.i32,
-        stagger: ti.i32,
-        h: ti.i32,
-        w: ti.i32,
-        left: ti.i32,
-        mode: ti.i32,
-        backward: ti.template(),
-    ):  # no "-> None": Taichi reads the return annotation as a return type
-        # Output pixels [x0, x1) of one canvas row, all outside the image. c is the image
-        # channel, tc the texture channel (c, or 0 for a one-channel texture).
+    def move(src: ti.template(), i: ti.i32, canvas: ti.template(), o: ti.i32,
+             backward: ti.template()):
+        # The one data movement: canvas[o] <- src[i] forward, src[i] += canvas[o] backward
+        # (atomic: several canvas pixels can read one image or texture pixel).
+        if ti.static(backward):
+            src[i] += canvas[o]
+        else:
+            canvas[o] = src[i]
+
+    @ti.func
+    def row_setup(r: ti.i32, offset: ti.template(), tex_index: ti.template(), c_count: ti.i32,
+                  h: ti.i32, w: ti.i32, top: ti.i32, left: ti.i32, out_h: ti.i32,
+                  out_w: ti.i32, mode: ti.i32, tex_channels: ti.i32, th: ti.i32, tw: ti.i32,
+                  stagger: ti.i32):
+        # Everything about canvas row r that does not depend on the column: the image row iy
+        # (outside [0, h) for border rows), the flat start of the source row (image row for
+        # the interior and standard modes, texture row for texture mode) and the tile column
+        # tx0 of canvas column 0. The spec: y = Y - top - oy, v = floor(y / th),
+        # ty = y - v*th, tx = (X - left - ox - v*stagger) mod tw.
+        plane = r // out_h
+        iy = r - plane * out_h - top
+        c = plane % c_count
+        src_row = (plane * h + fold(iy, h, mode)) * w if mode != texture else 0
+        tx0 = 0
         if mode == texture:
-            y = iy - oy
-            v = y // th  # floor division, so rows above the image get negative tile rows
-            ty = y - v * th
-            base = ((k * ct + tc) * th + ty) * tw
-            tx = (x0 - left - ox - v * stagger) % tw
-            # Advance the tile column incrementally: no division per pixel.
-            for X in range(x0, x1):
-                if ti.static(backward):
-                    tex[base + tx] += canvas[row + X]
-                else:
-                    canvas[row + X] = tex[base + tx]
+            b = plane // c_count
+            y = iy - offset[2 * b]
+            v = y // th  # floor division: rows above the image get negative tile rows
+            tc = c if tex_channels == c_count else 0
+            src_row = ((tex_index[b] * tex_channels + tc) * th + (y - v * th)) * tw
+            tx0 = (-left - offset[2 * b + 1] - v * stagger) % tw
+        return ti.Vector([iy, (plane * h + iy) * w, src_row, tx0])
+
+    @ti.func
+    def copy_run(img: ti.template(), canvas: ti.template(), img_w: ti.template(),
+                 canvas_w: ti.template(), src: ti.i32, dst: ti.i32, n: ti.i32, lanes: ti.i32,
+                 backward: ti.template()):
+        # Interior: n contiguous pixels; whole words of `lanes` pixels where source and
+        # destination share their alignment.
+        head = n
+        body = 0
+        if ti.static(not backward):
+            if lanes > 1 and (src - dst) % lanes == 0:
+                head = ti.min((lanes - src % lanes) % lanes, n)
+                body = (n - head) // lanes
+        for j in range(head):
+            move(img, src + j, canvas, dst + j, backward)
+        ws = (src + head) // lanes
+        wd = (dst + head) // lanes
+        for j in range(body):
+            canvas_w[wd + j] = img_w[ws + j]
+        for j in range(head + body * lanes, n):
+            move(img, src + j, canvas, dst + j, backward)
+
+    @ti.func
+    def texture_run(tex: ti.template(), words: ti.template(), canvas: ti.template(),
+                    canvas_w: ti.template(), tex_row: ti.i32, tx: ti.i32, dst: ti.i32, n: ti.i32,
+                    tw: ti.i32, lanes: ti.i32, tex_grad: ti.i32, backward: ti.template()):
+        # n border pixels of one row from one texture row, starting at tile column tx.
+        # words[tex_row + tx] holds the `lanes` texture pixels from column tx on (wrapping),
+        # so aligned stretches are written a word at a time.
+        head = n
+        body = 0
+        if ti.static(not backward):
+            if lanes > 1:
+                head = ti.min((lanes - dst % lanes) % lanes, n)
+                body = (n - head) // lanes
+        if ti.static(backward):
+            if tex_grad:
+                for j in range(n):
+                    move(tex, tex_row + tx, canvas, dst + j, backward)
+                    tx += 1
+                    if tx == tw:
+                        tx = 0
+        else:
+            for j in range(head):
+                canvas[dst + j] = tex[tex_row + tx]
                 tx += 1
                 if tx == tw:
                     tx = 0
-        elif mode == constant:
-            if ti.static(not backward):
-                value = fill[c]
-                for X in range(x0, x1):
-                    canvas[row + X] = value
+            step = lanes % tw
+            wd = (dst + head) // lanes
+            for j in range(body):
+                canvas_w[wd + j] = words[tex_row + tx]
+                tx += step
+                if tx >= tw:
+                    tx -= tw
+            for j in range(head + body * lanes, n):
+                canvas[dst + j] = tex[tex_row + tx]
+                tx += 1
+                if tx == tw:
+                    tx = 0
+
+    @ti.func
+    def border_run(img: ti.template(), tex: ti.template(), words: ti.template(),
+                   canvas: ti.template(), canvas_w: ti.template(), row: ti.i32, x0: ti.i32,
+                   x1: ti.i32, src_row: ti.i32, tx0: ti.i32, w: ti.i32, left: ti.i32,
+                   mode: ti.i32, tw: ti.i32, lanes: ti.i32, tex_grad: ti.i32,
+                   backward: ti.template()):
+        # Canvas pixels [x0, x1) of one row, all outside the image.
+        if mode == texture:
+            texture_run(tex, words, canvas, canvas_w, src_row, (tx0 + x0) % tw, row + x0,
+                        x1 - x0, tw, lanes, tex_grad, backward)
         else:
-            src = (plane * h + fold(iy, h, mode)) * w
             for X in range(x0, x1):
-                if ti.static(backward):
-                    img[src + fold(X - left, w, mode)] += canvas[row + X]
-                else:
-                    canvas[row + X] = img[src + fold(X - left, w, mode)]
+                move(img, src_row + fold(X - left, w, mode), canvas, row + X, backward)
 
     @ti.kernel
-    def pad_rows(
-        img: nd(ndim=1),
-        canvas: nd(ndim=1),
-        tex: nd(ndim=1),
-        fill: nd(ndim=1),
-        offset: nd(dtype=ti.i32, ndim=1),
-        tex_index: nd(dtype=ti.i32, ndim=1),
-        n_planes: ti.i32,
-        c_count: ti.i32,
-        h: ti.i32,
-        w: ti.i32,
-        top: ti.i32,
-        left: ti.i32,
-        out_h: ti.i32,
-        out_w: ti.i32,
-        mode: ti.i32,
-        tex_channels: ti.i32,
-        th: ti.i32,
-        tw: ti.i32,
-        stagger: ti.i32,
-        backward: ti.template(),
-    ):  # no "-> None": Taichi reads the return annotation as a return type
-        # Forward: canvas <- image and border. Backward: img (grad) += canvas (grad) along the
-        # same index map, and tex (grad) += border grads. One parallel task per canvas row.
-        for r in range(n_planes * out_h):
-            plane = r // out_h
-            big_y = r - plane * out_h
-            b = plane // c_count
-            c = plane - b * c_count
-            iy = big_y - top
-            row = r * out_w
-            k = 0
-            oy = 0
-            ox = 0
-            ct = 0
-            if mode == texture:
-                k = tex_index[b]
-                oy = offset[2 * b]
-                ox = offset[2 * b + 1]
-                ct = tex_channels
-            tc = c if tex_channels == c_count else 0
-            if 0 <= iy < h:
-                src = (plane * h + iy) * w
-                dst = row + left
-                for j in range(w):
-                    if ti.static(backward):
-                        img[src + j] += canvas[dst + j]
-                    else:
-                        canvas[dst + j] = img[src + j]
-                border(
-                    img,
-                    canvas,
-                    tex,
-                    fill,
-                    row,
-                    0,
-                    left,
-                    plane,
-                    c,
-                    tc,
-                    iy,
-                    k,
-                    oy,
-                    ox,
-                    ct,
-                    th,
-                    tw,
-                    stagger,
-                    h,
-                    w,
-                    left,
-                    mode,
-                    backward,
-                )
-                border(
-                    img,
-                    canvas,
-                    tex,
-                    fill,
-                    row,
-                    left + w,
-                    out_w,
-                    plane,
-                    c,
-                    tc,
-                    iy,
-                    k,
-                    oy,
-                    ox,
-                    ct,
-                    th,
-                    tw,
-                    stagger,
-                    h,
-                    w,
-                    left,
-                    mode,
-                    backward,
-                )
-            else:
-                border(
-                    img,
-                    canvas,
-                    tex,
-                    fill,
-                    row,
-                    0,
-                    out_w,
-                    plane,
-                    c,
-                    tc,
-                    iy,
-                    k,
-                    oy,
-                    ox,
-                    ct,
-                    th,
-                    tw,
-                    stagger,
-                    h,
-                    w,
-                    left,
-                    mode,
-                    backward,
-                )
+    def pad_canvas(img: nd(ndim=1), canvas: nd(ndim=1), img_w: nd(ndim=1),
+                   canvas_w: nd(ndim=1), tex: nd(ndim=1), words: nd(ndim=1),
+                   offset: nd(dtype=ti.i32, ndim=1), tex_index: nd(dtype=ti.i32, ndim=1),
+                   n_rows: ti.i32, c_count: ti.i32, h: ti.i32, w: ti.i32, top: ti.i32,
+                   left: ti.i32, out_h: ti.i32, out_w: ti.i32, mode: ti.i32,
+                   tex_channels: ti.i32, th: ti.i32, tw: ti.i32, stagger: ti.i32, lanes: ti.i32,
+                   tex_grad: ti.i32, backward: ti.template(), per_pixel: ti.template()):
+        # Forward: canvas <- image, texture. Backward: img += canvas and (if tex_grad)
+        # tex += canvas, along the same index map.  (No "-> None": Taichi would read it.)
+        if ti.static(per_pixel):
+            for r, X in ti.ndrange(n_rows, out_w):
+                s = row_setup(r, offset, tex_index, c_count, h, w, top, left, out_h, out_w,
+                              mode, tex_channels, th, tw, stagger)
+                o = r * out_w + X
+                if 0 <= s[0] < h and left <= X < left + w:
+                    move(img, s[1] + X - left, canvas, o, backward)
+                elif mode == texture:
+                    if ti.static(not backward) or tex_grad:
+                        move(tex, s[2] + (s[3] + X) % tw, canvas, o, backward)
+                else:
+                    move(img, s[2] + fold(X - left, w, mode), canvas, o, backward)
+        else:
+            for r in range(n_rows):
+                s = row_setup(r, offset, tex_index, c_count, h, w, top, left, out_h, out_w,
+                              mode, tex_channels, th, tw, stagger)
+                row = r * out_w
+                if 0 <= s[0] < h:
+                    copy_run(img, canvas, img_w, canvas_w, s[1], row + left, w, lanes, backward)
+                    border_run(img, tex, words, canvas, canvas_w, row, 0, left, s[2], s[3], w,
+                               left, mode, tw, lanes, tex_grad, backward)
+                    border_run(img, tex, words, canvas, canvas_w, row, left + w, out_w, s[2],
+                               s[3], w, left, mode, tw, lanes, tex_grad, backward)
+                else:
+                    border_run(img, tex, words, canvas, canvas_w, row, 0, out_w, s[2], s[3], w,
+                               left, mode, tw, lanes, tex_grad, backward)
 
-    return {"pad_rows": pad_rows}
+    return {"pad_canvas": pad_canvas}
 
 
+# fmt: on
 # Bits-only views: padding moves data, so every dtype runs as a same-size integer and copies
 # stay bit exact (bool, bfloat16 and unsigned types included, which Taichi cannot take).
 _BITS = {1: torch.uint8, 2: torch.int16, 4: torch.int32, 8: torch.int64}
@@ -373,6 +346,24 @@ _BITS = {1: torch.uint8, 2: torch.int16, 4: torch.int32, 8: torch.int64}
 
 def _bits(t: torch.Tensor) -> torch.Tensor:
     return t.reshape(-1).view(_BITS[t.element_size()])
+
+
+def _words(t: torch.Tensor) -> torch.Tensor | None:
+    """``t``'s memory as int64 words, or None when its size or address is not 8-byte aligned."""
+    flat = t.reshape(-1)
+    if (flat.numel() * flat.element_size()) % 8 or flat.data_ptr() % 8:
+        return None
+    return flat.view(torch.uint8).view(torch.int64)
+
+
+def _texture_words(rows: torch.Tensor, lanes: int) -> torch.Tensor:
+    """``(R, tw)`` texture rows -> ``(R, tw)`` int64 where word ``[r, t]`` packs pixels
+    ``t .. t+lanes-1`` of row ``r`` (wrapping) in memory order: one store writes them all."""
+    tw = rows.shape[1]
+    reps = -(-(tw + lanes - 1) // tw)
+    wrapped = rows.repeat(1, reps)[:, : tw + lanes - 1] if reps > 1 else rows
+    packed = wrapped.unfold(1, lanes, 1).contiguous()  # (R, tw, lanes): sliding windows
+    return packed.reshape(-1).view(torch.uint8).view(torch.int64).reshape(rows.shape[0], tw)
 
 
 def launch_pad(
@@ -387,14 +378,15 @@ def launch_pad(
     texture_index: torch.Tensor,
     stagger: int,
     backward: bool = False,
+    texture_grad: bool = True,
 ) -> None:
     """Run the padding kernel. All tensors contiguous, detached and on one device.
 
     Forward: writes every element of ``canvas`` (``(N, C, H', W')``) from ``image``
     (``(N, C, H, W)``), ``texture`` (``(K, Ct, th, tw)``, Ct in {1, C}) or ``fill`` (``(C,)``),
     all of one dtype. Backward (float32/float64 only): adds the canvas gradient into ``image``
-    (the input gradient, zero-initialised) and ``texture`` (its gradient). ``offset`` is ``(N, 2)``
-    int32, ``texture_index`` ``(N,)`` int32.
+    (the input gradient, zero-initialised) and, if ``texture_grad``, into ``texture`` (its
+    gradient). ``offset`` is ``(N, 2)`` int32, ``texture_index`` ``(N,)`` int32.
 
     Raises ``RuntimeUnavailable`` when ``refusal(device)`` gives a reason.
     """
@@ -403,45 +395,33 @@ def launch_pad(
     if reason is not None:
         raise RuntimeUnavailable(reason)
     g = geometry
-    if backward:  # float gradients: accumulated, so no integer views
-        img_arg, canvas_arg = image.reshape(-1), canvas.reshape(-1)
-        tex_arg, fill_arg = texture.reshape(-1), fill.reshape(-1)
+    if mode == "constant":  # a 1x1 texture per channel, lattice at the origin
+        mode, stagger, texture_grad = "texture", 0, False
+        texture = fill.reshape(1, g.c, 1, 1) if not backward else canvas.new_zeros(1, g.c, 1, 1)
+        offset, texture_index = offset.new_zeros(g.n, 2), texture_index.new_zeros(g.n)
+    if backward:  # float gradients are accumulated, not moved: no integer views
+        img_arg, canvas_arg, tex_arg = image.reshape(-1), canvas.reshape(-1), texture.reshape(-1)
     else:
-        img_arg, canvas_arg = _bits(image), _bits(canvas)
-        tex_arg, fill_arg = _bits(texture), _bits(fill)
+        img_arg, canvas_arg, tex_arg = _bits(image), _bits(canvas), _bits(texture)
     # Taichi needs non-empty arguments; a one-element dummy is never read.
-    if tex_arg.numel() == 0:
-        tex_arg = canvas_arg.new_zeros(1)
-    if fill_arg.numel() == 0:
-        fill_arg = canvas_arg.new_zeros(1)
-    if img_arg.numel() == 0:
-        img_arg = canvas_arg.new_zeros(1)
-    tex_channels = texture.shape[1] if texture.dim() == 4 else 1
-    th, tw = (texture.shape[-2], texture.shape[-1]) if texture.dim() == 4 else (1, 1)
+    dummy = canvas_arg.new_zeros(1)
+    tex_arg, img_arg = (a if a.numel() else dummy for a in (tex_arg, img_arg))
+    _, tex_channels, th, tw = texture.shape if texture.dim() == 4 else (1, 1, 1, 1)
+    lanes = 8 // canvas_arg.element_size()
+    img_w, canvas_w = _words(img_arg), _words(canvas_arg)
+    if backward or lanes == 1 or img_w is None or canvas_w is None:
+        lanes, img_w, canvas_w, words = 1, dummy, dummy, dummy
+    else:
+        words = _texture_words(tex_arg.reshape(-1, tw), lanes) if mode == "texture" else dummy
     with _lock:
         kernels = _ensure(device)
-        if canvas_arg.numel() == 0:
+        if canvas.numel() == 0:
             return
         with _ordered_with_torch(device):
-            kernels["pad_rows"](
-                img_arg,
-                canvas_arg,
-                tex_arg,
-                fill_arg,
-                offset.reshape(-1),
-                texture_index.reshape(-1),
-                g.n * g.c,
-                g.c,
-                g.h,
-                g.w,
-                g.top,
-                g.left,
-                g.out_h,
-                g.out_w,
-                MODE_CODES[mode],
-                tex_channels,
-                th,
-                tw,
-                stagger,
-                backward,
-            )
+            kernels["pad_canvas"](
+                img_arg, canvas_arg, img_w, canvas_w, tex_arg, words.reshape(-1),
+                offset.reshape(-1), texture_index.reshape(-1),
+                g.n * g.c * g.out_h, g.c, g.h, g.w, g.top, g.left, g.out_h, g.out_w,
+                MODE_CODES[mode], tex_channels, th, tw, stagger, lanes, int(texture_grad),
+                backward, _state["per_pixel"],
+            )  # fmt: skip
