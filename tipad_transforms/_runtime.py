@@ -325,14 +325,18 @@ def _build_kernels(ti: Any) -> dict[str, Any]:
                 s = row_setup(r, offset, tex_index, c_count, h, w, top, left, out_h, out_w,
                               mode, tex_channels, th, tw, stagger)
                 row = r * out_w
-                if 0 <= s[0] < h:
+                inside = 0 <= s[0] < h
+                if inside:
                     copy_run(img, canvas, img_w, canvas_w, s[1], row + left, w, lanes, backward)
-                    border_run(img, tex, words, canvas, canvas_w, row, 0, left, s[2], s[3], w,
-                               left, mode, tw, lanes, tex_grad, backward)
-                    border_run(img, tex, words, canvas, canvas_w, row, left + w, out_w, s[2],
-                               s[3], w, left, mode, tw, lanes, tex_grad, backward)
-                else:
-                    border_run(img, tex, words, canvas, canvas_w, row, 0, out_w, s[2], s[3], w,
+                # The border of a row is [0, left) and [left + w, out_w) beside the image, the
+                # whole row above or below it; one call site keeps the compiled kernel small.
+                for part in range(2):
+                    x0 = 0
+                    x1 = out_w if part == 0 else 0
+                    if inside:
+                        x0 = 0 if part == 0 else left + w
+                        x1 = left if part == 0 else out_w
+                    border_run(img, tex, words, canvas, canvas_w, row, x0, x1, s[2], s[3], w,
                                left, mode, tw, lanes, tex_grad, backward)
 
     return {"pad_canvas": pad_canvas}
@@ -406,13 +410,15 @@ def launch_pad(
     # Taichi needs non-empty arguments; a one-element dummy is never read.
     dummy = canvas_arg.new_zeros(1)
     tex_arg, img_arg = (a if a.numel() else dummy for a in (tex_arg, img_arg))
+    # Unused word arguments get an int64 dummy too: one compiled kernel per dtype, not per mode.
+    no_words = canvas_arg.new_zeros(1, dtype=torch.int64)
     _, tex_channels, th, tw = texture.shape if texture.dim() == 4 else (1, 1, 1, 1)
     lanes = 8 // canvas_arg.element_size()
     img_w, canvas_w = _words(img_arg), _words(canvas_arg)
     if backward or lanes == 1 or img_w is None or canvas_w is None:
-        lanes, img_w, canvas_w, words = 1, dummy, dummy, dummy
+        lanes, img_w, canvas_w, words = 1, no_words, no_words, no_words
     else:
-        words = _texture_words(tex_arg.reshape(-1, tw), lanes) if mode == "texture" else dummy
+        words = _texture_words(tex_arg.reshape(-1, tw), lanes) if mode == "texture" else no_words
     with _lock:
         kernels = _ensure(device)
         if canvas.numel() == 0:
