@@ -213,9 +213,13 @@ def _build_kernels(ti: Any) -> dict[str, Any]:
         plane = r // out_h
         iy = r - plane * out_h - top
         c = plane % c_count
-        src_row = (plane * h + fold(iy, h, mode)) * w if mode != texture else 0
+        src_row = 0
         tx0 = 0
-        if mode == texture:
+        if mode != texture:
+            # An if, not a conditional expression: Taichi evaluates both sides of those, and
+            # fold divides by h, which is 0 for an empty image padded with a texture.
+            src_row = (plane * h + fold(iy, h, mode)) * w
+        else:
             b = plane // c_count
             y = iy - offset[2 * b]
             v = y // th  # floor division: rows above the image get negative tile rows
@@ -249,6 +253,7 @@ def _build_kernels(ti: Any) -> dict[str, Any]:
     def texture_run(tex: ti.template(), words: ti.template(), canvas: ti.template(),
                     canvas_w: ti.template(), tex_row: ti.i32, tx: ti.i32, dst: ti.i32, n: ti.i32,
                     tw: ti.i32, lanes: ti.i32, tex_grad: ti.i32, backward: ti.template()):
+        # lanes is 1 when there is no word table (small border, 8-byte pixels, backward).
         # n border pixels of one row from one texture row, starting at tile column tx.
         # words[tex_row + tx] holds the `lanes` texture pixels from column tx on (wrapping),
         # so aligned stretches are written a word at a time.
@@ -288,12 +293,12 @@ def _build_kernels(ti: Any) -> dict[str, Any]:
     def border_run(img: ti.template(), tex: ti.template(), words: ti.template(),
                    canvas: ti.template(), canvas_w: ti.template(), row: ti.i32, x0: ti.i32,
                    x1: ti.i32, src_row: ti.i32, tx0: ti.i32, w: ti.i32, left: ti.i32,
-                   mode: ti.i32, tw: ti.i32, lanes: ti.i32, tex_grad: ti.i32,
+                   mode: ti.i32, tw: ti.i32, tex_lanes: ti.i32, tex_grad: ti.i32,
                    backward: ti.template()):
         # Canvas pixels [x0, x1) of one row, all outside the image.
         if mode == texture:
             texture_run(tex, words, canvas, canvas_w, src_row, (tx0 + x0) % tw, row + x0,
-                        x1 - x0, tw, lanes, tex_grad, backward)
+                        x1 - x0, tw, tex_lanes, tex_grad, backward)
         else:
             for X in range(x0, x1):
                 move(img, src_row + fold(X - left, w, mode), canvas, row + X, backward)
@@ -305,7 +310,8 @@ def _build_kernels(ti: Any) -> dict[str, Any]:
                    n_rows: ti.i32, c_count: ti.i32, h: ti.i32, w: ti.i32, top: ti.i32,
                    left: ti.i32, out_h: ti.i32, out_w: ti.i32, mode: ti.i32,
                    tex_channels: ti.i32, th: ti.i32, tw: ti.i32, stagger: ti.i32, lanes: ti.i32,
-                   tex_grad: ti.i32, backward: ti.template(), per_pixel: ti.template()):
+                   tex_lanes: ti.i32, tex_grad: ti.i32, backward: ti.template(),
+                   per_pixel: ti.template()):
         # Forward: canvas <- image, texture. Backward: img += canvas and (if tex_grad)
         # tex += canvas, along the same index map.  (No "-> None": Taichi would read it.)
         if ti.static(per_pixel):
@@ -337,7 +343,7 @@ def _build_kernels(ti: Any) -> dict[str, Any]:
                         x0 = 0 if part == 0 else left + w
                         x1 = left if part == 0 else out_w
                     border_run(img, tex, words, canvas, canvas_w, row, x0, x1, s[2], s[3], w,
-                               left, mode, tw, lanes, tex_grad, backward)
+                               left, mode, tw, tex_lanes, tex_grad, backward)
 
     return {"pad_canvas": pad_canvas}
 
@@ -365,7 +371,7 @@ def _texture_words(rows: torch.Tensor, lanes: int) -> torch.Tensor:
     ``t .. t+lanes-1`` of row ``r`` (wrapping) in memory order: one store writes them all."""
     tw = rows.shape[1]
     reps = -(-(tw + lanes - 1) // tw)
-    wrapped = rows.repeat(1, reps)[:, : tw + lanes - 1] if reps > 1 else rows
+    wrapped = rows.repeat(1, reps)[:, : tw + lanes - 1]
     packed = wrapped.unfold(1, lanes, 1).contiguous()  # (R, tw, lanes): sliding windows
     return packed.reshape(-1).view(torch.uint8).view(torch.int64).reshape(rows.shape[0], tw)
 
@@ -418,7 +424,10 @@ def launch_pad(
     if backward or lanes == 1 or img_w is None or canvas_w is None:
         lanes, img_w, canvas_w, words = 1, no_words, no_words, no_words
     else:
-        words = _texture_words(tex_arg.reshape(-1, tw), lanes) if mode == "texture" else no_words
+        border = canvas.numel() - image.numel()
+        # The word table costs `lanes` times the texture; it pays only when the border is larger.
+        use_words = mode == "texture" and tex_arg.numel() * lanes * 2 <= border
+        words = _texture_words(tex_arg.reshape(-1, tw), lanes) if use_words else no_words
     with _lock:
         kernels = _ensure(device)
         if canvas.numel() == 0:
@@ -428,6 +437,7 @@ def launch_pad(
                 img_arg, canvas_arg, img_w, canvas_w, tex_arg, words.reshape(-1),
                 offset.reshape(-1), texture_index.reshape(-1),
                 g.n * g.c * g.out_h, g.c, g.h, g.w, g.top, g.left, g.out_h, g.out_w,
-                MODE_CODES[mode], tex_channels, th, tw, stagger, lanes, int(texture_grad),
-                backward, _state["per_pixel"],
+                MODE_CODES[mode], tex_channels, th, tw, stagger, lanes,
+                lanes if words is not no_words else 1, int(texture_grad), backward,
+                _state["per_pixel"],
             )  # fmt: skip
