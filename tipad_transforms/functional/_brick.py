@@ -1,55 +1,250 @@
-"""Procedural brick texture: one row of bricks with mortar, a shade per brick."""
+"""Procedural brick texture: a few courses of running-bond brickwork that tile seamlessly.
+
+The tile is drawn so that ``texture_pad(..., stagger=running_bond_stagger(**same_options))``
+continues the bond across tile rows: the joints line up and every other course is shifted by
+half a brick. The stagger also moves each tile row by a whole number of bricks, so the tile's
+per-brick shades do not repeat in plain vertical columns.
+"""
 
 from __future__ import annotations
 
+import functools
+import math
 from collections.abc import Sequence
+from typing import Any
 
 import torch
+import torch.nn.functional as nnF
 
 __all__ = ["make_brick_texture", "running_bond_stagger"]
+
+# ITU-R BT.601 luma, as PIL's convert("L") uses.
+_LUMA = (0.299, 0.587, 0.114)
+
+
+def _positive_int(value: Any, what: str, minimum: int = 1) -> int:
+    if isinstance(value, bool) or not isinstance(value, int):
+        raise TypeError(f"{what} must be an int, got {type(value).__name__}")
+    if value < minimum:
+        raise ValueError(f"{what} must be >= {minimum}, got {value}")
+    return value
+
+
+def _brick_size(value: Any) -> tuple[int, int]:
+    if not isinstance(value, Sequence) or isinstance(value, str) or len(value) != 2:
+        raise TypeError(f"brick_size must be a (height, width) pair of ints, got {value!r}")
+    return (
+        _positive_int(value[0], "brick_size height", 2),
+        _positive_int(value[1], "brick_size width", 2),
+    )
+
+
+def _color(value: Any, what: str) -> tuple[float, float, float]:
+    if (
+        not isinstance(value, Sequence)
+        or isinstance(value, str)
+        or len(value) != 3
+        or not all(isinstance(v, (int, float)) and not isinstance(v, bool) for v in value)
+    ):
+        raise TypeError(f"{what} must be three numbers (R, G, B) in [0, 1], got {value!r}")
+    if not all(0.0 <= float(v) <= 1.0 for v in value):
+        raise ValueError(f"{what} must hold values in [0, 1], got {tuple(value)}")
+    return float(value[0]), float(value[1]), float(value[2])
+
+
+def _amount(value: Any, what: str) -> float:
+    if isinstance(value, bool) or not isinstance(value, (int, float)):
+        raise TypeError(f"{what} must be a number, got {type(value).__name__}")
+    if not 0.0 <= float(value) <= 1.0:
+        raise ValueError(f"{what} must lie in [0, 1], got {value}")
+    return float(value)
+
+
+def _scramble_step(bricks_per_tile: int) -> int:
+    """Whole bricks to shift each tile row by: coprime with the tile width, near 2/5 of it."""
+    if bricks_per_tile < 3:
+        return 0
+    step = max(1, round(0.4 * bricks_per_tile))
+    while math.gcd(step, bricks_per_tile) != 1:
+        step += 1
+    return step
+
+
+@functools.lru_cache(maxsize=16)
+def _render(
+    bh: int,
+    bw: int,
+    m: int,
+    per_tile: int,
+    n_courses: int,
+    base_rgb: tuple[float, float, float],
+    mortar_rgb: tuple[float, float, float],
+    shade: float,
+    hue: float,
+    grain: float,
+    seed: int,
+) -> torch.Tensor:
+    """The RGB float64 CPU tile; cached because ``brick_pad`` asks for it on every call."""
+    f64 = torch.float64
+    gen = torch.Generator().manual_seed(seed)
+    course_h, pitch = bh + m, bw + m
+    th, tw = n_courses * course_h, per_tile * pitch
+    n_bricks = n_courses * per_tile
+
+    # Where every tile pixel falls: its course, its brick, and its place in brick or joint.
+    y = torch.arange(th)[:, None].expand(th, tw)
+    x = torch.arange(tw)[None, :].expand(th, tw)
+    course = y // course_h
+    yy = y % course_h
+    xs = (x - (course % 2) * (pitch // 2)) % tw
+    brick_id = course * per_tile + xs // pitch
+    xx = xs % pitch
+    by, bx = yy - m, xx - m  # brick-face coordinates; negative inside the joints
+    in_joint = (by < 0) | (bx < 0)
+    # Rounded corners: the corner pixel of each face is joint.
+    corner = ((by == 0) | (by == bh - 1)) & ((bx == 0) | (bx == bw - 1))
+    is_mortar = in_joint | (corner if m > 0 else torch.zeros_like(corner))
+
+    # Per-brick colour: brightness, a slight per-channel tint, an occasional darker brick.
+    brightness = 1.0 + shade * (2.0 * torch.rand(n_bricks, generator=gen, dtype=f64) - 1.0)
+    dark = torch.rand(n_bricks, generator=gen, dtype=f64) < 0.08
+    brightness = torch.where(dark, brightness * max(0.5, 1.0 - 2.0 * shade), brightness)
+    tint = 1.0 + hue * torch.randn(n_bricks, 3, generator=gen, dtype=f64)
+    brick_rgb = (
+        torch.tensor(base_rgb, dtype=f64)[None, :] * brightness[:, None] * tint
+    )  # (n_bricks, 3)
+
+    # Mottled face: a coarse random field per brick, in brick coordinates (so no tile seams).
+    gh, gw = max(2, math.ceil(bh / 6) + 1), max(2, math.ceil(bw / 8) + 1)
+    coarse = torch.randn(n_bricks, 1, gh, gw, generator=gen, dtype=f64)
+    mottle = nnF.interpolate(coarse, size=(bh, bw), mode="bilinear", align_corners=True)[:, 0]
+    face_y, face_x = by.clamp(0, bh - 1), bx.clamp(0, bw - 1)
+    face = mottle[brick_id, face_y, face_x]
+    # Light from the top left: lit top/left edges, shaded bottom/right edges.
+    bevel = (
+        0.07 * (by == 0).double()
+        + 0.03 * (bx == 0).double()
+        - 0.10 * (by == bh - 1).double()
+        - 0.05 * (bx == bw - 1).double()
+    )
+    brick_px = brick_rgb[brick_id].permute(2, 0, 1) * (1.0 + 1.5 * grain * face + bevel)
+
+    # Recessed mortar: shaded just under a brick and just right of one.
+    under = (yy == 0) & (m > 1)
+    right_of = (xx == 0) & (by >= 0) & (m > 1)
+    shadow = 1.0 - 0.16 * under.double() - 0.10 * right_of.double()
+    mortar_px = torch.tensor(mortar_rgb, dtype=f64)[:, None, None] * shadow
+
+    tile = torch.where(is_mortar, mortar_px, brick_px)
+    # Grain everywhere, coarser (sandier) in the mortar; a few dark specks on the faces. All
+    # scale with `noise`: noise=0 leaves per-brick colours, bevels and joint shadows only.
+    grain_px = torch.randn(1, th, tw, generator=gen, dtype=f64)
+    tile = tile + grain * torch.where(is_mortar, 1.6, 1.0) * grain_px
+    specks = (torch.rand(th, tw, generator=gen, dtype=f64) < 0.02) & ~is_mortar
+    tile = tile * (1.0 - 6.0 * grain * specks.double())
+    return tile.clamp(0.0, 1.0)
 
 
 def make_brick_texture(
     *,
-    brick_size: tuple[int, int] = (20, 44),
+    brick_size: tuple[int, int] = (16, 50),
     mortar: int = 3,
     bricks_per_tile: int = 5,
-    brick_color: Sequence[float] = (0.60, 0.24, 0.16),
-    mortar_color: Sequence[float] = (0.80, 0.78, 0.74),
-    shade_variation: float = 0.12,
+    courses: int = 4,
+    brick_color: Sequence[float] = (0.58, 0.26, 0.19),
+    mortar_color: Sequence[float] = (0.76, 0.74, 0.69),
+    shade_variation: float = 0.18,
+    hue_variation: float = 0.07,
     noise: float = 0.03,
     channels: int = 3,
     seed: int = 0,
     dtype: torch.dtype = torch.float32,
     device: torch.device | str | None = None,
 ) -> torch.Tensor:
-    """A ``(channels, brick_h + mortar, bricks_per_tile * (brick_w + mortar))`` brick-row tile.
+    """A tile of running-bond brickwork, values in [0, 1].
 
-    Mortar runs along the top and left of each brick. Tiled by ``texture_pad`` with a stagger of
-    ``running_bond_stagger(...)`` (half a brick) it draws a running-bond wall. Values in [0, 1].
+    The tile is ``courses`` rows of bricks, ``bricks_per_tile`` bricks wide; each course is a
+    joint of ``mortar`` pixels along its top, then bricks of ``brick_size`` pixels with a
+    vertical joint of ``mortar`` pixels on their left. Odd courses are shifted right by half a
+    brick pitch, ``(brick_w + mortar) // 2``. Tile it with ``texture_pad(..., stagger=
+    running_bond_stagger(**options))`` (``brick_pad`` does both).
+
+    The look: each brick gets its own brightness (``shade_variation``) and a slight tint
+    (``hue_variation``), a mottled face with fine grain (``noise``), a lit top edge and a
+    shaded bottom edge, rounded corners; the recessed mortar is sandy and darker where a brick
+    above or to the left shades it. Everything is drawn from ``torch.Generator().manual_seed
+    (seed)``, so one seed gives one tile on every machine and device.
+
+    Args:
+        brick_size: ``(height, width)`` of one brick in pixels, each >= 2.
+        mortar: joint width in pixels, >= 0 (0: bricks touch).
+        bricks_per_tile: bricks per course in one tile, >= 1.
+        courses: brick rows in one tile, >= 1.
+        brick_color, mortar_color: mean ``(R, G, B)`` in [0, 1].
+        shade_variation, hue_variation, noise: amounts in [0, 1].
+        channels: 1 (luma), 2 (luma + opaque alpha), 3 (RGB) or 4 (RGB + opaque alpha).
+        seed: an int in ``[-2**63, 2**64)``.
+        dtype: a floating dtype for the result; device: where it is returned.
+
+    Returns:
+        ``(channels, courses * (brick_h + mortar), bricks_per_tile * (brick_w + mortar))``.
+
+    Raises:
+        TypeError: an argument of the wrong type (the message names it).
+        ValueError: an argument out of range (the message names it).
     """
-    bh, bw = brick_size
-    th, pitch = bh + mortar, bw + mortar
-    gen = torch.Generator().manual_seed(seed)
-    shade = 1.0 + shade_variation * (2 * torch.rand(bricks_per_tile, generator=gen) - 1)
-    brick = torch.tensor(list(brick_color), dtype=torch.float64)[:, None, None]
-    mortar_c = torch.tensor(list(mortar_color), dtype=torch.float64)[:, None, None]
-    tile = brick.repeat(1, th, pitch * bricks_per_tile)
-    tile = tile * shade.double().repeat_interleave(pitch)[None, None, :]
-    is_mortar = torch.zeros(th, pitch * bricks_per_tile, dtype=torch.bool)
-    is_mortar[:mortar, :] = True
-    for i in range(bricks_per_tile):
-        is_mortar[:, i * pitch : i * pitch + mortar] = True
-    tile = torch.where(is_mortar, mortar_c, tile)
-    tile = tile + noise * torch.randn(tile.shape, generator=gen, dtype=torch.float64)
-    tile = tile.clamp(0, 1)
-    if channels == 1:
-        tile = (0.299 * tile[0] + 0.587 * tile[1] + 0.114 * tile[2])[None]
-    return tile.to(dtype=dtype, device=device)
+    bh, bw = _brick_size(brick_size)
+    m = _positive_int(mortar, "mortar", 0)
+    per_tile = _positive_int(bricks_per_tile, "bricks_per_tile")
+    n_courses = _positive_int(courses, "courses")
+    base = _color(brick_color, "brick_color")
+    mortar_base = _color(mortar_color, "mortar_color")
+    shade = _amount(shade_variation, "shade_variation")
+    hue = _amount(hue_variation, "hue_variation")
+    grain = _amount(noise, "noise")
+    if isinstance(channels, bool) or not isinstance(channels, int):
+        raise TypeError(f"channels must be an int, got {type(channels).__name__}")
+    if channels not in (1, 2, 3, 4):
+        raise ValueError(f"channels must be 1, 2, 3 or 4, got {channels}")
+    if isinstance(seed, bool) or not isinstance(seed, int):
+        raise TypeError(f"seed must be an int, got {type(seed).__name__}")
+    if not -(2**63) <= seed < 2**64:  # what torch.Generator.manual_seed accepts
+        raise ValueError(f"seed must lie in [-2**63, 2**64), got {seed}")
+    if not isinstance(dtype, torch.dtype):
+        raise TypeError(f"dtype must be a torch.dtype, got {type(dtype).__name__}")
+    if not dtype.is_floating_point:
+        raise ValueError(f"dtype must be a floating dtype, got {dtype}")
+
+    tile = _render(bh, bw, m, per_tile, n_courses, base, mortar_base, shade, hue, grain, seed)
+    if channels in (1, 2):
+        luma = torch.tensor(_LUMA, dtype=torch.float64)[:, None, None]
+        tile = (tile * luma).sum(0, keepdim=True)
+    if channels in (2, 4):
+        tile = torch.cat([tile, torch.ones_like(tile[:1])])
+    # A copy always: the cached tile must never reach the caller.
+    return tile.clamp(0.0, 1.0).to(dtype=dtype, device=device, copy=True)
 
 
 def running_bond_stagger(
-    *, brick_size: tuple[int, int] = (20, 44), mortar: int = 3, **_: object
+    *,
+    brick_size: tuple[int, int] = (16, 50),
+    mortar: int = 3,
+    bricks_per_tile: int = 5,
+    courses: int = 4,
+    **_: object,
 ) -> int:
-    """Half a brick pitch: the stagger that makes ``make_brick_texture``'s tile a running bond."""
-    return (brick_size[1] + mortar) // 2
+    """The ``stagger`` that tiles ``make_brick_texture(**same_options)`` as a running bond.
+
+    Takes (and ignores the rest of) ``make_brick_texture``'s keyword arguments. The tile's odd
+    courses are shifted by half a pitch, so the next tile row must start shifted by half a pitch
+    after an odd number of courses and by none after an even number; on top of that it moves by
+    a few whole bricks so the tile's shades do not line up in columns. Result in ``[0, tile
+    width)``.
+    """
+    bw = _brick_size(brick_size)[1]
+    m = _positive_int(mortar, "mortar", 0)
+    per_tile = _positive_int(bricks_per_tile, "bricks_per_tile")
+    n_courses = _positive_int(courses, "courses")
+    pitch = bw + m
+    half = (n_courses % 2) * (pitch // 2)
+    return (half + _scramble_step(per_tile) * pitch) % (per_tile * pitch)

@@ -1,36 +1,227 @@
-"""PIL round trip: image -> tensor -> padded tensor -> image of the same mode."""
+"""PIL round trip: image -> tensor -> padded tensor -> image of the same mode.
+
+How each mode travels (the tensor ``fn`` sees, always ``(C, H, W)`` on the CPU):
+
+==========================================  ==============================================
+PIL mode                                    tensor
+==========================================  ==============================================
+``1``                                       uint8, 0 or 255 (torchvision's ``pil_to_tensor``
+                                            convention); back: white where >= 128
+``L``, ``LA``, ``La``, ``RGB``, ``RGBA``,   uint8, the image's own bands (so CMYK fills and
+``RGBa``, ``RGBX``, ``CMYK``, ``YCbCr``,    textures are CMYK values, and so on)
+``LAB``, ``HSV``
+``P``, ``PA``                               uint8 RGB, or RGBA when the palette has
+                                            transparency (``PA``: the A band); back: each
+                                            colour's exact palette entry, else the nearest
+                                            (alpha-premultiplied) one, on the same palette
+``I``                                       int32
+``I;16``, ``I;16L``, ``I;16B``, ``I;16N``   uint16 (native byte order)
+``F``                                       float32
+==========================================  ==============================================
+"""
 
 from __future__ import annotations
 
 from collections.abc import Callable
 
 import numpy as np
+import numpy.typing as npt
 import PIL.Image
 import torch
 
-__all__ = ["pil_apply"]
+__all__ = ["pil_apply", "pil_texture"]
+
+# Image metadata that stays true after padding; size-bound metadata such as EXIF is dropped.
+_KEPT_INFO = ("dpi", "icc_profile", "gamma", "transparency")
+_CHUNK = 4096  # colours matched against a palette at a time: (4096, 256) int64 distances
 
 
 def pil_apply(img: PIL.Image.Image, fn: Callable[[torch.Tensor], torch.Tensor]) -> PIL.Image.Image:
-    """Apply ``fn`` (``(C, H, W)`` -> ``(C, H', W')`` tensors) to a PIL image, keeping its mode.
+    """Apply ``fn`` (``(C, H, W)`` -> ``(C, H', W')`` tensor) to a PIL image, keeping its mode.
 
-    Palette images are padded in RGB(A) and mapped back onto their own palette, so texture
-    colours stay colours rather than palette indices. 16-bit images run as int32.
+    The tensor ``fn`` receives is a fresh copy (see the module docstring for its dtype per mode);
+    ``fn`` must return the same dtype and channel count. Pixels ``fn`` copies come back bit
+    exact, palette indices included (for palettes without duplicate colours). The result keeps
+    ``img``'s palette, ``dpi``, ICC profile, gamma and ``transparency``.
+
+    Raises:
+        TypeError: ``img`` is not a PIL image or has a mode with no array form (``BGR;15``,
+            ...); ``fn`` returned something other than a tensor.
+        ValueError: ``fn`` changed the dtype or the number of channels.
     """
+    if not isinstance(img, PIL.Image.Image):
+        raise TypeError(f"x must be a PIL image, got {type(img).__name__}")
     if img.mode in ("P", "PA"):
-        rgb_mode = "RGBA" if img.mode == "PA" or "transparency" in img.info else "RGB"
-        padded = pil_apply(img.convert(rgb_mode), fn)
-        return padded.quantize(palette=img, dither=PIL.Image.Dither.NONE)
-    arr = np.array(img)  # a writable copy: torch refuses read-only buffers
-    native = arr.dtype
-    if native == np.uint16 or native.byteorder not in ("=", "|"):
-        arr = arr.astype(np.int32)
+        out = _apply_palette(img, fn)
+    else:
+        out = _apply_direct(img, fn)
+    out.info.update({k: img.info[k] for k in _KEPT_INFO if k in img.info})
+    return out
+
+
+def _to_tensor(arr: npt.NDArray[np.generic]) -> torch.Tensor:
     t = torch.from_numpy(np.ascontiguousarray(arr))
-    t = t.permute(2, 0, 1) if t.dim() == 3 else t[None]
+    return t.permute(2, 0, 1) if t.dim() == 3 else t[None]
+
+
+def _run(fn: Callable[[torch.Tensor], torch.Tensor], t: torch.Tensor) -> npt.NDArray[np.generic]:
+    """``fn(t)`` checked and back as an ``(H', W', C)`` array (``(H', W')`` for one channel)."""
     result = fn(t)
-    out = result.permute(1, 2, 0) if arr.ndim == 3 else result[0]
-    out_arr = out.contiguous().numpy().astype(native, copy=False)
+    if not isinstance(result, torch.Tensor):
+        raise TypeError(f"fn must return a torch.Tensor, got {type(result).__name__}")
+    if result.dim() != 3 or result.shape[0] != t.shape[0] or result.dtype != t.dtype:
+        raise ValueError(
+            f"fn must map a {tuple(t.shape)} {t.dtype} tensor to ({t.shape[0]}, H', W') "
+            f"{t.dtype}; got {tuple(result.shape)} {result.dtype}"
+        )
+    out = result.detach().cpu()
+    out = out[0] if out.shape[0] == 1 else out.permute(1, 2, 0)
+    return out.contiguous().numpy()
+
+
+def _apply_direct(
+    img: PIL.Image.Image, fn: Callable[[torch.Tensor], torch.Tensor]
+) -> PIL.Image.Image:
+    try:
+        arr = np.array(img)  # a writable copy: torch refuses read-only buffers
+    except Exception as e:  # Pillow raises several types for modes numpy cannot take
+        raise TypeError(f"x has PIL mode {img.mode!r}, which has no array form") from e
+    if arr.dtype == object or arr.ndim not in (2, 3):
+        raise TypeError(f"x has PIL mode {img.mode!r}, which has no array form")
     if img.mode == "1":
-        return PIL.Image.fromarray(out_arr).convert("1")
-    h, w = out_arr.shape[:2]
-    return PIL.Image.frombytes(img.mode, (w, h), out_arr.tobytes())
+        out = _run(fn, _to_tensor(arr.astype(np.uint8) * np.uint8(255)))
+        return PIL.Image.fromarray(np.asarray(out) >= 128)
+    stored = arr.dtype  # I;16B keeps its big-endian byte order for the way back
+    work = arr.astype(stored.newbyteorder("="), copy=False)
+    out = _run(fn, _to_tensor(work))
+    h, w = out.shape[:2]
+    return PIL.Image.frombytes(img.mode, (w, h), out.astype(stored, copy=False).tobytes())
+
+
+def _palette_colours(img: PIL.Image.Image, mode: str) -> npt.NDArray[np.uint8]:
+    """``(256, len(mode))``: what ``img.convert(mode)`` turns each palette index into."""
+    lut = PIL.Image.frombytes("P", (256, 1), bytes(range(256)))
+    palette_mode = img.palette.mode if img.palette is not None else "RGB"
+    lut.putpalette(img.getpalette(palette_mode) or [], palette_mode)
+    if "transparency" in img.info:
+        lut.info["transparency"] = img.info["transparency"]
+    return np.array(lut.convert(mode))[0]
+
+
+def _palette_size(img: PIL.Image.Image) -> int:
+    palette_mode = img.palette.mode if img.palette is not None else "RGB"
+    entries = len(img.getpalette(palette_mode) or []) // len(palette_mode)
+    return max(1, min(256, entries))
+
+
+def _premultiplied(colours: npt.NDArray[np.uint8]) -> npt.NDArray[np.int64]:
+    c = colours.astype(np.int64)
+    if c.shape[-1] == 4:
+        # Alpha-weighted, so a fully transparent pixel of any colour finds a transparent entry.
+        c[..., :3] = (c[..., :3] * c[..., 3:] + 127) // 255
+    return c
+
+
+def _nearest_index(
+    pixels: npt.NDArray[np.uint8], palette: npt.NDArray[np.uint8]
+) -> npt.NDArray[np.uint8]:
+    """Palette index of each pixel (``(..., k)`` uint8): the first exact match, else the nearest."""
+    k = palette.shape[1]
+    flat = pixels.reshape(-1, k)
+    weights = (256 ** np.arange(k - 1, -1, -1)).astype(np.int64)
+    codes = flat.astype(np.int64) @ weights
+    unique, inverse = np.unique(codes, return_inverse=True)
+    pal_codes = palette.astype(np.int64) @ weights
+    sorted_codes, first = np.unique(pal_codes, return_index=True)
+    pos = np.searchsorted(sorted_codes, unique).clip(0, len(sorted_codes) - 1)
+    exact = sorted_codes[pos] == unique
+    index = np.where(exact, first[pos], 0)
+    missing = np.flatnonzero(~exact)
+    if missing.size:
+        # Decode the unmatched colours and compare them with every entry, a chunk at a time.
+        digits = (unique[missing, None] // weights[None, :]) % 256
+        a = _premultiplied(digits.astype(np.uint8))
+        b = _premultiplied(palette)
+        b2 = (b * b).sum(1)
+        for start in range(0, len(missing), _CHUNK):
+            part = a[start : start + _CHUNK]
+            dist = b2[None, :] - 2 * part @ b.T
+            index[missing[start : start + _CHUNK]] = dist.argmin(1)
+    return index[inverse.reshape(-1)].astype(np.uint8).reshape(pixels.shape[:-1])
+
+
+def _palette_work_mode(img: PIL.Image.Image) -> str:
+    palette_mode = img.palette.mode if img.palette is not None else "RGB"
+    has_alpha = img.mode == "PA" or "transparency" in img.info or palette_mode == "RGBA"
+    return "RGBA" if has_alpha else "RGB"
+
+
+def pil_texture(img: PIL.Image.Image, texture: PIL.Image.Image) -> torch.Tensor:
+    """A texture image as the ``(C, th, tw)`` tensor that suits ``pil_apply(img, ...)``.
+
+    The texture is converted the way PIL converts colours into ``img``'s space, and comes out
+    in the dtype and channels of the tensor ``pil_apply`` hands its function for ``img``
+    (see the module docstring), so ``texture_pad(img, padding, pil_texture(img, tex))`` draws
+    ``tex`` as it looks, in any mode: CMYK textures are CMYK, palette images get RGB(A),
+    ``1`` gets gray levels (thresholded on the way back), 16-bit images get ``L * 257``. ``I``
+    and ``F`` images have no fixed white, so the texture's gray levels span the image's own
+    value range.
+
+    Raises:
+        TypeError: ``img`` or ``texture`` is not a PIL image.
+        ValueError: PIL cannot convert ``texture`` to ``img``'s mode.
+    """
+    for value, what in ((img, "img"), (texture, "texture")):
+        if not isinstance(value, PIL.Image.Image):
+            raise TypeError(f"{what} must be a PIL image, got {type(value).__name__}")
+    mode = img.mode
+    if texture.mode in ("P", "PA", "1", "I", "F") or texture.mode.startswith("I;16"):
+        # Normalise exotic texture modes first; PIL converts these to RGBA reliably.
+        texture = texture.convert("RGBA" if texture.mode in ("P", "PA") else "L")
+    if mode.startswith("I;16") or mode in ("I", "F"):
+        gray = np.array(texture.convert("L"), dtype=np.float64) / 255.0
+        if mode.startswith("I;16"):
+            arr: npt.NDArray[np.generic] = np.round(gray * 65535.0).astype(np.uint16)
+        else:
+            extrema = np.array(img.getextrema(), dtype=np.float64).reshape(-1)
+            lo, hi = float(extrema[0]), float(extrema[-1])
+            if not hi > lo:
+                lo, hi = (0.0, 1.0) if mode == "F" else (0.0, 255.0)
+            values = lo + gray * (hi - lo)
+            arr = values.astype(np.float32) if mode == "F" else np.round(values).astype(np.int32)
+        return _to_tensor(arr)
+    if mode in ("P", "PA"):
+        target = _palette_work_mode(img)
+    elif mode == "1":
+        target = "L"
+    else:
+        target = mode
+    try:
+        converted = texture.convert(target)
+    except ValueError as e:
+        raise ValueError(f"texture cannot be converted to mode {target!r}: {e}") from None
+    return _to_tensor(np.array(converted))
+
+
+def _apply_palette(
+    img: PIL.Image.Image, fn: Callable[[torch.Tensor], torch.Tensor]
+) -> PIL.Image.Image:
+    palette_mode = img.palette.mode if img.palette is not None else "RGB"
+    colours = _palette_colours(img, _palette_work_mode(img))
+    arr = np.array(img)
+    if img.mode == "PA":
+        work = np.concatenate([colours[arr[..., 0], :3], arr[..., 1:]], axis=-1)
+    else:
+        work = colours[arr]
+    out = np.asarray(_run(fn, _to_tensor(work)), dtype=np.uint8)
+    usable = colours[: _palette_size(img)]
+    if img.mode == "PA":
+        index = _nearest_index(out[..., :3], usable[:, :3])
+        data = np.stack([index, out[..., 3]], axis=-1)
+    else:
+        index = _nearest_index(out, usable)
+        data = index
+    h, w = data.shape[:2]
+    result = PIL.Image.frombytes(img.mode, (w, h), np.ascontiguousarray(data).tobytes())
+    result.putpalette(img.getpalette(palette_mode) or [], palette_mode)
+    return result
