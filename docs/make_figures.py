@@ -1,0 +1,509 @@
+"""Draw every figure in the docs: ``python docs/make_figures.py`` (writes ``docs/figures/*.png``).
+
+Every picture is computed by the package itself (``tipad_transforms.functional``) on the sample
+images bundled in ``tipad_transforms.assets``; where those are missing (a partial checkout) it
+paints a small synthetic landscape instead, so the script always runs. It needs matplotlib (the
+``bench`` extra). Each PNG is kept under 300 KB.
+"""
+
+from __future__ import annotations
+
+import argparse
+import io
+from collections.abc import Sequence
+from pathlib import Path
+
+import matplotlib
+
+matplotlib.use("Agg")
+
+import matplotlib.pyplot as plt
+import numpy as np
+import PIL.Image
+import PIL.ImageDraw
+import torch
+from matplotlib.axes import Axes
+from matplotlib.patches import FancyArrowPatch, Rectangle
+
+import tipad_transforms
+import tipad_transforms.functional as F
+
+FIGURES = Path(__file__).resolve().parent / "figures"
+MAX_BYTES = 300_000
+
+INK = "#222222"
+ACCENT = "#d62728"
+BLUE = "#1f5fa8"
+plt.rcParams.update(
+    {
+        "font.family": "DejaVu Sans",
+        "font.size": 10,
+        "axes.titlesize": 11,
+        "axes.titleweight": "bold",
+        "figure.facecolor": "white",
+        "savefig.facecolor": "white",
+    }
+)
+
+
+# ------------------------------------------------------------------------------------ inputs ---
+
+
+def asset_paths() -> list[Path]:
+    """The bundled sample images (``tipad_transforms.assets``), or ``[]`` if there are none."""
+    try:
+        from tipad_transforms import assets
+    except ImportError:
+        return []
+    return [p for p in assets.sample_image_paths() if p.is_file()]
+
+
+def synthetic_landscape(size: int = 256, seed: int = 0) -> PIL.Image.Image:
+    """A painted scene (sky, sun, hills, a tree): a stand-in when no asset is bundled."""
+    rng = np.random.default_rng(seed)
+    y = np.linspace(0.0, 1.0, size)[:, None, None]
+    sky = (1 - y) * np.array([0.38, 0.62, 0.92]) + y * np.array([0.85, 0.92, 0.98])
+    img = PIL.Image.fromarray((np.broadcast_to(sky, (size, size, 3)) * 255).astype(np.uint8))
+    draw = PIL.ImageDraw.Draw(img)
+    s = size / 256
+    draw.ellipse([180 * s, 28 * s, 224 * s, 72 * s], fill=(255, 214, 90))
+    xs = np.arange(size + 1)
+    for base, amp, colour in ((150, 18, (96, 160, 84)), (185, 12, (62, 128, 60))):
+        ridge = base * s + amp * s * np.sin(xs / (37 * s) + base)
+        draw.polygon(
+            [
+                (0, size),
+                *((float(x), float(r)) for x, r in zip(xs, ridge, strict=True)),
+                (size, size),
+            ],
+            fill=colour,
+        )
+    draw.rectangle([58 * s, 150 * s, 68 * s, 200 * s], fill=(110, 74, 44))
+    draw.ellipse([34 * s, 96 * s, 92 * s, 162 * s], fill=(44, 104, 50))
+    arr = np.asarray(img).astype(np.float64)
+    arr += rng.normal(0.0, 4.0, arr.shape)  # a little grain, so it reads as a photograph
+    return PIL.Image.fromarray(arr.clip(0, 255).astype(np.uint8))
+
+
+def load_images(count: int, size: int) -> list[torch.Tensor]:
+    """``count`` square ``(3, size, size)`` uint8 images: the bundled assets, else synthetic."""
+    paths = asset_paths()
+    images = []
+    for i in range(count):
+        if paths:
+            img = PIL.Image.open(paths[i % len(paths)])
+            if img.mode in ("RGBA", "LA", "P"):  # clip art: lay it on a light card
+                rgba = img.convert("RGBA")
+                img = PIL.Image.new("RGB", rgba.size, (238, 236, 230))
+                img.paste(rgba, mask=rgba.getchannel("A"))
+            img = img.convert("RGB")
+            side = min(img.size)
+            # portraits: keep the head, crop more from the bottom
+            left, top = (img.width - side) // 2, (img.height - side) // 4
+            img = img.crop((left, top, left + side, top + side))
+        else:
+            img = synthetic_landscape(256, seed=i)
+        img = img.resize((size, size), PIL.Image.Resampling.LANCZOS)
+        images.append(torch.from_numpy(np.array(img)).permute(2, 0, 1).contiguous())
+    return images
+
+
+def dots_texture(size: int = 24, seed: int = 0) -> torch.Tensor:
+    """A ``(3, size, size)`` float tile: a dot on a soft ground (an arbitrary user texture)."""
+    g = torch.Generator().manual_seed(seed)
+    yy, xx = torch.meshgrid(torch.arange(size), torch.arange(size), indexing="ij")
+    c = (size - 1) / 2
+    r = ((yy - c) ** 2 + (xx - c) ** 2).float().sqrt()
+    ground = torch.tensor([0.93, 0.87, 0.70])[:, None, None]
+    dot = torch.tensor([0.20, 0.45, 0.62])[:, None, None]
+    t = torch.where(r < size * 0.3, dot, ground)
+    return (t + 0.02 * torch.randn(t.shape, generator=g)).clamp(0, 1)
+
+
+def stripes_texture(size: int = 24) -> torch.Tensor:
+    """A ``(3, size, size)`` float tile of diagonal stripes that wraps seamlessly."""
+    yy, xx = torch.meshgrid(torch.arange(size), torch.arange(size), indexing="ij")
+    band = ((xx + yy) % size) < size // 2
+    a = torch.tensor([0.36, 0.58, 0.40])[:, None, None]
+    b = torch.tensor([0.86, 0.91, 0.80])[:, None, None]
+    return torch.where(band, a, b)
+
+
+def to_hwc(t: torch.Tensor) -> np.ndarray:
+    """``(C, H, W)`` tensor (uint8 or float in [0, 1]) -> ``(H, W, C)`` array for imshow."""
+    arr = t.permute(1, 2, 0).numpy()
+    return arr if arr.dtype == np.uint8 else arr.clip(0, 1)
+
+
+# ----------------------------------------------------------------------------------- helpers ---
+
+
+def save(fig: plt.Figure, name: str, dpi: int = 110) -> Path:
+    """Write ``fig`` as an optimised PNG and check its size budget."""
+    FIGURES.mkdir(parents=True, exist_ok=True)
+    buf = io.BytesIO()
+    fig.savefig(buf, format="png", dpi=dpi, bbox_inches="tight", pad_inches=0.08)
+    plt.close(fig)
+    path = FIGURES / name
+    PIL.Image.open(buf).convert("RGB").save(path, optimize=True)
+    size = path.stat().st_size
+    if size > MAX_BYTES:
+        raise SystemExit(f"{path} is {size} bytes, over the {MAX_BYTES} byte budget")
+    print(f"wrote {path.relative_to(FIGURES.parent.parent)} ({size // 1024} KB)")
+    return path
+
+
+def show(ax: Axes, t: torch.Tensor, title: str | None = None) -> None:
+    """Image ``t`` with pixel ``(Y, X)`` covering ``[X, X+1] x [Y, Y+1]``, no ticks."""
+    h, w = t.shape[-2:]
+    ax.imshow(to_hwc(t), interpolation="nearest", extent=(0, w, h, 0))
+    ax.set_xticks([])
+    ax.set_yticks([])
+    for spine in ax.spines.values():
+        spine.set_visible(False)
+    if title:
+        ax.set_title(title)
+
+
+def outline(ax: Axes, x0: float, y0: float, w: float, h: float, **kw: object) -> None:
+    style: dict[str, object] = {"fill": False, "lw": 1.2, "ls": "--", "ec": "white"}
+    style.update(kw)
+    ax.add_patch(Rectangle((x0, y0), w, h, **style))  # type: ignore[arg-type]
+
+
+def arrow(ax: Axes, start: Sequence[float], end: Sequence[float], **kw: object) -> None:
+    style: dict[str, object] = {"arrowstyle": "-|>", "mutation_scale": 12, "lw": 1.6, "color": INK}
+    style.update(kw)
+    ax.add_patch(FancyArrowPatch(tuple(start), tuple(end), **style))  # type: ignore[arg-type]
+
+
+# ----------------------------------------------------------------------------------- figures ---
+
+
+def fig_hero() -> None:
+    """README: one image, then brick padding, then a texture with an offset, then reflect."""
+    (img,) = load_images(1, 192)
+    pad = 56
+    panels = [
+        ("input (192×192)", F.pad(img, pad, fill=255)),
+        ("brick_pad / BrickPad", F.brick_pad(img, pad)),
+        ("texture_pad, any tile", F.texture_pad(img, pad, dots_texture(), offset=(5, 9))),
+        ('pad(mode="reflect")', F.pad(img, pad, "reflect")),
+    ]
+    fig, axes = plt.subplots(1, 4, figsize=(12.4, 3.5))
+    for ax, (title, t) in zip(axes, panels, strict=True):
+        show(ax, t, title)
+        outline(ax, pad, pad, 192, 192, ec="#555555" if title.startswith("input") else "white")
+    save(fig, "hero.png", dpi=100)
+
+
+def fig_modes() -> None:
+    """Padding guide: every mode on one small image."""
+    (img,) = load_images(1, 64)
+    pad = 28
+    tile = dots_texture(16)
+    modes: list[tuple[str, torch.Tensor]] = [
+        ("input", F.pad(img, pad, fill=255)),
+        ("constant (fill=(40, 40, 40))", F.pad(img, pad, "constant", fill=(40, 40, 40))),
+        ("edge (replicate)", F.pad(img, pad, "edge")),
+        ("reflect", F.pad(img, pad, "reflect")),
+        ("symmetric", F.pad(img, pad, "symmetric")),
+        ("circular (wrap)", F.pad(img, pad, "circular")),
+        ("texture_pad (16×16 tile)", F.texture_pad(img, pad, tile)),
+        ("brick_pad", F.brick_pad(img, pad, brick_size=(10, 22), mortar=2, bricks_per_tile=4)),
+    ]
+    fig, axes = plt.subplots(2, 4, figsize=(11.5, 6.3))
+    for ax, (title, t) in zip(axes.flat, modes, strict=True):
+        show(ax, t)
+        ax.set_title(title, fontsize=10)
+        edge = "#555555" if title == "input" else "white"
+        outline(ax, pad, pad, 64, 64, ec=edge, lw=1.0)
+    fig.suptitle("64×64 image, padding=28 on every side (dashed: the input)", y=0.995)
+    fig.tight_layout(h_pad=1.6)
+    save(fig, "modes.png")
+
+
+def mapping_tile(th: int, tw: int) -> torch.Tensor:
+    """A float ``(3, th, tw)`` tile whose pixels show their position; ``(0, 0)`` is red."""
+    ty = torch.arange(th, dtype=torch.float32)[:, None].expand(th, tw)
+    tx = torch.arange(tw, dtype=torch.float32)[None, :].expand(th, tw)
+    r = 0.62 + 0.30 * tx / (tw - 1)
+    g = 0.78 + 0.16 * ty / (th - 1)
+    b = 0.95 - 0.25 * tx / (tw - 1)
+    tile = torch.stack([r, g, b])
+    tile[:, 0, 0] = torch.tensor([0.84, 0.15, 0.16])
+    return tile
+
+
+def draw_lattice(
+    ax: Axes,
+    canvas: tuple[int, int],
+    padding: tuple[int, int, int, int],
+    image: tuple[int, int],
+    tile: tuple[int, int],
+    stagger: int,
+    offset: tuple[int, int],
+) -> None:
+    """Tile outlines of texture mode: row ``v`` spans ``Y in top + oy + v*th + [0, th)``."""
+    out_h, out_w = canvas
+    left, top, _, _ = padding
+    h, w = image
+    th, tw = tile
+    oy, ox = offset
+    for v in range(-4, 5):
+        y0 = top + oy + v * th
+        if y0 >= out_h or y0 + th <= 0:
+            continue
+        ya, yb = max(y0, 0), min(y0 + th, out_h)
+        ax.plot([0, out_w], [y0, y0], color=INK, lw=0.9, clip_on=True)
+        for u in range(-6, 8):
+            x0 = left + ox + v * stagger + u * tw
+            if 0 < x0 < out_w:
+                ax.plot([x0, x0], [ya, yb], color=INK, lw=0.9)
+    # the interior is the input, copied; the lattice carries on beneath it
+    ax.add_patch(Rectangle((left, top), w, h, fc="#9a9a9a", ec="none", alpha=0.92))
+    for v in range(-4, 5):
+        y0 = top + oy + v * th
+        if top <= y0 <= top + h:
+            ax.plot([left, left + w], [y0, y0], color="white", lw=0.8, ls=(0, (2, 2)))
+        ya, yb = max(y0, top), min(y0 + th, top + h)
+        if ya >= yb:
+            continue
+        for u in range(-6, 8):
+            x0 = left + ox + v * stagger + u * tw
+            if left < x0 < left + w:
+                ax.plot([x0, x0], [ya, yb], color="white", lw=0.8, ls=(0, (2, 2)))
+    ax.text(left + w / 2, top + h - 1.6, "image (copied)", ha="center", va="bottom", color="white")
+    ax.set_xlim(0, out_w)
+    ax.set_ylim(out_h, 0)
+
+
+def fig_mapping() -> None:
+    """Padding guide: how texture mode lays its tile lattice around the image."""
+    th, tw, s = 5, 8, 3
+    h, w = 11, 16
+    pads = (10, 8, 10, 8)
+    left, top = pads[0], pads[1]
+    tile = mapping_tile(th, tw)
+    img = torch.full((3, h, w), 0.6)
+
+    fig = plt.figure(figsize=(12.8, 3.75))
+    grid = fig.add_gridspec(1, 3, width_ratios=[0.62, 1, 1], wspace=0.16)
+    ax = fig.add_subplot(grid[0])
+    show(ax, tile, f"texture (th={th}, tw={tw})")
+    for y in range(th + 1):
+        ax.plot([0, tw], [y, y], color="white", lw=0.6)
+    for x in range(tw + 1):
+        ax.plot([x, x], [0, th], color="white", lw=0.6)
+    ax.set_xticks(np.arange(tw) + 0.5, [str(i) for i in range(tw)], fontsize=8)
+    ax.set_yticks(np.arange(th) + 0.5, [str(i) for i in range(th)], fontsize=8)
+    ax.tick_params(length=0)
+    ax.set_xlabel("tx    (red: texture[:, 0, 0])")
+    ax.set_ylabel("ty")
+    ax.text(0.5, 0.5, "(0,0)", ha="center", va="center", color="white", fontsize=6.5)
+
+    cases = [
+        ((0, 0), "offset = (0, 0)"),
+        ((2, 3), "offset = (oy, ox) = (2, 3)"),
+    ]
+    for i, (offset, title) in enumerate(cases):
+        ax = fig.add_subplot(grid[i + 1])
+        canvas = F.texture_pad(img, pads, tile, stagger=s, offset=offset)
+        show(ax, canvas, title)
+        out_h, out_w = canvas.shape[-2:]
+        oy, ox = offset
+        draw_lattice(ax, (out_h, out_w), pads, (h, w), (th, tw), s, offset)
+        for v in (-1, 0, 1, 2):
+            yc = top + oy + v * th + th / 2
+            if 0 < yc < out_h:
+                ax.text(-0.5, yc, f"v={v}", ha="right", va="center", fontsize=8, color=INK)
+        # texture pixel (0, 0) of tile row v=0, tile column 0; the square marks (top, left)
+        ax.plot(left + ox + 0.5, top + oy + 0.5, "o", ms=6, mfc=ACCENT, mec="white", mew=1.0)
+        ax.plot(left, top, "s", ms=5, mfc="white", mec=INK, mew=0.9)
+        if offset == (0, 0):
+            ax.text(
+                left + 1.6,
+                top + 2.6,
+                "texture (0, 0) lies on\nthe image's top-left pixel",
+                color="white",
+                fontsize=8,
+                va="center",
+                bbox={"fc": "#9a9a9a", "ec": "none", "pad": 1.5},
+            )
+            # row v=1 starts its tiles s pixels right of row v=0: show it in the right border
+            x0 = left - tw
+            yb = top + th
+            ax.plot([x0, x0 + s], [yb, yb], color=BLUE, lw=3.5, solid_capstyle="butt")
+            for xe in (x0, x0 + s):
+                ax.plot([xe, xe], [yb - 1.2, yb + 1.2], color=BLUE, lw=2.0)
+            ax.text(
+                x0 + s / 2,
+                yb + 1.6,
+                f"s={s}",
+                color=BLUE,
+                fontsize=9,
+                weight="bold",
+                ha="center",
+                va="top",
+                bbox={"fc": "white", "ec": "none", "pad": 0.8, "alpha": 0.85},
+            )
+            ax.set_xlabel(
+                f"stagger s={s}: each tile row is shifted s pixels right of the one above"
+            )
+        else:
+            arrow(ax, (left, top), (left + ox + 0.2, top + oy + 0.2), color=ACCENT, lw=1.4)
+            ax.text(
+                left + ox + 1.4,
+                top + oy + 1.0,
+                "(oy, ox)",
+                color="white",
+                fontsize=9,
+                va="top",
+                weight="bold",
+            )
+            ax.set_xlabel("the whole lattice moves down oy and right ox")
+        ax.xaxis.label.set_fontsize(9)
+    fig.suptitle(
+        f"texture_pad(x (3, {h}, {w}), padding={pads}, texture, stagger={s}, offset)",
+        fontsize=11,
+        y=1.0,
+    )
+    fig.text(
+        0.5,
+        0.03,
+        "border pixel (Y, X):  y = Y - top - oy,  x = X - left - ox,  v = floor(y / th),  "
+        "ty = y - v*th,  tx = (x - v*s) mod tw   ->   texture[:, ty, tx]",
+        ha="center",
+        va="top",
+        fontsize=10,
+        family="DejaVu Sans Mono",
+    )
+    save(fig, "texture-mapping.png")
+
+
+def fig_large_padding() -> None:
+    """Padding guide: ``[1, 2, 3, 4]`` padded by 6 on each side, numpy.pad semantics."""
+    row = torch.tensor([[1, 2, 3, 4]], dtype=torch.int64)
+    pad = 6
+    modes = ["constant", "edge", "reflect", "symmetric", "circular"]
+    colours = {0: "#f2f2f2", 1: "#fde0a6", 2: "#f7b267", 3: "#f4845f", 4: "#c8553d"}
+    fig, ax = plt.subplots(figsize=(10.5, 3.3))
+    n = 4 + 2 * pad
+    for r, mode in enumerate(modes):
+        values = F.pad(row, (pad, 0), mode)[0].tolist()
+        for c, value in enumerate(values):
+            inside = pad <= c < pad + 4
+            ax.add_patch(
+                Rectangle(
+                    (c, r),
+                    1,
+                    1,
+                    fc=colours[value],
+                    ec=INK if inside else "white",
+                    lw=1.6 if inside else 1.0,
+                )
+            )
+            ax.text(c + 0.5, r + 0.52, str(value), ha="center", va="center", fontsize=10)
+        ax.text(-0.3, r + 0.5, mode, ha="right", va="center", fontsize=10)
+    ax.add_patch(Rectangle((pad, -0.02), 4, len(modes) + 0.04, fill=False, ec=INK, lw=2.2))
+    ax.text(pad + 2, -0.25, "input", ha="center", va="bottom", fontsize=9)
+    ax.text(pad / 2, -0.25, "← padding 6", ha="center", va="bottom", fontsize=9, color="#666666")
+    ax.text(
+        pad + 4 + pad / 2,
+        -0.25,
+        "padding 6 →",
+        ha="center",
+        va="bottom",
+        fontsize=9,
+        color="#666666",
+    )
+    ax.set_xlim(-2.4, n + 0.1)
+    ax.set_ylim(len(modes) + 0.05, -0.9)
+    ax.set_aspect("equal")
+    ax.axis("off")
+    save(fig, "large-padding.png")
+
+
+def fig_per_sample() -> None:
+    """Padding guide: one call, a bank of textures, a texture and an offset per sample."""
+    size, pad = 80, 26
+    images = torch.stack(load_images(4, size))
+    brick_options = {"brick_size": (10, 22), "mortar": 2, "bricks_per_tile": 4, "courses": 2}
+    brick = F.make_brick_texture(**brick_options)  # (3, 24, 96): two courses of a running bond
+    stagger = F.running_bond_stagger(**brick_options)  # whole bricks: the 24-px tiles ignore it
+    bank = torch.stack(
+        [brick, dots_texture(24).repeat(1, 1, 4), stripes_texture(24).repeat(1, 1, 4)]
+    )
+    th, tw = bank.shape[-2:]
+    index = torch.tensor([0, 1, 2, 0])
+    offset = torch.tensor([[0, 0], [5, 9], [0, 12], [6, 11]])
+    out = F.texture_pad(images, pad, bank, stagger=stagger, offset=offset, texture_index=index)
+    fig, axes = plt.subplots(1, 4, figsize=(11.6, 3.4))
+    for b, ax in enumerate(axes):
+        show(ax, out[b])
+        oy, ox = offset[b].tolist()
+        ax.set_title(
+            f"sample {b}: texture_index={int(index[b])}\noffset=({oy}, {ox})", fontsize=9.5
+        )
+        outline(ax, pad, pad, size, size, lw=1.0)
+    fig.suptitle(
+        f"texture_pad(batch (4, 3, {size}, {size}), {pad}, bank (3, 3, {th}, {tw}), "
+        f"stagger={stagger}, offset=(4, 2) tensor, texture_index=(4,) tensor): one launch",
+        fontsize=10,
+        y=1.02,
+    )
+    save(fig, "per-sample.png")
+
+
+def fig_bricks() -> None:
+    """API page: what ``make_brick_texture``'s options change."""
+    (img,) = load_images(1, 72)
+    pad = 36
+    variants = [
+        ("brick_pad(x, 36)\n(defaults)", {}),
+        ("brick_size=(12, 30),\nmortar=2", {"brick_size": (12, 30), "mortar": 2}),
+        (
+            "brick_color=(.55, .55, .58),\nmortar_color=(.25, .25, .27)",
+            {"brick_color": (0.55, 0.55, 0.58), "mortar_color": (0.25, 0.25, 0.27)},
+        ),
+        (
+            "shade_variation=0, noise=0,\nhue_variation=0",
+            {"shade_variation": 0.0, "noise": 0.0, "hue_variation": 0.0},
+        ),
+        ("courses=1, stagger=0\n(a stack bond)", {"courses": 1, "stagger": 0}),
+    ]
+    fig, axes = plt.subplots(1, len(variants), figsize=(13.2, 3.1))
+    for ax, (title, options) in zip(axes, variants, strict=True):
+        show(ax, F.brick_pad(img, pad, **options))
+        ax.set_title(title, fontsize=9, family="DejaVu Sans Mono", weight="normal")
+        outline(ax, pad, pad, 72, 72, lw=1.0)
+    save(fig, "brick-options.png")
+
+
+FIGURE_MAKERS = {
+    "hero": fig_hero,
+    "modes": fig_modes,
+    "texture-mapping": fig_mapping,
+    "large-padding": fig_large_padding,
+    "per-sample": fig_per_sample,
+    "brick-options": fig_bricks,
+}
+
+
+def main(argv: Sequence[str] | None = None) -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument(
+        "names", nargs="*", help=f"figures to draw (default all): {list(FIGURE_MAKERS)}"
+    )
+    args = parser.parse_args(argv)
+    unknown = [n for n in args.names if n not in FIGURE_MAKERS]
+    if unknown:
+        parser.error(f"unknown figure(s) {unknown}; choose from {list(FIGURE_MAKERS)}")
+    source = "bundled assets" if asset_paths() else "a synthetic image (no assets bundled)"
+    print(f"tipad_transforms {tipad_transforms.__version__}; images from {source}")
+    for name in args.names or FIGURE_MAKERS:
+        FIGURE_MAKERS[name]()
+
+
+if __name__ == "__main__":
+    main()
