@@ -8,6 +8,8 @@ so results are identical; the caller warns once that it is in use.
 
 from __future__ import annotations
 
+from collections.abc import Sequence
+
 import torch
 
 from ._geometry import PadGeometry
@@ -25,6 +27,25 @@ def _fold(i: torch.Tensor, n: int, mode: str) -> torch.Tensor:
         r = i.remainder(2 * n)
         return torch.where(r >= n, 2 * n - 1 - r, r)
     return i.remainder(n)  # circular
+
+
+def _tile_index(
+    g: PadGeometry,
+    texture_shape: Sequence[int],
+    offset: torch.Tensor,
+    stagger: int,
+    dev: torch.device,
+) -> torch.Tensor:
+    """``(N, 1, H'*W')`` flat ``ty * tw + tx`` of every canvas pixel (the texture mapping spec)."""
+    th, tw = int(texture_shape[-2]), int(texture_shape[-1])
+    iy = torch.arange(g.out_h, device=dev) - g.top
+    ix = torch.arange(g.out_w, device=dev) - g.left
+    off = offset.to(device=dev, dtype=torch.long)
+    y = iy[None, :] - off[:, :1]  # (N, H')
+    v = torch.div(y, th, rounding_mode="floor")
+    ty = y - v * th
+    tx = (ix[None, None, :] - off[:, 1, None, None] - v[:, :, None] * stagger).remainder(tw)
+    return (ty[:, :, None] * tw + tx).reshape(g.n, 1, -1)
 
 
 def pad(
@@ -45,12 +66,7 @@ def pad(
     ix = torch.arange(g.out_w, device=dev) - g.left
     if mode == "texture":
         k, ct, th, tw = texture.shape
-        off = offset.to(device=dev, dtype=torch.long)
-        y = iy[None, :] - off[:, :1]  # (N, H')
-        v = torch.div(y, th, rounding_mode="floor")
-        ty = y - v * th
-        tx = (ix[None, None, :] - off[:, 1, None, None] - v[:, :, None] * stagger).remainder(tw)
-        flat = (ty[:, :, None] * tw + tx).reshape(g.n, 1, -1).expand(g.n, ct, -1)
+        flat = _tile_index(g, texture.shape, offset, stagger, dev).expand(g.n, ct, -1)
         bank = texture.reshape(k, ct, th * tw)[texture_index.to(device=dev, dtype=torch.long)]
         canvas = bank.gather(2, flat).reshape(g.n, ct, g.out_h, g.out_w)
         canvas = canvas.expand(g.n, g.c, g.out_h, g.out_w)
@@ -75,23 +91,33 @@ def pad_backward(
     texture_index: torch.Tensor,
     stagger: int,
 ) -> tuple[torch.Tensor, torch.Tensor]:
-    """Gradients of ``pad`` w.r.t. the image and the texture, by autograd through ``pad``."""
+    """Gradients of ``pad`` w.r.t. the image and the texture: the canvas gradient summed back
+    along the forward index map.
+
+    Explicit scatter-adds, not autograd through ``pad``: this runs inside a custom op's
+    implementation, where autograd is off even under ``torch.enable_grad()``.
+    """
     g = geometry
-    with torch.enable_grad():
-        image = grad.new_zeros(g.n, g.c, g.h, g.w, dtype=image_dtype).requires_grad_()
-        tex = texture.detach().to(image_dtype).requires_grad_()
-        fill = grad.new_zeros(g.c, dtype=image_dtype)
-        out = pad(
-            g,
-            mode,
-            image,
-            texture=tex,
-            fill=fill,
-            offset=offset,
-            texture_index=texture_index,
-            stagger=stagger,
-        )
-        grads = torch.autograd.grad(out, (image, tex), grad.to(image_dtype), allow_unused=True)
-    grad_image = grads[0] if grads[0] is not None else torch.zeros_like(image)
-    grad_tex = grads[1] if grads[1] is not None else torch.zeros_like(tex)
-    return grad_image.detach(), grad_tex.detach()
+    dev = grad.device
+    canvas = grad.to(image_dtype).reshape(g.n, g.c, g.out_h * g.out_w)
+    iy = torch.arange(g.out_h, device=dev) - g.top
+    ix = torch.arange(g.out_w, device=dev) - g.left
+    grad_image = canvas.new_zeros(g.n, g.c, g.h * g.w)
+    inside = ((iy >= 0) & (iy < g.h))[:, None] & ((ix >= 0) & (ix < g.w))[None, :]
+    inside = inside.reshape(-1)
+    if mode in ("constant", "texture"):
+        src = (iy[:, None] * g.w + ix[None, :]).reshape(-1)
+        grad_image.index_add_(2, src[inside], canvas[:, :, inside])
+    else:
+        src = _fold(iy, g.h, mode)[:, None] * g.w + _fold(ix, g.w, mode)[None, :]
+        grad_image.index_add_(2, src.reshape(-1), canvas)
+    grad_tex = torch.zeros(texture.shape, dtype=image_dtype, device=dev)
+    if mode == "texture" and texture.numel() > 0:
+        _, ct, th, tw = texture.shape
+        border = ~inside
+        channel = torch.arange(g.c, device=dev) * (1 if ct == g.c else 0)  # Ct = 1: all read 0
+        plane = texture_index.to(device=dev, dtype=torch.long)[:, None] * ct + channel[None, :]
+        flat = _tile_index(g, texture.shape, offset, stagger, dev)[:, :, border]  # (N, 1, B)
+        target = plane[:, :, None] * (th * tw) + flat  # (N, C, B)
+        grad_tex.view(-1).index_add_(0, target.reshape(-1), canvas[:, :, border].reshape(-1))
+    return grad_image.reshape(g.n, g.c, g.h, g.w), grad_tex

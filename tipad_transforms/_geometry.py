@@ -113,7 +113,8 @@ class PadGeometry:
             raise ValueError(f"x must have shape (..., C, H, W) or (H, W), got {tuple(shape)}")
         h, w = int(shape[-1 - 1]), int(shape[-1])
         c = int(shape[-3]) if len(shape) >= 3 else 1
-        n = math.prod(int(s) for s in shape[:-3]) if len(shape) > 3 else 1
+        # A list, not a generator: Dynamo cannot trace math.prod over a generator (fullgraph).
+        n = math.prod([int(s) for s in shape[:-3]]) if len(shape) > 3 else 1
         left, top, right, bottom = (int(p) for p in padding)
         return PadGeometry(n, c, h, w, left, top, right, bottom)
 

@@ -62,15 +62,28 @@ def _cast_values(values: torch.Tensor, dtype: torch.dtype, what: str) -> torch.T
     return values.to(dtype)
 
 
+def _number_tensor(values: list[int | float | bool], device: torch.device) -> torch.Tensor:
+    # torch.tensor would make Python floats float32 (0.1 for a float64 image would come out as
+    # 0.10000000149) and raise RuntimeError for ints beyond int64: pick an exact dtype instead,
+    # and let _cast_values reject what the image's dtype cannot hold.
+    if all(isinstance(v, bool) for v in values):
+        dtype = torch.bool
+    elif all(isinstance(v, int) and -(2**63) <= v < 2**63 for v in values):
+        dtype = torch.int64
+    else:
+        dtype = torch.float64
+    return torch.tensor(values, dtype=dtype, device=device)
+
+
 def _fill_tensor(fill: Fill, x: torch.Tensor, channels: int) -> torch.Tensor:
     if isinstance(fill, torch.Tensor):
         values = fill.detach().reshape(-1).to(x.device)
     elif isinstance(fill, (int, float, bool)):
-        values = torch.tensor([fill], device=x.device)
+        values = _number_tensor([fill], x.device)
     elif isinstance(fill, Sequence) and not isinstance(fill, str):
         if not all(isinstance(f, (int, float, bool)) for f in fill):
             raise TypeError(f"fill must be a number or a sequence of numbers, got {fill!r}")
-        values = torch.tensor(list(fill), device=x.device)
+        values = _number_tensor(list(fill), x.device)
     else:
         raise TypeError(
             f"fill must be a number or a sequence of numbers, got {type(fill).__name__}"
@@ -105,7 +118,10 @@ def _texture_bank(texture: Any, x: torch.Tensor, channels: int) -> torch.Tensor:
             f"texture has {ct} channels; the image has {channels}: give 1 (broadcast) "
             f"or {channels} texture channels"
         )
-    bank = bank.as_subclass(torch.Tensor).to(x.device)
+    if type(bank) is not torch.Tensor:
+        # Dynamo cannot trace as_subclass(torch.Tensor) on a plain tensor (fullgraph break).
+        bank = bank.as_subclass(torch.Tensor)
+    bank = bank.to(x.device)
     if bank.dtype == x.dtype:
         return bank
     if x.dtype == torch.bool or bank.dtype == torch.bool:
@@ -113,18 +129,41 @@ def _texture_bank(texture: Any, x: torch.Tensor, channels: int) -> torch.Tensor:
     if bank.is_floating_point() and not x.is_floating_point():
         # torchvision's convention: float images hold [0, 1], integer images the dtype's range.
         lo, hi = torch.aminmax(bank.detach())
-        if float(lo) < 0.0 or float(hi) > 1.0:
+        if not (float(lo) >= 0.0 and float(hi) <= 1.0):  # NaN fails too
             raise ValueError(
                 f"a float texture for a {x.dtype} image must hold values in [0, 1] (they are "
                 f"scaled to the dtype's range), got [{float(lo):g}, {float(hi):g}]"
             )
-    return tvF.to_dtype(bank, x.dtype, scale=True)
+    return _scale_texture(bank, x.dtype)
+
+
+def _scale_texture(bank: torch.Tensor, dtype: torch.dtype) -> torch.Tensor:
+    """torchvision's ``to_dtype(scale=True)`` for a (non-bool) texture, minus its failures."""
+    if bank.dtype == dtype:
+        return bank
+    if bank.is_floating_point() and not dtype.is_floating_point:
+        if dtype in (torch.int32, torch.int64):
+            # torchvision refuses these; scale the same way (v * (max + 1 - 1e-3), truncated)
+            # in float64, where 1.0 may round up to max + 1: saturate it rather than wrap.
+            info = torch.iinfo(dtype)
+            scaled = (bank.double() * (info.max + 1.0 - 1e-3)).floor()
+            top = scaled >= float(info.max)
+            return scaled.masked_fill(top, 0).to(dtype).masked_fill(top, info.max)
+        if bank.dtype in (torch.float16, torch.bfloat16):
+            # In half precision max + 1 - 1e-3 rounds to max + 1, so torchvision would turn 1.0
+            # into 0 (uint8) or the minimum (int8, int16): scale in float32 instead.
+            bank = bank.float()
+    elif dtype in (torch.float16, torch.bfloat16) and not bank.is_floating_point():
+        # An int32/int64 texture's maximum overflows half precision before the division
+        # (max -> inf): scale in float32, then round once.
+        return tvF.to_dtype(bank, torch.float32, scale=True).to(dtype)
+    return tvF.to_dtype(bank, dtype, scale=True)
 
 
 def _per_sample(
     value: Any, lead: tuple[int, ...], last: tuple[int, ...], what: str
 ) -> torch.Tensor:
-    """Broadcast ``value`` (int(s) or tensor of ``lead_prefix + last``) to ``(N, *last)`` int32."""
+    """Broadcast ``value`` (int(s) or tensor of ``lead_prefix + last``) to ``(N, *last)`` int64."""
     if isinstance(value, torch.Tensor):
         t = value.detach()
         if t.is_floating_point() or t.is_complex() or t.dtype == torch.bool:
@@ -141,7 +180,7 @@ def _per_sample(
         )
     try:
         t = (
-            t.to(torch.int32).broadcast_to((*lead, *last))
+            t.to(torch.int64).broadcast_to((*lead, *last))
             if t.dim() <= len(lead) + len(last)
             else t
         )
@@ -165,10 +204,13 @@ def _check_out(out: Any, shape: list[int], x: torch.Tensor, *needs_grad: torch.T
         )
     if not out.is_contiguous():
         raise ValueError("out must be contiguous")
-    if torch.is_grad_enabled() and any(t.requires_grad for t in (out, *needs_grad)):
+    if torch.is_grad_enabled() and any(t.requires_grad for t in (out, x, *needs_grad)):
         raise ValueError("out= does not support autograd; call without out= to get gradients")
     if (
-        out.numel()
+        # Dynamo cannot trace storage pointers (fullgraph fails); a compiled graph
+        # functionalizes the write to out anyway.
+        not torch.compiler.is_compiling()
+        and out.numel()
         and x.numel()
         and out.untyped_storage().data_ptr() == x.untyped_storage().data_ptr()
     ):
@@ -193,8 +235,17 @@ def _launch(
         raise ValueError(f"mode {mode!r} needs a non-empty image, got shape {tuple(x.shape)}")
     lead = _lead(x)
     empty = x.new_empty(0)
-    offsets = _per_sample(offset, lead, (2,), "offset").to(x.device)
-    index = _per_sample(texture_index, lead, (), "texture_index").to(x.device)
+    offsets = _per_sample(offset, lead, (2,), "offset")
+    # Out-of-bank values must stay out of the bank (for the op's check), not wrap into int32.
+    index = _per_sample(texture_index, lead, (), "texture_index").clamp(-1, 2**31 - 1)
+    if texture is not None:
+        # The pattern repeats every th*tw rows and tw columns, and the stagger acts mod tw:
+        # reducing keeps the result exact and the kernel's int32 index arithmetic in range.
+        th, tw = texture.shape[-2], texture.shape[-1]
+        offsets = offsets.remainder(torch.tensor([th * tw, tw], device=offsets.device))
+        stagger = stagger % tw
+    offsets = offsets.to(device=x.device, dtype=torch.int32)
+    index = index.to(device=x.device, dtype=torch.int32)
     args = (
         x,
         pads,
@@ -324,6 +375,14 @@ def pad(
     return _rewrap(_launch(image, padding, name, fill=fill_t, out=out), x)
 
 
+@torch.compiler.assume_constant_result
+def _brick_tile(**brick: Any) -> torch.Tensor:
+    # make_brick_texture seeds a torch.Generator, which Dynamo cannot create inside a graph
+    # (fullgraph=True fails); the tile is a pure function of its arguments, so a compiled caller
+    # may bake it in as a constant.
+    return make_brick_texture(**brick)
+
+
 def brick_pad(
     x: T,
     padding: Padding,
@@ -347,7 +406,12 @@ def brick_pad(
     image = _check_image(x)
     channels = image.shape[-3] if image.dim() >= 3 else 1
     brick.setdefault("channels", 3 if channels == 3 else 1)
-    tile = make_brick_texture(**brick)
+    tile = _brick_tile(**brick)
+    if image.dtype != torch.bool:
+        # The tile is in [0, 1] by construction; converting here (as texture_pad would) skips
+        # texture_pad's data-dependent range check, which torch.compile(fullgraph=True) cannot
+        # trace.
+        tile = _scale_texture(tile.to(image.device), image.dtype)
     if stagger is None:
         stagger = running_bond_stagger(**brick)
     return texture_pad(x, padding, tile, stagger=stagger, offset=offset, out=out)

@@ -133,7 +133,7 @@ def _(x, padding, mode, fill, texture, offset, texture_index, stagger):  # type:
 def pad_out(
     x: torch.Tensor,
     padding: list[int],
-    mode: str,
+    pad_mode: str,
     fill: torch.Tensor,
     texture: torch.Tensor,
     offset: torch.Tensor,
@@ -141,12 +141,17 @@ def pad_out(
     stagger: int,
     out: torch.Tensor,
 ) -> None:
-    """``pad`` writing into ``out`` (contiguous, the output's shape, dtype and device)."""
+    """``pad`` writing into ``out`` (contiguous, the output's shape, dtype and device).
+
+    The mode argument is ``pad_mode``, not ``mode``: torch.compile functionalizes this mutating
+    op through a higher-order op that takes its own ``mode`` keyword, and a schema argument of
+    that name collides with it ("got multiple values for argument 'mode'").
+    """
     g, image, tex = _prepare(x, padding, texture, texture_index)
     canvas = out.view(g.n, g.c, g.out_h, g.out_w)
     _run(
         g,
-        mode,
+        pad_mode,
         image,
         canvas,
         tex,
@@ -158,7 +163,7 @@ def pad_out(
 
 
 @pad_out.register_fake
-def _(x, padding, mode, fill, texture, offset, texture_index, stagger, out):  # type: ignore[no-untyped-def]
+def _(x, padding, pad_mode, fill, texture, offset, texture_index, stagger, out):  # type: ignore[no-untyped-def]
     return None
 
 

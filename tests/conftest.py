@@ -1,0 +1,40 @@
+"""Shared fixtures for the padding engine's tests.
+
+The helpers (references, comparisons, random inputs) live in ``reference.py`` so that test
+modules import them explicitly; this file only holds pytest wiring.
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Iterator
+
+import pytest
+
+# Same quiet defaults as the Makefile, for runs of plain `pytest`.
+os.environ.setdefault("TI_SKIP_VERSION_CHECK", "ON")
+os.environ.setdefault("ENABLE_TAICHI_HEADER_PRINT", "0")
+
+
+def pytest_configure(config: pytest.Config) -> None:
+    config.addinivalue_line(
+        "markers", "allow_fallback: the test may (or must) use the torch fallback route"
+    )
+
+
+@pytest.fixture(autouse=True)
+def _kernel_only(request: pytest.FixtureRequest, monkeypatch: pytest.MonkeyPatch) -> Iterator[None]:
+    """Fail any test that is silently served by the torch fallback instead of the kernel.
+
+    The fallback computes the same values, so a test comparing results could not otherwise tell
+    which route ran; only tests marked ``allow_fallback`` may use it.
+    """
+    if request.node.get_closest_marker("allow_fallback") is None:
+        from tipad_transforms import _fallback
+
+        def refuse(*args: object, **kwargs: object) -> None:
+            raise AssertionError("the torch fallback ran where the Taichi kernel should have")
+
+        monkeypatch.setattr(_fallback, "pad", refuse)
+        monkeypatch.setattr(_fallback, "pad_backward", refuse)
+    yield

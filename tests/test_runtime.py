@@ -1,0 +1,341 @@
+"""Runtime: threads, forked DataLoader workers, the torch fallback route, quiet lazy import."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+import textwrap
+import warnings
+from concurrent.futures import ThreadPoolExecutor
+from typing import Any
+
+import pytest
+import torch
+from reference import (
+    STANDARD_MODES,
+    assert_bitwise_equal,
+    pad_ref,
+    random_image,
+    texture_pad_ref,
+)
+
+import tipad_transforms.functional as F
+import tipad_transforms.ops  # noqa: F401  (registers torch.ops.tipad)
+from tipad_transforms import _fallback, _runtime
+from tipad_transforms._geometry import PadGeometry
+
+MODES = (*STANDARD_MODES, "texture")
+
+
+def _run_child(script: str, timeout: float = 240) -> subprocess.CompletedProcess[str]:
+    try:
+        return subprocess.run(
+            [sys.executable, "-c", textwrap.dedent(script)],
+            capture_output=True,
+            text=True,
+            timeout=timeout,
+        )
+    except subprocess.TimeoutExpired as exc:
+        pytest.fail(f"child process hung (killed after {timeout} s): {exc.stderr!r}")
+
+
+# ---------------------------------------------------------------------------------------------
+# threads
+
+
+def _job(i: int) -> tuple[torch.Tensor, torch.Tensor]:
+    dtype = (torch.uint8, torch.float32, torch.int16, torch.float64)[i % 4]
+    mode = MODES[i % len(MODES)]
+    x = random_image((2, 3, 6, 7 + i % 5), dtype, seed=100 + i)
+    padding = (i % 7, 3, 9 - i % 4, i % 3)
+    if mode == "texture":
+        tex = random_image((3, 2 + i % 3, 5), dtype, seed=200 + i)
+        return (
+            F.texture_pad(x, padding, tex, stagger=i, offset=(i, -i)),
+            texture_pad_ref(x, padding, tex, stagger=i, offset=(i, -i)),
+        )
+    fill = [1, 2, 3] if mode == "constant" else 0
+    return F.pad(x, padding, mode, fill), pad_ref(x, padding, mode, fill)
+
+
+def test_concurrent_threads_get_right_results() -> None:
+    with ThreadPoolExecutor(max_workers=4) as pool:
+        results = list(pool.map(_job, range(32)))
+    for got, want in results:
+        assert_bitwise_equal(got, want)
+
+
+# ---------------------------------------------------------------------------------------------
+# fresh processes: first launch from threads, forked DataLoader workers, quiet import
+
+_CHILD = """
+import json, sys, threading, traceback, warnings
+import torch
+import tipad_transforms.functional as F
+from tipad_transforms import _runtime
+
+report = {}
+gen = torch.Generator().manual_seed(0)
+x = torch.randint(0, 256, (8, 3, 5, 6), dtype=torch.uint8, generator=gen)
+tex = torch.rand(3, 4, 7, generator=gen)
+
+def sample(i):
+    img = x[i]
+    return torch.cat([
+        F.texture_pad(img, (2, 3, 4, 1), tex, stagger=3, offset=(i, -i)).flatten(),
+        F.pad(img, (7, 1, 2, 8), "reflect").flatten(),
+        F.pad(img, 2, "constant", fill=[1, 2, 3]).flatten(),
+    ])
+
+# 1. The very first launches of the process come from several threads at once.
+try:
+    results = [None] * 4
+    def work(i):
+        results[i] = sample(i)
+    threads = [threading.Thread(target=work, args=(i,)) for i in range(4)]
+    for t in threads: t.start()
+    for t in threads: t.join(timeout=120)
+    report["threads_alive"] = sum(t.is_alive() for t in threads)
+    report["threads"] = [r.tolist() if r is not None else None for r in results]
+except Exception:
+    report["threads_error"] = traceback.format_exc()
+
+# 2. Taichi now runs in this parent; forked DataLoader workers must still pad correctly.
+report["parent_arch"] = _runtime.runtime_arch()
+expected = [sample(i) for i in range(8)]
+report["expected"] = [e.tolist() for e in expected]
+
+class Pads(torch.utils.data.Dataset):
+    def __len__(self):
+        return 8
+    def __getitem__(self, i):
+        return sample(i)
+
+try:
+    loader = torch.utils.data.DataLoader(
+        Pads(), batch_size=2, num_workers=2, multiprocessing_context="fork", timeout=120
+    )
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        got = torch.cat([b for b in loader])
+    report["loader"] = [g.tolist() for g in got]
+except Exception:
+    report["loader_error"] = traceback.format_exc()
+print("REPORT " + json.dumps(report))
+"""
+
+
+@pytest.fixture(scope="module")
+def child_report() -> dict[str, Any]:
+    proc = _run_child(_CHILD, timeout=300)
+    lines = [ln for ln in proc.stdout.splitlines() if ln.startswith("REPORT ")]
+    assert proc.returncode == 0 and lines, (
+        f"child exited with {proc.returncode}:\n{proc.stdout[-2000:]}\n{proc.stderr[-3000:]}"
+    )
+    report: dict[str, Any] = json.loads(lines[-1][len("REPORT ") :])
+    report["stdout_other"] = [ln for ln in proc.stdout.splitlines() if not ln.startswith("REPORT")]
+    return report
+
+
+def test_first_launch_from_several_threads(child_report: dict[str, Any]) -> None:
+    assert "threads_error" not in child_report, child_report.get("threads_error")
+    assert child_report["threads_alive"] == 0, "a thread hung on the first launch"
+    assert child_report["threads"] == child_report["expected"][:4]
+
+
+def test_forked_dataloader_workers_after_parent_padded(child_report: dict[str, Any]) -> None:
+    assert child_report["parent_arch"] == "cpu", "Taichi should run in the parent by now"
+    assert "loader_error" not in child_report, child_report.get("loader_error")
+    assert child_report["loader"] == child_report["expected"]
+
+
+def test_first_launch_prints_nothing_to_stdout(child_report: dict[str, Any]) -> None:
+    assert child_report["stdout_other"] == []
+
+
+def test_import_is_lazy_and_silent() -> None:
+    proc = _run_child(
+        """
+        import sys
+        import tipad_transforms
+        import tipad_transforms.functional
+        import tipad_transforms.ops
+        loaded = sorted(m for m in sys.modules if m == "taichi" or m.startswith("taichi."))
+        if loaded:
+            sys.exit("taichi imported: " + ", ".join(loaded[:5]))
+        from tipad_transforms import _runtime
+        if _runtime.runtime_arch() is not None:
+            sys.exit("taichi initialised at import")
+        """,
+        timeout=180,
+    )
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    assert proc.stdout == ""
+    assert proc.stderr == ""
+
+
+# ---------------------------------------------------------------------------------------------
+# the CUDA loop order (one thread per pixel), run on the CPU
+
+
+@pytest.mark.parametrize("dtype", [torch.uint8, torch.int16, torch.float64], ids=str)
+@pytest.mark.parametrize("mode", MODES)
+def test_per_pixel_loop_order(
+    mode: str, dtype: torch.dtype, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # CUDA runs the kernel's per-pixel branch; flipping the switch on the CPU checks its index
+    # math here, where no GPU is needed.
+    F.pad(torch.zeros(1, 1, 1), 1)  # initialise first: init would reset the switch
+    monkeypatch.setitem(_runtime._state, "per_pixel", True)
+    x = random_image((2, 3, 5, 6), dtype, seed=40).requires_grad_(dtype == torch.float64)
+    bank = random_image((2, 1, 3, 4), dtype, seed=41).requires_grad_(dtype == torch.float64)
+    kw: dict[str, Any] = {
+        "stagger": -2,
+        "offset": torch.tensor([[1, 3], [-4, 0]]),
+        "texture_index": torch.tensor([1, 0]),
+    }
+    if mode == "texture":
+        got = F.texture_pad(x, (7, 2, 3, 8), bank, **kw)
+        want = texture_pad_ref(x, (7, 2, 3, 8), bank, differentiable=dtype.is_floating_point, **kw)
+        inputs: tuple[torch.Tensor, ...] = (x, bank)
+    else:
+        got = F.pad(x, (7, 2, 3, 8), mode, 1)
+        want = pad_ref(x, (7, 2, 3, 8), mode, 1, differentiable=dtype.is_floating_point)
+        inputs = (x,)
+    assert_bitwise_equal(got, want)
+    if dtype == torch.float64:
+        upstream = random_image(tuple(want.shape), dtype, seed=42)
+        for g, w in zip(
+            torch.autograd.grad(got, inputs, upstream),
+            torch.autograd.grad(want, inputs, upstream),
+            strict=True,
+        ):
+            torch.testing.assert_close(g, w, rtol=1e-12, atol=1e-12)
+
+
+# ---------------------------------------------------------------------------------------------
+# refusal and the fallback route
+
+
+def test_refusal_reasons() -> None:
+    for device in (torch.device("cuda", 1), torch.device("meta")):
+        reason = _runtime.refusal(device)
+        assert isinstance(reason, str) and reason
+    assert "cuda:1" in str(_runtime.refusal(torch.device("cuda", 1)))
+    assert "meta" in str(_runtime.refusal(torch.device("meta")))
+    F.pad(torch.zeros(1, 1, 1), 1)  # make sure Taichi runs here
+    assert _runtime.refusal(torch.device("cpu")) is None
+
+
+def _canonical(
+    mode: str, dtype: torch.dtype, seed: int
+) -> tuple[PadGeometry, dict[str, Any], tuple[Any, ...]]:
+    """One call's canonical arguments: for _fallback.pad and for torch.ops.tipad.pad."""
+    x = random_image((2, 3, 4, 5), dtype, seed=seed)
+    padding = [9, 2, 6, 11]
+    g = PadGeometry.of(x.shape, padding)
+    bank = random_image((2, 1, 3, 4), dtype, seed=seed + 1)
+    fill = random_image((3,), dtype, seed=seed + 2)
+    offset = torch.tensor([[1, -2], [-7, 3]], dtype=torch.int32)
+    index = torch.tensor([1, 0], dtype=torch.int32)
+    stagger = 3
+    texture = bank if mode == "texture" else x.new_empty(0)
+    fill = fill if mode == "constant" else x.new_empty(0)
+    kwargs = {
+        "texture": texture,
+        "fill": fill,
+        "offset": offset,
+        "texture_index": index,
+        "stagger": stagger,
+    }
+    return g, kwargs, (x, padding, mode, fill, texture, offset, index, stagger)
+
+
+@pytest.mark.allow_fallback
+@pytest.mark.parametrize("dtype", [torch.uint8, torch.bfloat16, torch.float64, torch.bool], ids=str)
+@pytest.mark.parametrize("mode", MODES)
+def test_fallback_equals_kernel(mode: str, dtype: torch.dtype) -> None:
+    g, kwargs, op_args = _canonical(mode, dtype, seed=11)
+    x = op_args[0]
+    fallback = _fallback.pad(g, mode, x, **kwargs)
+    kernel = torch.ops.tipad.pad(*op_args)
+    assert_bitwise_equal(fallback, kernel)
+    if mode == "texture":
+        want = texture_pad_ref(
+            x,
+            op_args[1],
+            kwargs["texture"],
+            stagger=3,
+            offset=kwargs["offset"],
+            texture_index=kwargs["texture_index"],
+        )
+    else:
+        want = pad_ref(x, op_args[1], mode, kwargs["fill"] if mode == "constant" else 0)
+    assert_bitwise_equal(kernel, want)
+
+
+@pytest.mark.allow_fallback
+@pytest.mark.parametrize("mode", MODES)
+def test_fallback_backward_equals_kernel(mode: str) -> None:
+    g, kwargs, op_args = _canonical(mode, torch.float64, seed=12)
+    grad = random_image((g.n, g.c, g.out_h, g.out_w), torch.float64, seed=13)
+    texture = kwargs["texture"]
+    gx_fb, gt_fb = _fallback.pad_backward(
+        grad,
+        g,
+        mode,
+        torch.float64,
+        texture=texture,
+        offset=kwargs["offset"],
+        texture_index=kwargs["texture_index"],
+        stagger=3,
+    )
+    gx, gt = torch.ops.tipad.pad_backward(
+        grad, [2, 3, 4, 5], op_args[1], mode, texture, kwargs["offset"], kwargs["texture_index"], 3
+    )
+    torch.testing.assert_close(gx_fb.reshape(gx.shape), gx, rtol=1e-12, atol=1e-12)
+    torch.testing.assert_close(gt_fb.reshape(gt.shape), gt, rtol=1e-12, atol=1e-12)
+
+
+@pytest.mark.allow_fallback
+@pytest.mark.parametrize("mode", MODES)
+def test_refused_device_uses_fallback_with_one_warning(
+    mode: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    reason = f"test refusal for {mode}"
+    monkeypatch.setattr(_runtime, "refusal", lambda device: reason)
+    x = random_image((2, 3, 4, 5), torch.float64, seed=14).requires_grad_()
+    tex = random_image((3, 2, 3), torch.float64, seed=15).requires_grad_()
+
+    def call() -> torch.Tensor:
+        if mode == "texture":
+            return F.texture_pad(x, (7, 1, 2, 6), tex, stagger=2, offset=(1, 1))
+        return F.pad(x, (7, 1, 2, 6), mode, 0.5)
+
+    with pytest.warns(RuntimeWarning, match=reason):
+        got = call()
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")  # warned once per reason, not per call
+        again = call()
+    if mode == "texture":
+        want = texture_pad_ref(x, (7, 1, 2, 6), tex, stagger=2, offset=(1, 1), differentiable=True)
+    else:
+        want = pad_ref(x, (7, 1, 2, 6), mode, 0.5, differentiable=True)
+    assert_bitwise_equal(got, want)
+    assert_bitwise_equal(again, want)
+    inputs = (x, tex) if mode == "texture" else (x,)
+    upstream = random_image(tuple(want.shape), torch.float64, seed=16)
+    for g, w in zip(
+        torch.autograd.grad(got, inputs, upstream),
+        torch.autograd.grad(want, inputs, upstream),
+        strict=True,
+    ):
+        torch.testing.assert_close(g, w)
+
+
+def test_meta_tensors_give_shapes() -> None:
+    x = torch.empty(2, 3, 4, 5, device="meta")
+    assert F.pad(x, (1, 2, 3, 4), "reflect").shape == (2, 3, 10, 9)
+    tex = torch.empty(3, 2, 2, device="meta")
+    assert F.texture_pad(x, 2, tex).shape == (2, 3, 8, 9)
