@@ -293,3 +293,21 @@ def test_running_bond_stagger_validates_and_ignores_other_options() -> None:
         F.running_bond_stagger(mortar=-2)
     with pytest.raises(ValueError, match="courses"):
         F.running_bond_stagger(courses=0)
+
+
+@pytest.mark.parametrize("channels", [1, 2, 3, 4])
+def test_brick_pad_gives_alpha_images_an_opaque_wall(channels: int) -> None:
+    # 2 and 4 channels are grey/RGB + alpha (torchvision's convention): the border is opaque.
+    x = torch.zeros(channels, 6, 6, dtype=torch.uint8)
+    out = F.brick_pad(x, 5)
+    assert F.brick_channels(channels) == channels
+    if channels in (2, 4):
+        assert bool((out[-1, :5] == 255).all())
+    colour = out[: 3 if channels >= 3 else 1, :5]
+    assert colour.float().std() > 0  # a wall, not a flat fill
+
+
+def test_brick_channels_for_other_counts_is_one_broadcast_grey() -> None:
+    assert F.brick_channels(5) == 1
+    out = F.brick_pad(torch.zeros(5, 4, 4, dtype=torch.uint8), 3)
+    assert torch.equal(out[0, :3], out[4, :3])

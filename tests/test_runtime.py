@@ -313,8 +313,9 @@ def test_refused_device_uses_fallback_with_one_warning(
             return F.texture_pad(x, (7, 1, 2, 6), tex, stagger=2, offset=(1, 1))
         return F.pad(x, (7, 1, 2, 6), mode, 0.5)
 
-    with pytest.warns(RuntimeWarning, match=reason):
+    with pytest.warns(RuntimeWarning, match=reason) as record:
         got = call()
+    assert record[0].filename == __file__  # points at the user's line, not into torch
     with warnings.catch_warnings():
         warnings.simplefilter("error")  # warned once per reason, not per call
         again = call()

@@ -51,6 +51,8 @@ def _import_taichi() -> Any:
         # Quiet by default: no import banner, no version-check thread that phones home.
         os.environ.setdefault("TI_SKIP_VERSION_CHECK", "ON")
         os.environ.setdefault("ENABLE_TAICHI_HEADER_PRINT", "0")
+        # Under pytest or Jupyter (replaced sys.stdout) Taichi logs a line at import otherwise.
+        os.environ.setdefault("TI_LOG_LEVEL", "warn")
         import taichi as ti
 
         _state["ti"] = ti

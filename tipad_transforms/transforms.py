@@ -31,6 +31,7 @@ from torchvision.transforms.v2 import functional as tvF
 
 from . import functional as F
 from ._geometry import parse_padding
+from .functional._brick import brick_channels
 from .functional._pad import _texture_bank
 from .functional._pil import pil_apply
 
@@ -457,9 +458,8 @@ class BrickPad(_TexturedPad):
 
     def _tile_for(self, channels: int) -> torch.Tensor:
         """The tile for an image of ``channels`` channels."""
-        # brick_pad's rule: explicit `channels` wins, else RGB for 3 channels and luma (one
-        # channel, broadcast) for any other count.
-        key = None if "channels" in self.brick_options else (3 if channels == 3 else 1)
+        # brick_pad's rule: explicit `channels` wins, else F.brick_channels(channels).
+        key = None if "channels" in self.brick_options else brick_channels(channels)
         tile = self._tiles.get(key)
         if tile is None:
             options = dict(self.brick_options)

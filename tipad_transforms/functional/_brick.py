@@ -16,7 +16,7 @@ from typing import Any
 import torch
 import torch.nn.functional as nnF
 
-__all__ = ["make_brick_texture", "running_bond_stagger"]
+__all__ = ["brick_channels", "make_brick_texture", "running_bond_stagger"]
 
 # ITU-R BT.601 luma, as PIL's convert("L") uses.
 _LUMA = (0.299, 0.587, 0.114)
@@ -248,3 +248,12 @@ def running_bond_stagger(
     pitch = bw + m
     half = (n_courses % 2) * (pitch // 2)
     return (half + _scramble_step(per_tile) * pitch) % (per_tile * pitch)
+
+
+def brick_channels(image_channels: int) -> int:
+    """Channels of the brick tile for an image of ``image_channels`` channels.
+
+    1 (grey), 2 (grey + alpha), 3 (RGB) and 4 (RGB + alpha, torchvision's convention) get a
+    tile of their own, the alpha band opaque; any other count gets one grey channel, broadcast.
+    """
+    return image_channels if image_channels in (1, 2, 3, 4) else 1

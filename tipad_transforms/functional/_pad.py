@@ -19,7 +19,7 @@ from torchvision.transforms.v2 import functional as tvF
 
 from .. import ops
 from .._geometry import PadGeometry, check_mode, parse_padding
-from ._brick import make_brick_texture, running_bond_stagger
+from ._brick import brick_channels, make_brick_texture, running_bond_stagger
 from ._pil import pil_apply
 
 __all__ = ["brick_pad", "pad", "texture_pad"]
@@ -405,7 +405,7 @@ def brick_pad(
         )
     image = _check_image(x)
     channels = image.shape[-3] if image.dim() >= 3 else 1
-    brick.setdefault("channels", 3 if channels == 3 else 1)
+    brick.setdefault("channels", brick_channels(channels))
     tile = _brick_tile(**brick)
     if image.dtype != torch.bool:
         # The tile is in [0, 1] by construction; converting here (as texture_pad would) skips

@@ -10,6 +10,8 @@ pass ``torch.library.opcheck``.
 
 from __future__ import annotations
 
+import os
+import sys
 import warnings
 
 import torch
@@ -20,6 +22,22 @@ from .._geometry import MAX_ELEMENTS, PadGeometry
 __all__ = ["pad", "pad_backward", "pad_out"]
 
 _warned: set[str] = set()
+# Frames of these packages sit between the user's call and the op's implementation, how many
+# depends on the path taken (functional, transform, torch.compile, autograd).
+_SITE = os.path.dirname(os.path.dirname(torch.__file__ or ""))
+_INTERNAL = (
+    os.path.dirname(os.path.dirname(__file__)) + os.sep,  # tipad_transforms
+    os.path.join(_SITE, "torch") + os.sep,
+    os.path.join(_SITE, "torchvision") + os.sep,
+)
+
+
+def _user_stacklevel() -> int:
+    """``stacklevel`` for a warning issued by our caller that points at the user's code."""
+    frame, level = sys._getframe(1), 1  # level 1: the function that calls warnings.warn
+    while frame is not None and frame.f_code.co_filename.startswith(_INTERNAL):
+        frame, level = frame.f_back, level + 1
+    return level
 
 
 def _check_bank_index(texture: torch.Tensor, texture_index: torch.Tensor) -> None:
@@ -68,7 +86,7 @@ def _run(
             f"tipad_transforms: the Taichi kernel cannot run here ({reason}); padding with the "
             "slower torch route instead",
             RuntimeWarning,
-            stacklevel=4,
+            stacklevel=_user_stacklevel(),
         )
     canvas.copy_(
         _fallback.pad(
