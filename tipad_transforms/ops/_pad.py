@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import os
 import sys
+import types
 import warnings
 
 import torch
@@ -34,7 +35,8 @@ _INTERNAL = (
 
 def _user_stacklevel() -> int:
     """``stacklevel`` for a warning issued by our caller that points at the user's code."""
-    frame, level = sys._getframe(1), 1  # level 1: the function that calls warnings.warn
+    frame: types.FrameType | None = sys._getframe(1)  # level 1: the caller of warnings.warn
+    level = 1
     while frame is not None and frame.f_code.co_filename.startswith(_INTERNAL):
         frame, level = frame.f_back, level + 1
     return level
