@@ -117,7 +117,6 @@ def _ensure(device: torch.device) -> Any:
             ti.init(
                 arch=ti.cuda if device.type == "cuda" else ti.cpu,
                 default_ip=ti.i32,
-                log_level=ti.WARN,
                 # Kernels read torch memory; Taichi's own pool only needs to be tiny.
                 device_memory_GB=0.25,
             )
@@ -152,6 +151,12 @@ def _ordered_with_torch(device: torch.device) -> Iterator[None]:
     default.wait_stream(current)
     yield
     current.wait_stream(default)
+
+
+# Layout of the kernel's int32 `meta` argument: a header of scalars, then the per-sample
+# offsets (oy, ox) and bank indices.
+(_N_ROWS, _C, _H, _W, _TOP, _LEFT, _OUT_H, _OUT_W, _MODE, _TEX_C, _TH, _TW, _STAGGER, _LANES,
+ _TEX_LANES, _TEX_GRAD, _SAMPLES, _HEADER) = range(18)  # fmt: skip
 
 
 # fmt: off
@@ -203,7 +208,7 @@ def _build_kernels(ti: Any) -> dict[str, Any]:
             canvas[o] = src[i]
 
     @ti.func
-    def row_setup(r: ti.i32, offset: ti.template(), tex_index: ti.template(), c_count: ti.i32,
+    def row_setup(r: ti.i32, meta: ti.template(), offset: ti.i32, index: ti.i32, c_count: ti.i32,
                   h: ti.i32, w: ti.i32, top: ti.i32, left: ti.i32, out_h: ti.i32,
                   out_w: ti.i32, mode: ti.i32, tex_channels: ti.i32, th: ti.i32, tw: ti.i32,
                   stagger: ti.i32):
@@ -223,11 +228,11 @@ def _build_kernels(ti: Any) -> dict[str, Any]:
             src_row = (plane * h + fold(iy, h, mode)) * w
         else:
             b = plane // c_count
-            y = iy - offset[2 * b]
+            y = iy - meta[offset + 2 * b]
             v = y // th  # floor division: rows above the image get negative tile rows
             tc = c if tex_channels == c_count else 0
-            src_row = ((tex_index[b] * tex_channels + tc) * th + (y - v * th)) * tw
-            tx0 = (-left - offset[2 * b + 1] - v * stagger) % tw
+            src_row = ((meta[index + b] * tex_channels + tc) * th + (y - v * th)) * tw
+            tx0 = (-left - meta[offset + 2 * b + 1] - v * stagger) % tw
         return ti.Vector([iy, (plane * h + iy) * w, src_row, tx0])
 
     @ti.func
@@ -308,17 +313,22 @@ def _build_kernels(ti: Any) -> dict[str, Any]:
     @ti.kernel
     def pad_canvas(img: nd(ndim=1), canvas: nd(ndim=1), img_w: nd(ndim=1),
                    canvas_w: nd(ndim=1), tex: nd(ndim=1), words: nd(ndim=1),
-                   offset: nd(dtype=ti.i32, ndim=1), tex_index: nd(dtype=ti.i32, ndim=1),
-                   n_rows: ti.i32, c_count: ti.i32, h: ti.i32, w: ti.i32, top: ti.i32,
-                   left: ti.i32, out_h: ti.i32, out_w: ti.i32, mode: ti.i32,
-                   tex_channels: ti.i32, th: ti.i32, tw: ti.i32, stagger: ti.i32, lanes: ti.i32,
-                   tex_lanes: ti.i32, tex_grad: ti.i32, backward: ti.template(),
+                   meta: nd(dtype=ti.i32, ndim=1), backward: ti.template(),
                    per_pixel: ti.template()):
         # Forward: canvas <- image, texture. Backward: img += canvas and (if tex_grad)
         # tex += canvas, along the same index map.  (No "-> None": Taichi would read it.)
+        # Scalars arrive packed in `meta` (see _META): each kernel argument costs tens of
+        # microseconds of Python per launch, which dominates single-image calls.
+        n_rows, c_count, h, w = meta[_N_ROWS], meta[_C], meta[_H], meta[_W]
+        top, left, out_h, out_w = meta[_TOP], meta[_LEFT], meta[_OUT_H], meta[_OUT_W]
+        mode, tex_channels, th, tw = meta[_MODE], meta[_TEX_C], meta[_TH], meta[_TW]
+        stagger, lanes, tex_lanes, tex_grad = (
+            meta[_STAGGER], meta[_LANES], meta[_TEX_LANES], meta[_TEX_GRAD])
+        offset = _HEADER  # (oy, ox) of sample b at meta[offset + 2b]
+        index = _HEADER + 2 * meta[_SAMPLES]  # bank index of sample b at meta[index + b]
         if ti.static(per_pixel):
             for r, X in ti.ndrange(n_rows, out_w):
-                s = row_setup(r, offset, tex_index, c_count, h, w, top, left, out_h, out_w,
+                s = row_setup(r, meta, offset, index, c_count, h, w, top, left, out_h, out_w,
                               mode, tex_channels, th, tw, stagger)
                 o = r * out_w + X
                 if 0 <= s[0] < h and left <= X < left + w:
@@ -330,7 +340,7 @@ def _build_kernels(ti: Any) -> dict[str, Any]:
                     move(img, s[2] + fold(X - left, w, mode), canvas, o, backward)
         else:
             for r in range(n_rows):
-                s = row_setup(r, offset, tex_index, c_count, h, w, top, left, out_h, out_w,
+                s = row_setup(r, meta, offset, index, c_count, h, w, top, left, out_h, out_w,
                               mode, tex_channels, th, tw, stagger)
                 row = r * out_w
                 inside = 0 <= s[0] < h
@@ -430,16 +440,19 @@ def launch_pad(
         # The word table costs `lanes` times the texture; it pays only when the border is larger.
         use_words = mode == "texture" and tex_arg.numel() * lanes * 2 <= border
         words = _texture_words(tex_arg.reshape(-1, tw), lanes) if use_words else no_words
+    header = [g.n * g.c * g.out_h, g.c, g.h, g.w, g.top, g.left, g.out_h, g.out_w,
+              MODE_CODES[mode], tex_channels, th, tw, stagger, lanes,
+              lanes if words is not no_words else 1, int(texture_grad), g.n]  # fmt: skip
+    meta = torch.cat(
+        [torch.tensor(header, dtype=torch.int32).to(device, non_blocking=True),
+         offset.reshape(-1), texture_index.reshape(-1)]
+    )  # fmt: skip
     with _lock:
         kernels = _ensure(device)
         if canvas.numel() == 0:
             return
         with _ordered_with_torch(device):
             kernels["pad_canvas"](
-                img_arg, canvas_arg, img_w, canvas_w, tex_arg, words.reshape(-1),
-                offset.reshape(-1), texture_index.reshape(-1),
-                g.n * g.c * g.out_h, g.c, g.h, g.w, g.top, g.left, g.out_h, g.out_w,
-                MODE_CODES[mode], tex_channels, th, tw, stagger, lanes,
-                lanes if words is not no_words else 1, int(texture_grad), backward,
-                _state["per_pixel"],
+                img_arg, canvas_arg, img_w, canvas_w, tex_arg, words.reshape(-1), meta,
+                backward, _state["per_pixel"],
             )  # fmt: skip
