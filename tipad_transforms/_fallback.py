@@ -12,21 +12,7 @@ from collections.abc import Sequence
 
 import torch
 
-from ._geometry import PadGeometry
-
-
-def _fold(i: torch.Tensor, n: int, mode: str) -> torch.Tensor:
-    if mode == "edge":
-        return i.clamp(0, n - 1)
-    if mode == "reflect":
-        if n == 1:
-            return torch.zeros_like(i)
-        r = i.remainder(2 * n - 2)
-        return torch.where(r >= n, 2 * n - 2 - r, r)
-    if mode == "symmetric":
-        r = i.remainder(2 * n)
-        return torch.where(r >= n, 2 * n - 1 - r, r)
-    return i.remainder(n)  # circular
+from ._geometry import PadGeometry, fold_index
 
 
 def _tile_index(
@@ -73,7 +59,7 @@ def pad(
     elif mode == "constant":
         canvas = fill.reshape(1, g.c, 1, 1).expand(g.n, g.c, g.out_h, g.out_w)
     else:
-        rows, cols = _fold(iy, g.h, mode), _fold(ix, g.w, mode)
+        rows, cols = fold_index(iy, g.h, mode), fold_index(ix, g.w, mode)
         canvas = image.index_select(2, rows).index_select(3, cols)
     inside = ((iy >= 0) & (iy < g.h))[:, None] & ((ix >= 0) & (ix < g.w))[None, :]
     placed = torch.nn.functional.pad(image, (g.left, g.right, g.top, g.bottom))
@@ -109,7 +95,7 @@ def pad_backward(
         src = (iy[:, None] * g.w + ix[None, :]).reshape(-1)
         grad_image.index_add_(2, src[inside], canvas[:, :, inside])
     else:
-        src = _fold(iy, g.h, mode)[:, None] * g.w + _fold(ix, g.w, mode)[None, :]
+        src = fold_index(iy, g.h, mode)[:, None] * g.w + fold_index(ix, g.w, mode)[None, :]
         grad_image.index_add_(2, src.reshape(-1), canvas)
     grad_tex = torch.zeros(texture.shape, dtype=image_dtype, device=dev)
     if mode == "texture" and texture.numel() > 0:

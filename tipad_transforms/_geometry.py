@@ -18,6 +18,7 @@ __all__ = [
     "MODE_CODES",
     "PadGeometry",
     "check_mode",
+    "fold_index",
     "parse_padding",
 ]
 
@@ -120,3 +121,25 @@ class PadGeometry:
 
     def out_shape(self, shape: Sequence[int]) -> list[int]:
         return [*(int(s) for s in shape[:-2]), self.out_h, self.out_w]
+
+
+def fold_index(i: torch.Tensor, n: int, mode: str) -> torch.Tensor:
+    """Source index along an axis of length ``n >= 1`` for positions ``i`` (any integers).
+
+    The ``numpy.pad`` meaning, periodic beyond the first reflection: ``edge`` clamps,
+    ``reflect`` has period ``2n - 2`` (edge not repeated), ``symmetric`` period ``2n`` (edge
+    repeated), ``circular`` period ``n``. Both backends take their index maps from here.
+    """
+    if mode == "edge":
+        return i.clamp(0, n - 1)
+    if mode == "reflect":
+        if n == 1:
+            return torch.zeros_like(i)
+        r = i.remainder(2 * n - 2)
+        return torch.where(r >= n, 2 * n - 2 - r, r)
+    if mode == "symmetric":
+        r = i.remainder(2 * n)
+        return torch.where(r >= n, 2 * n - 1 - r, r)
+    if mode == "circular":
+        return i.remainder(n)
+    raise ValueError(f"fold_index: no index map for mode {mode!r}")

@@ -24,7 +24,7 @@ from typing import Any
 
 import torch
 
-from ._geometry import MODE_CODES, PadGeometry
+from ._geometry import MODE_CODES, PadGeometry, fold_index
 
 __all__ = ["RuntimeUnavailable", "launch_pad", "refusal", "runtime_arch"]
 
@@ -153,10 +153,11 @@ def _ordered_with_torch(device: torch.device) -> Iterator[None]:
     current.wait_stream(default)
 
 
-# Layout of the kernel's int32 `meta` argument: a header of scalars, then the per-sample
-# offsets (oy, ox) and bank indices.
+# Layout of the kernel's int32 `meta` argument: a header of scalars; for standard modes the
+# row and column index maps (_MAPS entries, else none); the per-sample offsets (oy, ox) and
+# bank indices. Host-made parts first, so device-resident offsets need no round trip.
 (_N_ROWS, _C, _H, _W, _TOP, _LEFT, _OUT_H, _OUT_W, _MODE, _TEX_C, _TH, _TW, _STAGGER, _LANES,
- _TEX_LANES, _TEX_GRAD, _SAMPLES, _HEADER) = range(18)  # fmt: skip
+ _TEX_LANES, _TEX_GRAD, _SAMPLES, _MAPS, _HEADER) = range(19)  # fmt: skip
 
 
 # fmt: off
@@ -171,31 +172,6 @@ def _build_kernels(ti: Any) -> dict[str, Any]:
     """
     nd = ti.types.ndarray
     texture = MODE_CODES["texture"]
-    edge, reflect, symmetric = MODE_CODES["edge"], MODE_CODES["reflect"], MODE_CODES["symmetric"]
-
-    @ti.func
-    def fold(i: ti.i32, n: ti.i32, mode: ti.i32) -> ti.i32:
-        # Source index of position i (may lie outside [0, n)) along an axis of length n; the
-        # numpy.pad meaning, which repeats reflections/wraps when the padding exceeds n.
-        r = i
-        if mode == edge:
-            r = ti.min(ti.max(i, 0), n - 1)
-        elif mode == reflect:
-            if n == 1:
-                r = 0
-            else:
-                period = 2 * n - 2
-                r = i % period  # Taichi's % on ints is Python's: the result is non-negative
-                if r >= n:
-                    r = period - r
-        elif mode == symmetric:
-            period = 2 * n
-            r = i % period
-            if r >= n:
-                r = period - 1 - r
-        else:  # circular
-            r = i % n
-        return r
 
     @ti.func
     def move(src: ti.template(), i: ti.i32, canvas: ti.template(), o: ti.i32,
@@ -208,7 +184,8 @@ def _build_kernels(ti: Any) -> dict[str, Any]:
             canvas[o] = src[i]
 
     @ti.func
-    def row_setup(r: ti.i32, meta: ti.template(), offset: ti.i32, index: ti.i32, c_count: ti.i32,
+    def row_setup(r: ti.i32, meta: ti.template(), offset: ti.i32, index: ti.i32, maps: ti.i32,
+                  c_count: ti.i32,
                   h: ti.i32, w: ti.i32, top: ti.i32, left: ti.i32, out_h: ti.i32,
                   out_w: ti.i32, mode: ti.i32, tex_channels: ti.i32, th: ti.i32, tw: ti.i32,
                   stagger: ti.i32):
@@ -223,9 +200,7 @@ def _build_kernels(ti: Any) -> dict[str, Any]:
         src_row = 0
         tx0 = 0
         if mode != texture:
-            # An if, not a conditional expression: Taichi evaluates both sides of those, and
-            # fold divides by h, which is 0 for an empty image padded with a texture.
-            src_row = (plane * h + fold(iy, h, mode)) * w
+            src_row = (plane * h + meta[maps + iy + top]) * w
         else:
             b = plane // c_count
             y = iy - meta[offset + 2 * b]
@@ -299,16 +274,17 @@ def _build_kernels(ti: Any) -> dict[str, Any]:
     @ti.func
     def border_run(img: ti.template(), tex: ti.template(), words: ti.template(),
                    canvas: ti.template(), canvas_w: ti.template(), row: ti.i32, x0: ti.i32,
-                   x1: ti.i32, src_row: ti.i32, tx0: ti.i32, w: ti.i32, left: ti.i32,
+                   x1: ti.i32, src_row: ti.i32, tx0: ti.i32, meta: ti.template(), cols: ti.i32,
                    mode: ti.i32, tw: ti.i32, tex_lanes: ti.i32, tex_grad: ti.i32,
                    backward: ti.template()):
-        # Canvas pixels [x0, x1) of one row, all outside the image.
+        # Canvas pixels [x0, x1) of one row, all outside the image: from the texture row, or
+        # from the image row through the column map (no division per pixel either way).
         if mode == texture:
             texture_run(tex, words, canvas, canvas_w, src_row, (tx0 + x0) % tw, row + x0,
                         x1 - x0, tw, tex_lanes, tex_grad, backward)
         else:
             for X in range(x0, x1):
-                move(img, src_row + fold(X - left, w, mode), canvas, row + X, backward)
+                move(img, src_row + meta[cols + X], canvas, row + X, backward)
 
     @ti.kernel
     def pad_canvas(img: nd(ndim=1), canvas: nd(ndim=1), img_w: nd(ndim=1),
@@ -324,11 +300,13 @@ def _build_kernels(ti: Any) -> dict[str, Any]:
         mode, tex_channels, th, tw = meta[_MODE], meta[_TEX_C], meta[_TH], meta[_TW]
         stagger, lanes, tex_lanes, tex_grad = (
             meta[_STAGGER], meta[_LANES], meta[_TEX_LANES], meta[_TEX_GRAD])
-        offset = _HEADER  # (oy, ox) of sample b at meta[offset + 2b]
-        index = _HEADER + 2 * meta[_SAMPLES]  # bank index of sample b at meta[index + b]
+        maps = _HEADER  # standard modes: source row of canvas row Y at meta[maps + Y]
+        cols = maps + out_h  # and source column of canvas column X at meta[cols + X]
+        offset = _HEADER + meta[_MAPS]  # (oy, ox) of sample b at meta[offset + 2b]
+        index = offset + 2 * meta[_SAMPLES]  # bank index of sample b at meta[index + b]
         if ti.static(per_pixel):
             for r, X in ti.ndrange(n_rows, out_w):
-                s = row_setup(r, meta, offset, index, c_count, h, w, top, left, out_h, out_w,
+                s = row_setup(r, meta, offset, index, maps, c_count, h, w, top, left, out_h, out_w,
                               mode, tex_channels, th, tw, stagger)
                 o = r * out_w + X
                 if 0 <= s[0] < h and left <= X < left + w:
@@ -337,10 +315,10 @@ def _build_kernels(ti: Any) -> dict[str, Any]:
                     if ti.static(not backward) or tex_grad:
                         move(tex, s[2] + (s[3] + X) % tw, canvas, o, backward)
                 else:
-                    move(img, s[2] + fold(X - left, w, mode), canvas, o, backward)
+                    move(img, s[2] + meta[cols + X], canvas, o, backward)
         else:
             for r in range(n_rows):
-                s = row_setup(r, meta, offset, index, c_count, h, w, top, left, out_h, out_w,
+                s = row_setup(r, meta, offset, index, maps, c_count, h, w, top, left, out_h, out_w,
                               mode, tex_channels, th, tw, stagger)
                 row = r * out_w
                 inside = 0 <= s[0] < h
@@ -354,8 +332,8 @@ def _build_kernels(ti: Any) -> dict[str, Any]:
                     if inside:
                         x0 = 0 if part == 0 else left + w
                         x1 = left if part == 0 else out_w
-                    border_run(img, tex, words, canvas, canvas_w, row, x0, x1, s[2], s[3], w,
-                               left, mode, tw, tex_lanes, tex_grad, backward)
+                    border_run(img, tex, words, canvas, canvas_w, row, x0, x1, s[2], s[3],
+                               meta, cols, mode, tw, tex_lanes, tex_grad, backward)
 
     return {"pad_canvas": pad_canvas}
 
@@ -442,9 +420,14 @@ def launch_pad(
         words = _texture_words(tex_arg.reshape(-1, tw), lanes) if use_words else no_words
     header = [g.n * g.c * g.out_h, g.c, g.h, g.w, g.top, g.left, g.out_h, g.out_w,
               MODE_CODES[mode], tex_channels, th, tw, stagger, lanes,
-              lanes if words is not no_words else 1, int(texture_grad), g.n]  # fmt: skip
+              lanes if words is not no_words else 1, int(texture_grad), g.n,
+              0 if mode == "texture" else g.out_h + g.out_w]  # fmt: skip
+    host = [torch.tensor(header, dtype=torch.int32)]
+    if mode != "texture":  # where each canvas row and column reads the image (_geometry)
+        host.append(fold_index(torch.arange(-g.top, g.h + g.bottom), g.h, mode))
+        host.append(fold_index(torch.arange(-g.left, g.w + g.right), g.w, mode))
     meta = torch.cat(
-        [torch.tensor(header, dtype=torch.int32).to(device, non_blocking=True),
+        [torch.cat(host).to(device=device, dtype=torch.int32, non_blocking=True),
          offset.reshape(-1), texture_index.reshape(-1)]
     )  # fmt: skip
     with _lock:
