@@ -309,3 +309,17 @@ def test_out_with_grad_inputs_is_fine_under_no_grad() -> None:
         assert F.texture_pad(x, 1, tex, out=out) is out
     assert_bitwise_equal(out, texture_pad_ref(x, 1, tex))
     assert not out.requires_grad
+
+
+@pytest.mark.parametrize("dtype", [torch.uint8, torch.int16, torch.float32])
+def test_texture_changed_in_place_between_calls_is_seen(dtype: torch.dtype) -> None:
+    # Large border relative to the texture, so the runtime builds (and caches) its word table:
+    # an in-place edit of the texture must invalidate it.
+    x = random_image((4, 3, 16, 16), dtype, seed=31)
+    tex = random_image((3, 3, 5), dtype, seed=32)
+    first = F.texture_pad(x, 20, tex, stagger=2)
+    assert_bitwise_equal(first, texture_pad_ref(x, 20, tex, stagger=2))
+    tex[0, 1, 2] = tex[0, 1, 2] + 1 if dtype.is_floating_point else (tex[0, 1, 2] + 1) % 100
+    second = F.texture_pad(x, 20, tex, stagger=2)
+    assert_bitwise_equal(second, texture_pad_ref(x, 20, tex, stagger=2))
+    assert not torch.equal(first, second)

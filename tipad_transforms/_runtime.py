@@ -156,8 +156,10 @@ def _ordered_with_torch(device: torch.device) -> Iterator[None]:
 # Layout of the kernel's int32 `meta` argument: a header of scalars; for standard modes the
 # row and column index maps (_MAPS entries, else none); the per-sample offsets (oy, ox) and
 # bank indices. Host-made parts first, so device-resident offsets need no round trip.
-(_N_ROWS, _C, _H, _W, _TOP, _LEFT, _OUT_H, _OUT_W, _MODE, _TEX_C, _TH, _TW, _STAGGER, _LANES,
- _TEX_LANES, _TEX_GRAD, _SAMPLES, _MAPS, _HEADER) = range(19)  # fmt: skip
+(_N_ROWS, _C, _H, _W, _TOP, _LEFT, _OUT_H, _OUT_W, _MODE, _TEX_C, _TH, _TW, _STAGGER,
+ _USE_WORDS, _TEX_GRAD, _SAMPLES, _MAPS, _HEADER) = range(18)  # fmt: skip
+# Canvas rows per CPU task: enough to amortise a task's divisions, few enough to balance.
+_ROW_BLOCK = 16
 
 
 # fmt: off
@@ -165,10 +167,11 @@ def _build_kernels(ti: Any) -> dict[str, Any]:
     """Compile-on-demand kernels: one body for every mode, forward and backward.
 
     Layout: every tensor is flat; the canvas is ``N*C*H'`` rows of ``W'``. Constant mode runs as
-    a 1x1 texture per channel. Two loop orders share all index math: on the CPU one task per
-    canvas row walks its pixels in order, so the texture column advances incrementally (no
-    division per pixel) and data moves in 8-byte words where aligned; on CUDA one thread per
-    pixel, so a warp writes contiguous memory.
+    a 1x1 texture per channel; standard modes read precomputed row/column index maps. Two loop
+    orders share the index math (``row_setup``, ``move``): on the CPU a task walks a block of
+    rows, advancing image row, texture row and tile column incrementally (no division per row
+    or pixel) and moving 8-byte words where aligned; on CUDA one thread per pixel, so a warp
+    writes contiguous memory.
     """
     nd = ti.types.ndarray
     texture = MODE_CODES["texture"]
@@ -185,66 +188,63 @@ def _build_kernels(ti: Any) -> dict[str, Any]:
 
     @ti.func
     def row_setup(r: ti.i32, meta: ti.template(), offset: ti.i32, index: ti.i32, maps: ti.i32,
-                  c_count: ti.i32,
-                  h: ti.i32, w: ti.i32, top: ti.i32, left: ti.i32, out_h: ti.i32,
-                  out_w: ti.i32, mode: ti.i32, tex_channels: ti.i32, th: ti.i32, tw: ti.i32,
+                  c_count: ti.i32, h: ti.i32, w: ti.i32, top: ti.i32, left: ti.i32,
+                  out_h: ti.i32, mode: ti.i32, tex_channels: ti.i32, th: ti.i32, tw: ti.i32,
                   stagger: ti.i32):
         # Everything about canvas row r that does not depend on the column: the image row iy
-        # (outside [0, h) for border rows), the flat start of the source row (image row for
-        # the interior and standard modes, texture row for texture mode) and the tile column
-        # tx0 of canvas column 0. The spec: y = Y - top - oy, v = floor(y / th),
-        # ty = y - v*th, tx = (X - left - ox - v*stagger) mod tw.
+        # (outside [0, h) for border rows), the flat start of that image row, the flat start
+        # of the source row (the mapped image row for standard modes, the texture row for
+        # texture mode), the tile column tx0 of canvas column 0 and the tile row ty.
+        # The spec: y = Y - top - oy, v = floor(y / th), ty = y - v*th,
+        # tx = (X - left - ox - v*stagger) mod tw.
         plane = r // out_h
         iy = r - plane * out_h - top
         c = plane % c_count
         src_row = 0
         tx0 = 0
+        ty = 0
         if mode != texture:
             src_row = (plane * h + meta[maps + iy + top]) * w
         else:
             b = plane // c_count
             y = iy - meta[offset + 2 * b]
             v = y // th  # floor division: rows above the image get negative tile rows
+            ty = y - v * th
             tc = c if tex_channels == c_count else 0
-            src_row = ((meta[index + b] * tex_channels + tc) * th + (y - v * th)) * tw
+            src_row = ((meta[index + b] * tex_channels + tc) * th + ty) * tw
             tx0 = (-left - meta[offset + 2 * b + 1] - v * stagger) % tw
-        return ti.Vector([iy, (plane * h + iy) * w, src_row, tx0])
+        return ti.Vector([iy, (plane * h + iy) * w, src_row, tx0, ty])
 
     @ti.func
     def copy_run(img: ti.template(), canvas: ti.template(), img_w: ti.template(),
-                 canvas_w: ti.template(), src: ti.i32, dst: ti.i32, n: ti.i32, lanes: ti.i32,
-                 backward: ti.template()):
+                 canvas_w: ti.template(), src: ti.i32, dst: ti.i32, n: ti.i32,
+                 lanes: ti.template(), backward: ti.template()):
         # Interior: n contiguous pixels; whole words of `lanes` pixels where source and
-        # destination share their alignment.
+        # destination share their alignment (lanes is a power of two known at compile time).
         head = n
         body = 0
-        if ti.static(not backward):
-            if lanes > 1 and (src - dst) % lanes == 0:
-                head = ti.min((lanes - src % lanes) % lanes, n)
+        if ti.static(lanes > 1 and not backward):
+            if (src - dst) & (lanes - 1) == 0:
+                head = ti.min((lanes - (src & (lanes - 1))) & (lanes - 1), n)
                 body = (n - head) // lanes
         for j in range(head):
             move(img, src + j, canvas, dst + j, backward)
-        ws = (src + head) // lanes
-        wd = (dst + head) // lanes
-        for j in range(body):
-            canvas_w[wd + j] = img_w[ws + j]
+        if ti.static(lanes > 1 and not backward):
+            ws = (src + head) // lanes
+            wd = (dst + head) // lanes
+            for j in range(body):
+                canvas_w[wd + j] = img_w[ws + j]
         for j in range(head + body * lanes, n):
             move(img, src + j, canvas, dst + j, backward)
 
     @ti.func
     def texture_run(tex: ti.template(), words: ti.template(), canvas: ti.template(),
                     canvas_w: ti.template(), tex_row: ti.i32, tx: ti.i32, dst: ti.i32, n: ti.i32,
-                    tw: ti.i32, lanes: ti.i32, tex_grad: ti.i32, backward: ti.template()):
-        # lanes is 1 when there is no word table (small border, 8-byte pixels, backward).
+                    tw: ti.i32, use_words: ti.i32, tex_grad: ti.i32, lanes: ti.template(),
+                    backward: ti.template()):
         # n border pixels of one row from one texture row, starting at tile column tx.
         # words[tex_row + tx] holds the `lanes` texture pixels from column tx on (wrapping),
         # so aligned stretches are written a word at a time.
-        head = n
-        body = 0
-        if ti.static(not backward):
-            if lanes > 1:
-                head = ti.min((lanes - dst % lanes) % lanes, n)
-                body = (n - head) // lanes
         if ti.static(backward):
             if tex_grad:
                 for j in range(n):
@@ -253,60 +253,51 @@ def _build_kernels(ti: Any) -> dict[str, Any]:
                     if tx == tw:
                         tx = 0
         else:
+            head = n
+            body = 0
+            if ti.static(lanes > 1):
+                if use_words:
+                    head = ti.min((lanes - (dst & (lanes - 1))) & (lanes - 1), n)
+                    body = (n - head) // lanes
             for j in range(head):
                 canvas[dst + j] = tex[tex_row + tx]
                 tx += 1
                 if tx == tw:
                     tx = 0
-            step = lanes % tw
-            wd = (dst + head) // lanes
-            for j in range(body):
-                canvas_w[wd + j] = words[tex_row + tx]
-                tx += step
-                if tx >= tw:
-                    tx -= tw
+            if ti.static(lanes > 1):
+                step = lanes % tw
+                wd = (dst + head) // lanes
+                for j in range(body):
+                    canvas_w[wd + j] = words[tex_row + tx]
+                    tx += step
+                    if tx >= tw:
+                        tx -= tw
             for j in range(head + body * lanes, n):
                 canvas[dst + j] = tex[tex_row + tx]
                 tx += 1
                 if tx == tw:
                     tx = 0
 
-    @ti.func
-    def border_run(img: ti.template(), tex: ti.template(), words: ti.template(),
-                   canvas: ti.template(), canvas_w: ti.template(), row: ti.i32, x0: ti.i32,
-                   x1: ti.i32, src_row: ti.i32, tx0: ti.i32, meta: ti.template(), cols: ti.i32,
-                   mode: ti.i32, tw: ti.i32, tex_lanes: ti.i32, tex_grad: ti.i32,
-                   backward: ti.template()):
-        # Canvas pixels [x0, x1) of one row, all outside the image: from the texture row, or
-        # from the image row through the column map (no division per pixel either way).
-        if mode == texture:
-            texture_run(tex, words, canvas, canvas_w, src_row, (tx0 + x0) % tw, row + x0,
-                        x1 - x0, tw, tex_lanes, tex_grad, backward)
-        else:
-            for X in range(x0, x1):
-                move(img, src_row + meta[cols + X], canvas, row + X, backward)
-
     @ti.kernel
     def pad_canvas(img: nd(ndim=1), canvas: nd(ndim=1), img_w: nd(ndim=1),
                    canvas_w: nd(ndim=1), tex: nd(ndim=1), words: nd(ndim=1),
-                   meta: nd(dtype=ti.i32, ndim=1), backward: ti.template(),
-                   per_pixel: ti.template()):
+                   meta: nd(dtype=ti.i32, ndim=1), lanes: ti.template(),
+                   backward: ti.template(), per_pixel: ti.template()):
         # Forward: canvas <- image, texture. Backward: img += canvas and (if tex_grad)
         # tex += canvas, along the same index map.  (No "-> None": Taichi would read it.)
-        # Scalars arrive packed in `meta` (see _META): each kernel argument costs tens of
-        # microseconds of Python per launch, which dominates single-image calls.
+        # Scalars arrive packed in `meta` (layout beside _HEADER): each kernel argument costs
+        # tens of microseconds of Python per launch, which dominates single-image calls.
         n_rows, c_count, h, w = meta[_N_ROWS], meta[_C], meta[_H], meta[_W]
         top, left, out_h, out_w = meta[_TOP], meta[_LEFT], meta[_OUT_H], meta[_OUT_W]
         mode, tex_channels, th, tw = meta[_MODE], meta[_TEX_C], meta[_TH], meta[_TW]
-        stagger, lanes, tex_lanes, tex_grad = (
-            meta[_STAGGER], meta[_LANES], meta[_TEX_LANES], meta[_TEX_GRAD])
+        stagger, use_words, tex_grad = meta[_STAGGER], meta[_USE_WORDS], meta[_TEX_GRAD]
         maps = _HEADER  # standard modes: source row of canvas row Y at meta[maps + Y]
         cols = maps + out_h  # and source column of canvas column X at meta[cols + X]
         offset = _HEADER + meta[_MAPS]  # (oy, ox) of sample b at meta[offset + 2b]
         index = offset + 2 * meta[_SAMPLES]  # bank index of sample b at meta[index + b]
         if ti.static(per_pixel):
             for r, X in ti.ndrange(n_rows, out_w):
-                s = row_setup(r, meta, offset, index, maps, c_count, h, w, top, left, out_h, out_w,
+                s = row_setup(r, meta, offset, index, maps, c_count, h, w, top, left, out_h,
                               mode, tex_channels, th, tw, stagger)
                 o = r * out_w + X
                 if 0 <= s[0] < h and left <= X < left + w:
@@ -317,23 +308,55 @@ def _build_kernels(ti: Any) -> dict[str, Any]:
                 else:
                     move(img, s[2] + meta[cols + X], canvas, o, backward)
         else:
-            for r in range(n_rows):
-                s = row_setup(r, meta, offset, index, maps, c_count, h, w, top, left, out_h, out_w,
-                              mode, tex_channels, th, tw, stagger)
-                row = r * out_w
-                inside = 0 <= s[0] < h
-                if inside:
-                    copy_run(img, canvas, img_w, canvas_w, s[1], row + left, w, lanes, backward)
-                # The border of a row is [0, left) and [left + w, out_w) beside the image, the
-                # whole row above or below it; one call site keeps the compiled kernel small.
-                for part in range(2):
-                    x0 = 0
-                    x1 = out_w if part == 0 else 0
+            blocks = (out_h + _ROW_BLOCK - 1) // _ROW_BLOCK  # per plane
+            right_dx = (left + w) % tw  # tile-column step from canvas column 0 to left + w
+            row_shift = stagger % tw  # tile-column step from one tile row to the next
+            for t in range(n_rows // out_h * blocks):
+                plane = t // blocks
+                y0 = (t - plane * blocks) * _ROW_BLOCK
+                s = row_setup(plane * out_h + y0, meta, offset, index, maps, c_count, h, w, top,
+                              left, out_h, mode, tex_channels, th, tw, stagger)
+                iy, img_row, src_row, tx0, ty = s[0], s[1], s[2], s[3], s[4]
+                for big_y in range(y0, ti.min(y0 + _ROW_BLOCK, out_h)):
+                    row = (plane * out_h + big_y) * out_w
+                    inside = 0 <= iy < h
                     if inside:
-                        x0 = 0 if part == 0 else left + w
-                        x1 = left if part == 0 else out_w
-                    border_run(img, tex, words, canvas, canvas_w, row, x0, x1, s[2], s[3],
-                               meta, cols, mode, tw, tex_lanes, tex_grad, backward)
+                        copy_run(img, canvas, img_w, canvas_w, img_row, row + left, w, lanes,
+                                 backward)
+                    if mode != texture:
+                        src_row = (plane * h + meta[maps + big_y]) * w
+                    # The border of a row is [0, left) and [left + w, out_w) beside the image,
+                    # the whole row above or below it; one call site keeps the kernel small.
+                    for part in range(2):
+                        x0 = 0
+                        x1 = out_w if part == 0 else 0
+                        tx = tx0
+                        if inside:
+                            x0 = 0 if part == 0 else left + w
+                            x1 = left if part == 0 else out_w
+                            if part == 1:
+                                tx += right_dx
+                                if tx >= tw:
+                                    tx -= tw
+                        if mode == texture:
+                            texture_run(tex, words, canvas, canvas_w, src_row, tx, row + x0,
+                                        x1 - x0, tw, use_words, tex_grad, lanes, backward)
+                        else:
+                            for X in range(x0, x1):
+                                move(img, src_row + meta[cols + X], canvas, row + X, backward)
+                    # Next canvas row: one image row down; in texture mode one tile row down,
+                    # and past the tile's last row, the next row of tiles, shifted by stagger.
+                    iy += 1
+                    img_row += w
+                    if mode == texture:
+                        ty += 1
+                        src_row += tw
+                        if ty == th:
+                            ty = 0
+                            src_row -= th * tw
+                            tx0 -= row_shift
+                            if tx0 < 0:
+                                tx0 += tw
 
     return {"pad_canvas": pad_canvas}
 
@@ -354,6 +377,25 @@ def _words(t: torch.Tensor) -> torch.Tensor | None:
     if (flat.numel() * flat.element_size()) % 8 or flat.data_ptr() % 8:
         return None
     return flat.view(torch.uint8).view(torch.int64)
+
+
+# Recent word tables, keyed by the texture's memory and version counter. Each entry holds the
+# texture itself, so its memory cannot be freed and reused by another tensor while cached.
+_words_cache: dict[tuple[Any, ...], tuple[torch.Tensor, torch.Tensor]] = {}
+_WORDS_CACHE_SIZE = 4
+
+
+def _cached_texture_words(tex: torch.Tensor, tw: int, lanes: int) -> torch.Tensor:
+    key = (tex.untyped_storage().data_ptr(), tex.storage_offset(), tex.numel(), tex.dtype,
+           tex.device, tex._version, tw, lanes)  # fmt: skip
+    hit = _words_cache.get(key)
+    if hit is not None:
+        return hit[1]
+    words = _texture_words(tex.reshape(-1, tw), lanes)
+    if len(_words_cache) >= _WORDS_CACHE_SIZE:
+        _words_cache.pop(next(iter(_words_cache)))
+    _words_cache[key] = (tex, words)
+    return words
 
 
 def _texture_words(rows: torch.Tensor, lanes: int) -> torch.Tensor:
@@ -417,10 +459,10 @@ def launch_pad(
         border = canvas.numel() - image.numel()
         # The word table costs `lanes` times the texture; it pays only when the border is larger.
         use_words = mode == "texture" and tex_arg.numel() * lanes * 2 <= border
-        words = _texture_words(tex_arg.reshape(-1, tw), lanes) if use_words else no_words
+        words = _cached_texture_words(tex_arg, tw, lanes) if use_words else no_words
     header = [g.n * g.c * g.out_h, g.c, g.h, g.w, g.top, g.left, g.out_h, g.out_w,
-              MODE_CODES[mode], tex_channels, th, tw, stagger, lanes,
-              lanes if words is not no_words else 1, int(texture_grad), g.n,
+              MODE_CODES[mode], tex_channels, th, tw, stagger, int(words is not no_words),
+              int(texture_grad), g.n,
               0 if mode == "texture" else g.out_h + g.out_w]  # fmt: skip
     host = [torch.tensor(header, dtype=torch.int32)]
     if mode != "texture":  # where each canvas row and column reads the image (_geometry)
@@ -437,5 +479,5 @@ def launch_pad(
         with _ordered_with_torch(device):
             kernels["pad_canvas"](
                 img_arg, canvas_arg, img_w, canvas_w, tex_arg, words.reshape(-1), meta,
-                backward, _state["per_pixel"],
+                lanes, backward, _state["per_pixel"],
             )  # fmt: skip
