@@ -1,4 +1,4 @@
-"""tipad_transforms: texture padding and RWKV operators for PyTorch, each a fused Taichi kernel."""
+"""tipad_transforms: texture padding for PyTorch data pipelines, in one fused Taichi kernel."""
 
 from . import transforms
 from ._version import __version__

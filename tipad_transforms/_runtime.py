@@ -18,6 +18,7 @@ thread that initialised.
 import contextlib
 import io
 import os
+import sys
 import threading
 from collections.abc import Iterator
 from typing import Any
@@ -26,7 +27,7 @@ import torch
 
 from ._geometry import MODE_CODES, PadGeometry, fold_index
 
-__all__ = ["RuntimeUnavailable", "launch_pad", "refusal", "runtime_arch"]
+__all__ = ["RuntimeUnavailable", "launch_pad", "refusal", "runtime_arch", "taichi_version"]
 
 
 class RuntimeUnavailable(RuntimeError):
@@ -37,13 +38,22 @@ _lock = threading.RLock()
 _state: dict[str, Any] = {"ti": None, "arch": None, "pid": None, "kernels": None, "per_pixel": None}
 
 
+def _before_fork() -> None:
+    # A runtime the user started (not through us) is inherited by the child just the same and
+    # hangs there: record that it exists in this (the parent's) process.
+    ti = _state["ti"] or sys.modules.get("taichi")
+    if _state["pid"] is None and ti is not None and hasattr(ti, "lang"):
+        if _existing_arch(ti) is not None:
+            _state["pid"] = os.getpid()
+
+
 def _reset_after_fork() -> None:
     # A lock held by another thread at fork time would stay held forever in the child.
     global _lock
     _lock = threading.RLock()
 
 
-os.register_at_fork(after_in_child=_reset_after_fork)
+os.register_at_fork(before=_before_fork, after_in_child=_reset_after_fork)
 
 
 def _import_taichi() -> Any:
@@ -66,6 +76,11 @@ def _existing_arch(ti: Any) -> str | None:
         return None
     arch = impl.current_cfg().arch
     return "cuda" if arch == ti.cuda else ("cpu" if arch in (ti.x64, ti.arm64) else str(arch))
+
+
+def taichi_version() -> str:
+    """The installed Taichi's version, e.g. ``"1.7.4"`` (imports Taichi, starts nothing)."""
+    return ".".join(map(str, _import_taichi().__version__))
 
 
 def runtime_arch() -> str | None:
@@ -212,7 +227,9 @@ def _build_kernels(ti: Any) -> dict[str, Any]:
             ty = y - v * th
             tc = c if tex_channels == c_count else 0
             src_row = ((meta[index + b] * tex_channels + tc) * th + ty) * tw
-            tx0 = (-left - meta[offset + 2 * b + 1] - v * stagger) % tw
+            # In 64 bits: v * stagger can pass 2**31 on tall canvases with wide tiles.
+            shift = ti.cast(-left - meta[offset + 2 * b + 1], ti.i64) - ti.cast(v, ti.i64) * stagger
+            tx0 = ti.cast(shift % tw, ti.i32)
         return ti.Vector([iy, (plane * h + iy) * w, src_row, tx0, ty])
 
     @ti.func
@@ -386,6 +403,8 @@ _WORDS_CACHE_SIZE = 4
 
 
 def _cached_texture_words(tex: torch.Tensor, tw: int, lanes: int) -> torch.Tensor:
+    if tex.is_inference():  # no version counter to key on
+        return _texture_words(tex.reshape(-1, tw), lanes)
     key = (tex.untyped_storage().data_ptr(), tex.storage_offset(), tex.numel(), tex.dtype,
            tex.device, tex._version, tw, lanes)  # fmt: skip
     hit = _words_cache.get(key)
@@ -433,49 +452,53 @@ def launch_pad(
     Raises ``RuntimeUnavailable`` when ``refusal(device)`` gives a reason.
     """
     device = canvas.device
-    reason = refusal(device)
-    if reason is not None:
-        raise RuntimeUnavailable(reason)
     g = geometry
-    if mode == "constant":  # a 1x1 texture per channel, lattice at the origin
-        mode, stagger, texture_grad = "texture", 0, False
-        texture = fill.reshape(1, g.c, 1, 1) if not backward else canvas.new_zeros(1, g.c, 1, 1)
-        offset, texture_index = offset.new_zeros(g.n, 2), texture_index.new_zeros(g.n)
-    if backward:  # float gradients are accumulated, not moved: no integer views
-        img_arg, canvas_arg, tex_arg = image.reshape(-1), canvas.reshape(-1), texture.reshape(-1)
-    else:
-        img_arg, canvas_arg, tex_arg = _bits(image), _bits(canvas), _bits(texture)
-    # Taichi needs non-empty arguments; a one-element dummy is never read.
-    dummy = canvas_arg.new_zeros(1)
-    tex_arg, img_arg = (a if a.numel() else dummy for a in (tex_arg, img_arg))
-    # Unused word arguments get an int64 dummy too: one compiled kernel per dtype, not per mode.
-    no_words = canvas_arg.new_zeros(1, dtype=torch.int64)
-    _, tex_channels, th, tw = texture.shape if texture.dim() == 4 else (1, 1, 1, 1)
-    lanes = 8 // canvas_arg.element_size()
-    img_w, canvas_w = _words(img_arg), _words(canvas_arg)
-    if backward or lanes == 1 or img_w is None or canvas_w is None:
-        lanes, img_w, canvas_w, words = 1, no_words, no_words, no_words
-    else:
-        border = canvas.numel() - image.numel()
-        # The word table costs `lanes` times the texture; it pays only when the border is larger.
-        use_words = mode == "texture" and tex_arg.numel() * lanes * 2 <= border
-        words = _cached_texture_words(tex_arg, tw, lanes) if use_words else no_words
-    header = [g.n * g.c * g.out_h, g.c, g.h, g.w, g.top, g.left, g.out_h, g.out_w,
-              MODE_CODES[mode], tex_channels, th, tw, stagger, int(words is not no_words),
-              int(texture_grad), g.n,
-              0 if mode == "texture" else g.out_h + g.out_w]  # fmt: skip
-    host = [torch.tensor(header, dtype=torch.int32)]
-    if mode != "texture":  # where each canvas row and column reads the image (_geometry)
-        host.append(fold_index(torch.arange(-g.top, g.h + g.bottom), g.h, mode))
-        host.append(fold_index(torch.arange(-g.left, g.w + g.right), g.w, mode))
-    meta = torch.cat(
-        [torch.cat(host).to(device=device, dtype=torch.int32, non_blocking=True),
-         offset.reshape(-1), texture_index.reshape(-1)]
-    )  # fmt: skip
+    # Everything below runs under the lock: the first call picks the arch (two threads must not
+    # both pick), the word-table cache is shared, and Taichi launches are not thread safe.
     with _lock:
-        kernels = _ensure(device)
+        reason = refusal(device)
+        if reason is not None:
+            raise RuntimeUnavailable(reason)
         if canvas.numel() == 0:
             return
+        kernels = _ensure(device)
+        if mode == "constant":  # a 1x1 texture per channel, lattice at the origin
+            mode, stagger, texture_grad = "texture", 0, False
+            texture = fill.reshape(1, g.c, 1, 1) if not backward else canvas.new_zeros(1, g.c, 1, 1)
+            offset, texture_index = offset.new_zeros(g.n, 2), texture_index.new_zeros(g.n)
+        if backward:  # float gradients are accumulated, not moved: no integer views
+            img_arg, canvas_arg = image.reshape(-1), canvas.reshape(-1)
+            tex_arg = texture.reshape(-1)
+        else:
+            img_arg, canvas_arg, tex_arg = _bits(image), _bits(canvas), _bits(texture)
+        # Taichi needs non-empty arguments; a one-element dummy is never read.
+        dummy = canvas_arg.new_zeros(1)
+        tex_arg, img_arg = (a if a.numel() else dummy for a in (tex_arg, img_arg))
+        # Unused word arguments get an int64 dummy: one compiled kernel per dtype, not per mode.
+        no_words = canvas_arg.new_zeros(1, dtype=torch.int64)
+        _, tex_channels, th, tw = texture.shape if texture.dim() == 4 else (1, 1, 1, 1)
+        lanes = 8 // canvas_arg.element_size()
+        img_w, canvas_w = _words(img_arg), _words(canvas_arg)
+        # Word moves serve the CPU's row walk; CUDA's one-thread-per-pixel order has no use.
+        if backward or lanes == 1 or img_w is None or canvas_w is None or _state["per_pixel"]:
+            lanes, img_w, canvas_w, words = 1, no_words, no_words, no_words
+        else:
+            border = canvas.numel() - image.numel()
+            # The word table costs `lanes` times the texture; it pays only for a larger border.
+            use_words = mode == "texture" and tex_arg.numel() * lanes * 2 <= border
+            words = _cached_texture_words(tex_arg, tw, lanes) if use_words else no_words
+        header = [g.n * g.c * g.out_h, g.c, g.h, g.w, g.top, g.left, g.out_h, g.out_w,
+                  MODE_CODES[mode], tex_channels, th, tw, stagger, int(words is not no_words),
+                  int(texture_grad), g.n,
+                  0 if mode == "texture" else g.out_h + g.out_w]  # fmt: skip
+        host = [torch.tensor(header, dtype=torch.int32)]
+        if mode != "texture":  # where each canvas row and column reads the image (_geometry)
+            host.append(fold_index(torch.arange(-g.top, g.h + g.bottom), g.h, mode))
+            host.append(fold_index(torch.arange(-g.left, g.w + g.right), g.w, mode))
+        meta = torch.cat(
+            [torch.cat(host).to(device=device, dtype=torch.int32, non_blocking=True),
+             offset.reshape(-1), texture_index.reshape(-1)]
+        )  # fmt: skip
         with _ordered_with_torch(device):
             kernels["pad_canvas"](
                 img_arg, canvas_arg, img_w, canvas_w, tex_arg, words.reshape(-1), meta,

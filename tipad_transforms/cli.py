@@ -282,15 +282,8 @@ def _stripes(period: int = 16) -> PIL.Image.Image:
     return PIL.Image.fromarray(np.where(band[..., None], a, b).astype(np.uint8))
 
 
-def _bands_to_brick_channels(img: PIL.Image.Image) -> int:
-    # BrickPad's default is RGB for 3 bands and one luma band broadcast otherwise; LA and RGBA
-    # images want an opaque wall instead (a broadcast luma would also land in the alpha band).
-    bands = len(img.getbands())
-    return bands if bands <= 4 else 1
-
-
 def _demo_columns(padding: int) -> list[_Column]:
-    from .functional import pad
+    from .functional import brick_channels, pad
     from .functional._pil import pil_texture
     from .transforms import BrickPad, TexturePad
 
@@ -298,7 +291,7 @@ def _demo_columns(padding: int) -> list[_Column]:
     bricks: dict[int, BrickPad] = {}
 
     def brick(img: PIL.Image.Image) -> PIL.Image.Image:
-        channels = _bands_to_brick_channels(img)
+        channels = brick_channels(len(img.getbands()))
         if channels not in bricks:
             bricks[channels] = BrickPad(padding, channels=channels)
         out: PIL.Image.Image = bricks[channels](img)
@@ -430,13 +423,14 @@ def _gallery(
             _dashed_rect(draw, (ox + padding, oy + padding, ox + padding + w0, oy + padding + h0))
             x += w + gap
         y += h + gap
-    import taichi
     import torch
+
+    from ._runtime import taichi_version
 
     draw.text(
         (margin, height - margin - footer_h + 14),
         f"tipad_transforms {__version__} · torch {torch.__version__} · taichi "
-        f"{'.'.join(map(str, taichi.__version__))} · made by `tipad demo`",
+        f"{taichi_version()} · made by `tipad demo`",
         font=sub_f,
         fill=_MUTED,
     )

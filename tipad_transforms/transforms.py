@@ -147,7 +147,7 @@ class _TexturedPad(v2.Transform):
         self.mask_fill: Number = _check_mask_fill(mask_fill)
         self.generator: torch.Generator | None = _check_generator(generator)
         # Converted copies of the texture, by (dtype, device) of the images seen.
-        self._texture_cache: dict[tuple[Any, ...], torch.Tensor] = {}
+        self._texture_cache: dict[tuple[Any, ...], tuple[torch.Tensor, torch.Tensor]] = {}
 
     # -- subclass hooks -------------------------------------------------------------------
 
@@ -211,16 +211,17 @@ class _TexturedPad(v2.Transform):
             version = texture._version
         except RuntimeError:  # inference tensors have no version counter: do not cache
             return texture
-        # id: a reassigned `texture` attribute (or BrickPad's other tile) is another entry.
+        # id: a reassigned `texture` attribute (or BrickPad's other tile) is another entry. The
+        # entry keeps the texture alive, so its id cannot be reused by a new tensor meanwhile.
         cache_key = (id(texture), version, image.dtype, image.device)
-        cached = self._texture_cache.get(cache_key)
-        if cached is None:
+        entry = self._texture_cache.get(cache_key)
+        if entry is None:
             channels = texture.shape[-3] if texture.dim() >= 3 else 1
-            cached = _texture_bank(texture, image, channels).reshape(texture.shape)
+            converted = _texture_bank(texture, image, channels).reshape(texture.shape)
             if len(self._texture_cache) >= 8:
                 self._texture_cache.clear()
-            self._texture_cache[cache_key] = cached
-        return cached
+            entry = self._texture_cache[cache_key] = (texture, converted)
+        return entry[1]
 
     def __getstate__(self) -> dict[str, Any]:
         # Do not ship cached device copies (possibly CUDA) to DataLoader workers.
@@ -396,9 +397,9 @@ class BrickPad(_TexturedPad):
 
     ``TexturePad`` with the tile of ``tipad_transforms.functional.make_brick_texture(**brick)``;
     the output equals ``tipad_transforms.functional.brick_pad(x, padding, **brick)``. Like
-    ``brick_pad``, 3-channel images get the coloured tile and other channel counts its
-    one-channel (luma) version broadcast to every channel, unless ``brick`` sets ``channels``.
-    Tiles are built once (the RGB one at construction, the luma one on first use) and their
+    ``brick_pad``, the tile's channels follow ``functional.brick_channels`` (grey, grey + alpha,
+    RGB, RGB + alpha for 1-4 channel images; grey broadcast otherwise) unless ``brick`` sets
+    ``channels``. Tiles are built once (the RGB one at construction, others on first use) and their
     dtype/device conversions cached, so a call costs one kernel launch.
 
     Args:

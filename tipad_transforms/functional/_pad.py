@@ -263,6 +263,11 @@ def _launch(
     return out
 
 
+def _no_out_for_pil(out: torch.Tensor | None) -> None:
+    if out is not None:
+        raise TypeError("out= takes tensor inputs only; a PIL image is returned as a new image")
+
+
 def _rewrap(result: torch.Tensor, like: Any) -> torch.Tensor:
     if isinstance(like, (tv_tensors.Image, tv_tensors.Video)):
         return tv_tensors.wrap(result, like=like)
@@ -311,6 +316,7 @@ def texture_pad(
             the image's dtype cannot hold, ``texture_index`` outside the bank, a bad ``out``.
     """
     if isinstance(x, PIL.Image.Image):
+        _no_out_for_pil(out)
         return pil_apply(
             x,
             lambda t: texture_pad(
@@ -367,6 +373,7 @@ def pad(
         an empty image.
     """
     if isinstance(x, PIL.Image.Image):
+        _no_out_for_pil(out)
         return pil_apply(x, lambda t: pad(t, padding, mode, fill))
     image = _check_image(x)
     name = check_mode(mode)
@@ -396,10 +403,12 @@ def brick_pad(
 
     ``stagger`` defaults to half a brick (brick width plus mortar, halved), the running bond of
     a real wall. ``brick`` takes ``make_brick_texture``'s keyword arguments; the texture gets as
-    many channels as ``x`` has (1 or 3, else 1 broadcast). Shapes, dtypes, errors: as
+    many channels as ``brick_channels`` gives for ``x`` (1-4 as ``x``, else 1 broadcast); bool
+    images get it thresholded at 0.5. Shapes, dtypes, errors: as
     ``texture_pad``.
     """
     if isinstance(x, PIL.Image.Image):
+        _no_out_for_pil(out)
         return pil_apply(
             x, lambda t: brick_pad(t, padding, stagger=stagger, offset=offset, **brick)
         )
@@ -407,7 +416,10 @@ def brick_pad(
     channels = image.shape[-3] if image.dim() >= 3 else 1
     brick.setdefault("channels", brick_channels(channels))
     tile = _brick_tile(**brick)
-    if image.dtype != torch.bool:
+    if image.dtype == torch.bool:
+        # A bool image (a mask) gets the wall's light parts as True: mortar, in the default look.
+        tile = tile.to(image.device) >= 0.5
+    else:
         # The tile is in [0, 1] by construction; converting here (as texture_pad would) skips
         # texture_pad's data-dependent range check, which torch.compile(fullgraph=True) cannot
         # trace.

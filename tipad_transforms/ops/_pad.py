@@ -14,6 +14,7 @@ import os
 import sys
 import types
 import warnings
+from typing import Any
 
 import torch
 
@@ -54,6 +55,28 @@ def _check_bank_index(texture: torch.Tensor, texture_index: torch.Tensor) -> Non
         )
 
 
+def _kernel(*tensors: torch.Tensor, **launch: Any) -> str | None:
+    """Run the Taichi kernel; return why it could not run (the caller takes the torch route)."""
+    if max(t.numel() for t in tensors) > MAX_ELEMENTS:
+        return f"more than {MAX_ELEMENTS} elements in one call"
+    try:
+        _runtime.launch_pad(**launch)
+    except _runtime.RuntimeUnavailable as refused:
+        return str(refused)
+    return None
+
+
+def _warn_once(reason: str) -> None:
+    if reason not in _warned:
+        _warned.add(reason)
+        warnings.warn(
+            f"tipad_transforms: the Taichi kernel cannot run here ({reason}); padding with the "
+            "slower torch route instead",
+            RuntimeWarning,
+            stacklevel=_user_stacklevel(),
+        )
+
+
 def _run(
     g: PadGeometry,
     mode: str,
@@ -66,42 +89,14 @@ def _run(
     stagger: int,
 ) -> None:
     """Write every element of ``canvas`` (N, C, H', W'), contiguous."""
-    reason = _runtime.refusal(canvas.device)
-    if reason is None and max(canvas.numel(), image.numel(), texture.numel()) > MAX_ELEMENTS:
-        reason = f"more than {MAX_ELEMENTS} elements in one call"
-    if reason is None:
-        _runtime.launch_pad(
-            g,
-            mode,
-            image,
-            canvas,
-            texture=texture,
-            fill=fill,
-            offset=offset,
-            texture_index=texture_index,
-            stagger=stagger,
-        )
-        return
-    if reason not in _warned:
-        _warned.add(reason)
-        warnings.warn(
-            f"tipad_transforms: the Taichi kernel cannot run here ({reason}); padding with the "
-            "slower torch route instead",
-            RuntimeWarning,
-            stacklevel=_user_stacklevel(),
-        )
-    canvas.copy_(
-        _fallback.pad(
-            g,
-            mode,
-            image,
-            texture=texture,
-            fill=fill,
-            offset=offset,
-            texture_index=texture_index,
-            stagger=stagger,
-        )
+    args: dict[str, Any] = dict(
+        texture=texture, fill=fill, offset=offset, texture_index=texture_index, stagger=stagger
     )
+    reason = _kernel(canvas, image, texture, geometry=g, mode=mode, image=image, canvas=canvas,
+                     **args)  # fmt: skip
+    if reason is not None:
+        _warn_once(reason)
+        canvas.copy_(_fallback.pad(g, mode, image, **args))
 
 
 def _prepare(
@@ -168,6 +163,11 @@ def pad_out(
     that name collides with it ("got multiple values for argument 'mode'").
     """
     g, image, tex = _prepare(x, padding, texture, texture_index)
+    if not out.is_contiguous() or list(out.shape) != g.out_shape(x.shape):
+        raise ValueError(
+            f"out must be contiguous with shape {tuple(g.out_shape(x.shape))}, got "
+            f"{tuple(out.shape)} with strides {out.stride()}"
+        )
     canvas = out.view(g.n, g.c, g.out_h, g.out_w)
     _run(
         g,
@@ -208,25 +208,14 @@ def pad_backward(
     acc = grad.dtype if grad.dtype in (torch.float32, torch.float64) else torch.float32
     canvas_grad = grad.detach().reshape(g.n, g.c, g.out_h, g.out_w).to(acc).contiguous()
     tex = texture.detach().contiguous()
-    reason = _runtime.refusal(grad.device)
-    if reason is None and max(canvas_grad.numel(), tex.numel()) > MAX_ELEMENTS:
-        reason = "too many elements"
-    if reason is None:
-        grad_x = canvas_grad.new_zeros(g.n, g.c, g.h, g.w)
-        grad_tex = canvas_grad.new_zeros(tex.shape)
-        _runtime.launch_pad(
-            g,
-            mode,
-            grad_x,
-            canvas_grad,
-            texture=grad_tex,
-            fill=canvas_grad.new_zeros(0),
-            offset=offset.contiguous(),
-            texture_index=texture_index.contiguous(),
-            stagger=stagger,
-            backward=True,
-        )
-    else:
+    grad_x = canvas_grad.new_zeros(g.n, g.c, g.h, g.w)
+    grad_tex = canvas_grad.new_zeros(tex.shape)
+    reason = _kernel(canvas_grad, tex, geometry=g, mode=mode, image=grad_x, canvas=canvas_grad,
+                     texture=grad_tex, fill=canvas_grad.new_zeros(0),
+                     offset=offset.contiguous(), texture_index=texture_index.contiguous(),
+                     stagger=stagger, backward=True)  # fmt: skip
+    if reason is not None:
+        _warn_once(reason)
         grad_x, grad_tex = _fallback.pad_backward(
             canvas_grad,
             g,

@@ -1,0 +1,118 @@
+"""Regressions found in review: each test failed on the code before its fix."""
+
+from __future__ import annotations
+
+import gc
+import json
+
+import PIL.Image
+import pytest
+import torch
+from reference import assert_bitwise_equal, random_image, texture_pad_ref
+from test_runtime import _run_child
+
+import tipad_transforms.functional as F
+from tipad_transforms import TexturePad
+
+
+def test_tile_column_does_not_overflow_int32_on_tall_canvases_with_wide_tiles() -> None:
+    # v * stagger passes 2**31 from row ~43k on: the tile column must still follow the spec.
+    tex = torch.arange(50000, dtype=torch.int32).reshape(1, 1, 50000)
+    x = torch.zeros(1, 1, 1, dtype=torch.int32)
+    got = F.texture_pad(x, (0, 0, 0, 49999), tex, stagger=49999)
+    assert_bitwise_equal(got, texture_pad_ref(x, (0, 0, 0, 49999), tex, stagger=49999))
+
+
+def test_inference_mode_tensors_pad() -> None:
+    # Inference tensors have no version counter; the word-table cache must not need one.
+    x = random_image((2, 3, 8, 8), torch.uint8, seed=1)
+    tex = random_image((3, 2, 3), torch.uint8, seed=2)
+    want = texture_pad_ref(x, 16, tex, stagger=1)
+    with torch.inference_mode():
+        got = F.texture_pad(x.clone(), 16, tex.clone(), stagger=1)
+    assert_bitwise_equal(got, want)
+
+
+def test_texture_pad_transform_never_serves_a_freed_textures_conversion() -> None:
+    # The conversion cache was keyed by id(): a new texture reusing a freed one's id (and
+    # version 0) got the old texture's conversion.
+    image = torch.zeros(3, 2, 2, dtype=torch.uint8)
+    t = TexturePad(1, torch.zeros(3, 2, 2))
+    for i in range(60):
+        t.texture = torch.full((3, 2, 2), float(i % 2))
+        gc.collect()
+        border = t(image)[:, 0, 0]
+        assert border.tolist() == [255 * (i % 2)] * 3, i
+
+
+def test_brick_pad_on_bool_images_draws_the_mortar_true() -> None:
+    x = torch.zeros(1, 8, 8, dtype=torch.bool)
+    out = F.brick_pad(x, 20)
+    assert out.dtype == torch.bool
+    border = out[0, :20]
+    assert bool(border.any()) and not bool(border.all())  # a pattern, not a flat fill
+    tile = F.make_brick_texture(channels=1)
+    want = F.texture_pad(x, 20, tile >= 0.5, stagger=F.running_bond_stagger())
+    assert torch.equal(out, want)
+
+
+@pytest.mark.parametrize("call", ["pad", "texture_pad", "brick_pad"])
+def test_out_with_a_pil_image_is_refused(call: str) -> None:
+    img = PIL.Image.new("RGB", (4, 4))
+    out = torch.empty(3, 8, 8, dtype=torch.uint8)
+    with pytest.raises(TypeError, match="out"):
+        if call == "pad":
+            F.pad(img, 2, out=out)
+        elif call == "texture_pad":
+            F.texture_pad(img, 2, torch.rand(3, 2, 2), out=out)
+        else:
+            F.brick_pad(img, 2, out=out)
+
+
+def test_pad_out_op_refuses_a_non_contiguous_out() -> None:
+    x = random_image((3, 4, 4), torch.float32, seed=3)
+    out = torch.empty(8, 8, 3).permute(2, 0, 1)  # right shape, not contiguous
+    e = torch.empty(0)
+    with pytest.raises(ValueError, match="out must be contiguous"):
+        torch.ops.tipad.pad_out(
+            x, [2, 2, 2, 2], "edge", e, e, torch.zeros(1, 2, dtype=torch.int32),
+            torch.zeros(1, dtype=torch.int32), 0, out,
+        )  # fmt: skip
+
+
+def test_fork_after_the_user_started_taichi_does_not_hang() -> None:
+    # The user's own ti.init (not ours) in the parent: forked workers must not launch Taichi.
+    result = _run_child(
+        """
+        import json, warnings
+        import taichi as ti
+        ti.init(arch=ti.cpu)
+        import torch
+        import tipad_transforms.functional as F
+        from torch.utils.data import DataLoader, Dataset
+
+        class Padded(Dataset):
+            def __len__(self):
+                return 4
+            def __getitem__(self, i):
+                x = torch.arange(12, dtype=torch.float32).reshape(1, 3, 4) + i
+                with warnings.catch_warnings(record=True) as w:
+                    warnings.simplefilter("always")
+                    y = F.pad(x, 2, "reflect")
+                return y, len(w)
+
+        # No padding in the parent before the fork: only the user's ti.init marks the runtime.
+        loader = DataLoader(Padded(), batch_size=2, num_workers=2,
+                            multiprocessing_context="fork")
+        got = [(y.tolist(), int(n.sum())) for y, n in loader]
+        want = [F.pad(torch.arange(12, dtype=torch.float32).reshape(1, 3, 4) + i, 2,
+                      "reflect").tolist() for i in range(4)]
+        print(json.dumps({"equal": [g[0] for g in got] == [want[0:2], want[2:4]],
+                          "warned": sum(g[1] for g in got)}))
+        """,
+        timeout=120,
+    )
+    assert result.returncode == 0, result.stderr
+    report = json.loads(result.stdout.strip().splitlines()[-1])
+    assert report["equal"]
+    assert report["warned"] >= 1  # the workers took the torch route and said so
