@@ -112,7 +112,7 @@ class PadGeometry:
         """Geometry of an input of ``shape`` (``(..., C, H, W)`` or ``(H, W)``)."""
         if len(shape) < 2:
             raise ValueError(f"x must have shape (..., C, H, W) or (H, W), got {tuple(shape)}")
-        h, w = int(shape[-1 - 1]), int(shape[-1])
+        h, w = int(shape[-2]), int(shape[-1])
         c = int(shape[-3]) if len(shape) >= 3 else 1
         # A list, not a generator: Dynamo cannot trace math.prod over a generator (fullgraph).
         n = math.prod([int(s) for s in shape[:-3]]) if len(shape) > 3 else 1

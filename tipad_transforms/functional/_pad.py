@@ -76,14 +76,15 @@ def _number_tensor(values: list[int | float | bool], device: torch.device) -> to
 
 
 def _fill_tensor(fill: Fill, x: torch.Tensor, channels: int) -> torch.Tensor:
+    # Built and checked on the host, moved once: checks on a CUDA tensor would sync each call.
     if isinstance(fill, torch.Tensor):
-        values = fill.detach().reshape(-1).to(x.device)
+        values = fill.detach().reshape(-1).cpu()
     elif isinstance(fill, (int, float, bool)):
-        values = _number_tensor([fill], x.device)
+        values = _number_tensor([fill], torch.device("cpu"))
     elif isinstance(fill, Sequence) and not isinstance(fill, str):
         if not all(isinstance(f, (int, float, bool)) for f in fill):
             raise TypeError(f"fill must be a number or a sequence of numbers, got {fill!r}")
-        values = _number_tensor(list(fill), x.device)
+        values = _number_tensor(list(fill), torch.device("cpu"))
     else:
         raise TypeError(
             f"fill must be a number or a sequence of numbers, got {type(fill).__name__}"
@@ -92,7 +93,7 @@ def _fill_tensor(fill: Fill, x: torch.Tensor, channels: int) -> torch.Tensor:
         values = values.expand(channels)
     elif values.numel() != channels:
         raise ValueError(f"fill must have 1 or {channels} (channel) values, got {values.numel()}")
-    return _cast_values(values, x.dtype, "fill").contiguous()
+    return _cast_values(values, x.dtype, "fill").contiguous().to(x.device)
 
 
 def _texture_bank(texture: Any, x: torch.Tensor, channels: int) -> torch.Tensor:
