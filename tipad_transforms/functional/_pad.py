@@ -383,12 +383,31 @@ def pad(
     return _rewrap(_launch(image, padding, name, fill=fill_t, out=out), x)
 
 
+# Converted brick tiles, one per (options, dtype, device). The same tensor on every call lets the
+# runtime reuse its word table for the tile; nothing outside brick_pad ever sees these tensors.
+_BRICK_TILES: dict[tuple[str, torch.dtype, torch.device], torch.Tensor] = {}
+
+
 @torch.compiler.assume_constant_result
-def _brick_tile(**brick: Any) -> torch.Tensor:
+def _brick_tile(dtype: torch.dtype, device: torch.device, **brick: Any) -> torch.Tensor:
     # make_brick_texture seeds a torch.Generator, which Dynamo cannot create inside a graph
     # (fullgraph=True fails); the tile is a pure function of its arguments, so a compiled caller
     # may bake it in as a constant.
-    return make_brick_texture(**brick)
+    key = (repr(sorted(brick.items())), dtype, device)
+    tile = _BRICK_TILES.get(key)
+    if tile is None:
+        tile = make_brick_texture(**brick).to(device)
+        if dtype == torch.bool:
+            # A bool image (a mask) gets the wall's light parts as True: the mortar, by default.
+            tile = tile >= 0.5
+        else:
+            # In [0, 1] by construction, so texture_pad's data-dependent range check (which
+            # torch.compile(fullgraph=True) cannot trace) is not needed.
+            tile = _scale_texture(tile, dtype)
+        if len(_BRICK_TILES) >= 16:
+            _BRICK_TILES.clear()
+        _BRICK_TILES[key] = tile
+    return tile
 
 
 def brick_pad(
@@ -405,8 +424,8 @@ def brick_pad(
     ``stagger`` defaults to half a brick (brick width plus mortar, halved), the running bond of
     a real wall. ``brick`` takes ``make_brick_texture``'s keyword arguments; the texture gets as
     many channels as ``brick_channels`` gives for ``x`` (1-4 as ``x``, else 1 broadcast); bool
-    images get it thresholded at 0.5. Shapes, dtypes, errors: as
-    ``texture_pad``.
+    images get it thresholded at 0.5. The tile is rendered and converted once per options,
+    dtype and device. Shapes, dtypes, errors: as ``texture_pad``.
     """
     if isinstance(x, PIL.Image.Image):
         _no_out_for_pil(out)
@@ -416,15 +435,7 @@ def brick_pad(
     image = _check_image(x)
     channels = image.shape[-3] if image.dim() >= 3 else 1
     brick.setdefault("channels", brick_channels(channels))
-    tile = _brick_tile(**brick)
-    if image.dtype == torch.bool:
-        # A bool image (a mask) gets the wall's light parts as True: mortar, in the default look.
-        tile = tile.to(image.device) >= 0.5
-    else:
-        # The tile is in [0, 1] by construction; converting here (as texture_pad would) skips
-        # texture_pad's data-dependent range check, which torch.compile(fullgraph=True) cannot
-        # trace.
-        tile = _scale_texture(tile.to(image.device), image.dtype)
+    tile = _brick_tile(image.dtype, image.device, **brick)
     if stagger is None:
         stagger = running_bond_stagger(**brick)
     return texture_pad(x, padding, tile, stagger=stagger, offset=offset, out=out)
