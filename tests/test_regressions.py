@@ -116,3 +116,23 @@ def test_fork_after_the_user_started_taichi_does_not_hang() -> None:
     report = json.loads(result.stdout.strip().splitlines()[-1])
     assert report["equal"]
     assert report["warned"] >= 1  # the workers took the torch route and said so
+
+
+def test_out_of_bank_index_is_refused_by_the_op_and_never_read_by_the_kernel() -> None:
+    from tipad_transforms import _runtime
+    from tipad_transforms._geometry import PadGeometry
+
+    x = random_image((2, 1, 3, 3), torch.float32, seed=4)
+    bank = random_image((2, 1, 2, 2), torch.float32, seed=5)
+    offsets = torch.zeros(2, 2, dtype=torch.int32)
+    bad = torch.tensor([0, 7], dtype=torch.int32)
+    with pytest.raises(ValueError, match="texture_index"):  # host-side index: checked
+        torch.ops.tipad.pad(x, [1, 1, 1, 1], "texture", torch.empty(0), bank, offsets, bad, 0)
+    # A device-resident index skips that check (it would sync the host): the kernel clamps it
+    # into the bank, so it reads no memory outside the texture.
+    g = PadGeometry.of(x.shape, [1, 1, 1, 1])
+    canvas = torch.full(g.out_shape(x.shape), float("nan"))
+    _runtime.launch_pad(g, "texture", x, canvas, texture=bank, fill=torch.empty(0),
+                        offset=offsets, texture_index=bad, stagger=0)  # fmt: skip
+    want = texture_pad_ref(x, 1, bank, texture_index=torch.tensor([0, 1]))
+    assert_bitwise_equal(canvas, want)

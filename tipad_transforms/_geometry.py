@@ -17,6 +17,7 @@ __all__ = [
     "MODES",
     "MODE_CODES",
     "PadGeometry",
+    "check_bank_index",
     "check_mode",
     "fold_index",
     "parse_padding",
@@ -143,3 +144,18 @@ def fold_index(i: torch.Tensor, n: int, mode: str) -> torch.Tensor:
     if mode == "circular":
         return i.remainder(n)
     raise ValueError(f"fold_index: no index map for mode {mode!r}")
+
+
+def check_bank_index(bank_size: int, texture_index: torch.Tensor) -> None:
+    """Raise ValueError unless every value of ``texture_index`` lies in ``[0, bank_size)``.
+
+    Reads the values: a host synchronisation when the tensor lives on a GPU.
+    """
+    if texture_index.numel() == 0:
+        return
+    lo, hi = (int(v) for v in torch.aminmax(texture_index))
+    if lo < 0 or hi >= bank_size:
+        raise ValueError(
+            f"texture_index must lie in [0, {bank_size}) for a bank of {bank_size} textures, "
+            f"got values in [{lo}, {hi}]"
+        )

@@ -172,7 +172,7 @@ def _ordered_with_torch(device: torch.device) -> Iterator[None]:
 # row and column index maps (_MAPS entries, else none); the per-sample offsets (oy, ox) and
 # bank indices. Host-made parts first, so device-resident offsets need no round trip.
 (_N_ROWS, _C, _H, _W, _TOP, _LEFT, _OUT_H, _OUT_W, _MODE, _TEX_C, _TH, _TW, _STAGGER,
- _USE_WORDS, _TEX_GRAD, _SAMPLES, _MAPS, _HEADER) = range(18)  # fmt: skip
+ _USE_WORDS, _TEX_GRAD, _SAMPLES, _MAPS, _BANK, _HEADER) = range(19)  # fmt: skip
 # Canvas rows per CPU task: enough to amortise a task's divisions, few enough to balance.
 _ROW_BLOCK = 16
 
@@ -226,7 +226,10 @@ def _build_kernels(ti: Any) -> dict[str, Any]:
             v = y // th  # floor division: rows above the image get negative tile rows
             ty = y - v * th
             tc = c if tex_channels == c_count else 0
-            src_row = ((meta[index + b] * tex_channels + tc) * th + ty) * tw
+            # Clamped into the bank: whatever index reaches the kernel, it reads no memory
+            # outside the texture (texture_pad has already refused out-of-bank values).
+            k = ti.min(ti.max(meta[index + b], 0), meta[_BANK] - 1)
+            src_row = ((k * tex_channels + tc) * th + ty) * tw
             # In 64 bits: v * stagger can pass 2**31 on tall canvases with wide tiles.
             shift = ti.cast(-left - meta[offset + 2 * b + 1], ti.i64) - ti.cast(v, ti.i64) * stagger
             tx0 = ti.cast(shift % tw, ti.i32)
@@ -490,7 +493,8 @@ def launch_pad(
         header = [g.n * g.c * g.out_h, g.c, g.h, g.w, g.top, g.left, g.out_h, g.out_w,
                   MODE_CODES[mode], tex_channels, th, tw, stagger, int(words is not no_words),
                   int(texture_grad), g.n,
-                  0 if mode == "texture" else g.out_h + g.out_w]  # fmt: skip
+                  0 if mode == "texture" else g.out_h + g.out_w,
+                  texture.shape[0] if texture.dim() == 4 else 1]  # fmt: skip
         host = [torch.tensor(header, dtype=torch.int32)]
         if mode != "texture":  # where each canvas row and column reads the image (_geometry)
             host.append(fold_index(torch.arange(-g.top, g.h + g.bottom), g.h, mode))

@@ -18,7 +18,7 @@ from torchvision import tv_tensors
 from torchvision.transforms.v2 import functional as tvF
 
 from .. import ops
-from .._geometry import PadGeometry, check_mode, parse_padding
+from .._geometry import PadGeometry, check_bank_index, check_mode, parse_padding
 from ._brick import brick_channels, make_brick_texture, running_bond_stagger
 from ._pil import pil_apply
 
@@ -245,6 +245,11 @@ def _launch(
         th, tw = texture.shape[-2], texture.shape[-1]
         offsets = offsets.remainder(torch.tensor([th * tw, tw], device=offsets.device))
         stagger = stagger % tw
+        # Checked where the index lives (the host, unless the user gave a device tensor), before
+        # it moves: the op skips the check for device-resident indices. Dynamo cannot trace the
+        # data-dependent check; compiled, the op's own host check (or the kernel's clamp) stays.
+        if not torch.compiler.is_compiling():
+            check_bank_index(texture.shape[0], index)
     offsets = offsets.to(device=x.device, dtype=torch.int32)
     index = index.to(device=x.device, dtype=torch.int32)
     args = (

@@ -19,7 +19,7 @@ from typing import Any
 import torch
 
 from .. import _fallback, _runtime
-from .._geometry import MAX_ELEMENTS, PadGeometry
+from .._geometry import MAX_ELEMENTS, PadGeometry, check_bank_index
 
 __all__ = ["pad", "pad_backward", "pad_out"]
 
@@ -41,18 +41,6 @@ def _user_stacklevel() -> int:
     while frame is not None and frame.f_code.co_filename.startswith(_INTERNAL):
         frame, level = frame.f_back, level + 1
     return level
-
-
-def _check_bank_index(texture: torch.Tensor, texture_index: torch.Tensor) -> None:
-    # Data-dependent, so it lives in the real implementation (opaque to torch.compile).
-    if texture_index.numel() == 0:
-        return
-    lo, hi = (int(v) for v in torch.aminmax(texture_index))
-    if lo < 0 or hi >= texture.shape[0]:
-        raise ValueError(
-            f"texture_index must lie in [0, {texture.shape[0]}) for a bank of "
-            f"{texture.shape[0]} textures, got values in [{lo}, {hi}]"
-        )
 
 
 def _kernel(*tensors: torch.Tensor, **launch: Any) -> str | None:
@@ -103,8 +91,11 @@ def _prepare(
     x: torch.Tensor, padding: list[int], texture: torch.Tensor, texture_index: torch.Tensor
 ) -> tuple[PadGeometry, torch.Tensor, torch.Tensor]:
     g = PadGeometry.of(x.shape, padding)
-    if texture.numel() > 0:
-        _check_bank_index(texture, texture_index)
+    if texture.numel() > 0 and texture_index.device.type == "cpu":
+        # Free on the host. A device-resident index is checked by texture_pad before it moves
+        # there (or, for a direct op call, clamped by the kernel so it never reads outside the
+        # bank): checking it here would synchronise the host on every CUDA call.
+        check_bank_index(texture.shape[0], texture_index)
     # reshape copies only when needed (channels-last, slices); the kernel wants row-major planes.
     image = x.detach().reshape(g.n, g.c, g.h, g.w).contiguous()
     return g, image, texture.detach().contiguous()
