@@ -136,3 +136,12 @@ def test_out_of_bank_index_is_refused_by_the_op_and_never_read_by_the_kernel() -
                         offset=offsets, texture_index=bad, stagger=0)  # fmt: skip
     want = texture_pad_ref(x, 1, bank, texture_index=torch.tensor([0, 1]))
     assert_bitwise_equal(canvas, want)
+
+
+def test_complex_texture_is_refused_by_the_functional_as_by_the_transform() -> None:
+    # One validation (functional.as_bank) serves texture_pad and TexturePad.
+    tex = torch.zeros(3, 2, 2, dtype=torch.complex64)
+    with pytest.raises(TypeError, match="texture must be real"):
+        F.texture_pad(torch.zeros(3, 4, 4), 1, tex)
+    with pytest.raises(TypeError, match="texture must be real"):
+        TexturePad(1, tex)

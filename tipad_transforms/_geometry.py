@@ -20,6 +20,7 @@ __all__ = [
     "check_bank_index",
     "check_mode",
     "fold_index",
+    "image_channels",
     "parse_padding",
 ]
 
@@ -30,6 +31,11 @@ _ALIASES = {"replicate": "edge", "wrap": "circular"}
 
 # Taichi indexes ndarrays with 32-bit integers.
 MAX_ELEMENTS = 2**31 - 1
+
+
+def image_channels(shape: Sequence[int]) -> int:
+    """``C`` of an image of ``shape`` ``(..., C, H, W)``; 1 for an ``(H, W)`` image."""
+    return int(shape[-3]) if len(shape) >= 3 else 1
 
 
 def check_mode(mode: Any) -> str:
@@ -114,7 +120,7 @@ class PadGeometry:
         if len(shape) < 2:
             raise ValueError(f"x must have shape (..., C, H, W) or (H, W), got {tuple(shape)}")
         h, w = int(shape[-2]), int(shape[-1])
-        c = int(shape[-3]) if len(shape) >= 3 else 1
+        c = image_channels(shape)
         # A list, not a generator: Dynamo cannot trace math.prod over a generator (fullgraph).
         n = math.prod([int(s) for s in shape[:-3]]) if len(shape) > 3 else 1
         left, top, right, bottom = (int(p) for p in padding)

@@ -30,14 +30,13 @@ from torchvision.transforms import v2
 from torchvision.transforms.v2 import functional as tvF
 
 from . import functional as F
-from ._geometry import parse_padding
+from ._geometry import image_channels, parse_padding
 from .functional._brick import brick_channels
-from .functional._pad import _texture_bank
+from .functional._pad import Padding, _texture_bank, as_bank
 from .functional._pil import pil_apply
 
 __all__ = ["BrickPad", "TexturePad"]
 
-Padding = int | Sequence[int]
 Offset = int | Sequence[int]
 Number = int | float | bool
 
@@ -216,7 +215,7 @@ class _TexturedPad(v2.Transform):
         cache_key = (id(texture), version, image.dtype, image.device)
         entry = self._texture_cache.get(cache_key)
         if entry is None:
-            channels = texture.shape[-3] if texture.dim() >= 3 else 1
+            channels = image_channels(texture.shape)
             converted = _texture_bank(texture, image, channels).reshape(texture.shape)
             if len(self._texture_cache) >= 8:
                 self._texture_cache.clear()
@@ -322,17 +321,7 @@ class TexturePad(_TexturedPad):
             mask_fill=mask_fill,
             generator=generator,
         )
-        if not isinstance(texture, torch.Tensor):
-            raise TypeError(f"texture must be a torch.Tensor, got {type(texture).__name__}")
-        if texture.dim() not in (2, 3, 4):
-            raise ValueError(
-                f"texture must have shape (th, tw), (C, th, tw) or (K, C, th, tw), "
-                f"got {tuple(texture.shape)}"
-            )
-        if texture.numel() == 0:
-            raise ValueError(f"texture must not be empty, got shape {tuple(texture.shape)}")
-        if texture.is_complex():
-            raise TypeError(f"texture must be real, got dtype {texture.dtype}")
+        as_bank(texture)  # validates now, so a bad texture fails at construction
         self.texture = texture
         bank = int(texture.shape[0]) if texture.dim() == 4 else 1
         if isinstance(texture_index, str):
@@ -471,7 +460,7 @@ class BrickPad(_TexturedPad):
 
     def _pad_image(self, image: torch.Tensor, params: dict[str, Any]) -> torch.Tensor:
         video = isinstance(image, tv_tensors.Video) and image.dim() >= 4
-        tile = self._tile_for(image.shape[-3] if image.dim() >= 3 else 1)
+        tile = self._tile_for(image_channels(image.shape))
         return F.texture_pad(
             image,
             self.padding,

@@ -18,7 +18,13 @@ from torchvision import tv_tensors
 from torchvision.transforms.v2 import functional as tvF
 
 from .. import ops
-from .._geometry import PadGeometry, check_bank_index, check_mode, parse_padding
+from .._geometry import (
+    PadGeometry,
+    check_bank_index,
+    check_mode,
+    image_channels,
+    parse_padding,
+)
 from ._brick import brick_channels, make_brick_texture, running_bond_stagger
 from ._pil import pil_apply
 
@@ -96,10 +102,12 @@ def _fill_tensor(fill: Fill, x: torch.Tensor, channels: int) -> torch.Tensor:
     return _cast_values(values, x.dtype, "fill").contiguous().to(x.device)
 
 
-def _texture_bank(texture: Any, x: torch.Tensor, channels: int) -> torch.Tensor:
-    """User texture -> ``(K, Ct, th, tw)`` in x's dtype and device, Ct in {1, C}."""
+def as_bank(texture: Any) -> torch.Tensor:
+    """A user texture as a ``(K, C, th, tw)`` view, or TypeError/ValueError naming ``texture``."""
     if not isinstance(texture, torch.Tensor):
         raise TypeError(f"texture must be a torch.Tensor, got {type(texture).__name__}")
+    if texture.is_complex():
+        raise TypeError(f"texture must be real, got dtype {texture.dtype}")
     if texture.dim() == 2:
         bank = texture[None, None]
     elif texture.dim() == 3:
@@ -111,9 +119,15 @@ def _texture_bank(texture: Any, x: torch.Tensor, channels: int) -> torch.Tensor:
             f"texture must have shape (th, tw), (C, th, tw) or (K, C, th, tw), "
             f"got {tuple(texture.shape)}"
         )
-    k, ct, th, tw = bank.shape
-    if k == 0 or th == 0 or tw == 0:
+    if bank.numel() == 0:
         raise ValueError(f"texture must not be empty, got shape {tuple(texture.shape)}")
+    return bank
+
+
+def _texture_bank(texture: Any, x: torch.Tensor, channels: int) -> torch.Tensor:
+    """User texture -> ``(K, Ct, th, tw)`` in x's dtype and device, Ct in {1, C}."""
+    bank = as_bank(texture)
+    ct = bank.shape[1]
     if ct not in (1, channels):
         raise ValueError(
             f"texture has {ct} channels; the image has {channels}: give 1 (broadcast) "
@@ -332,7 +346,7 @@ def texture_pad(
     image = _check_image(x)
     if isinstance(stagger, bool) or not isinstance(stagger, int):
         raise TypeError(f"stagger must be an int, got {type(stagger).__name__}")
-    channels = image.shape[-3] if image.dim() >= 3 else 1
+    channels = image_channels(image.shape)
     bank = _texture_bank(texture, image, channels)
     result = _launch(
         image,
@@ -383,7 +397,7 @@ def pad(
         return pil_apply(x, lambda t: pad(t, padding, mode, fill))
     image = _check_image(x)
     name = check_mode(mode)
-    channels = image.shape[-3] if image.dim() >= 3 else 1
+    channels = image_channels(image.shape)
     fill_t = _fill_tensor(fill, image, channels) if name == "constant" else None
     return _rewrap(_launch(image, padding, name, fill=fill_t, out=out), x)
 
@@ -438,7 +452,7 @@ def brick_pad(
             x, lambda t: brick_pad(t, padding, stagger=stagger, offset=offset, **brick)
         )
     image = _check_image(x)
-    channels = image.shape[-3] if image.dim() >= 3 else 1
+    channels = image_channels(image.shape)
     brick.setdefault("channels", brick_channels(channels))
     tile = _brick_tile(image.dtype, image.device, **brick)
     if stagger is None:
