@@ -293,13 +293,16 @@ def _version(dist: str) -> str | None:
 
 
 def runtime_sha() -> str | None:
-    """Short hash of the kernel module's source, to name the exact kernel measured.
+    """Short hash of the kernel package's source, to name the exact kernel measured.
 
     Taichi compiles kernels from the source file on disk when they are first called, so a run
     during which this changes mixes kernel versions (or fails): scripts compare start and end.
     """
-    runtime = REPO / "tipad_transforms" / "_runtime.py"
-    return hashlib.sha256(runtime.read_bytes()).hexdigest()[:16] if runtime.exists() else None
+    runtime = REPO / "tipad_transforms" / "_runtime"
+    files = sorted(runtime.glob("*.py"))
+    if not files:
+        return None
+    return hashlib.sha256(b"".join(f.read_bytes() for f in files)).hexdigest()[:16]
 
 
 def machine_info() -> dict[str, Any]:

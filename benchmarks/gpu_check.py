@@ -834,7 +834,7 @@ def main(argv: list[str] | None = None) -> int:
         return 1
     finally:
         if runtime_sha() != payload["machine"]["runtime_py_sha256"]:
-            failures.append("tipad_transforms/_runtime.py changed during the run; run again")
+            failures.append("tipad_transforms/_runtime/ changed during the run; run again")
         payload["failures"] = failures
         payload["skipped"] = skipped
         payload["verdict"] = "FAIL" if failures else "PASS"

@@ -1,172 +1,12 @@
-"""The one module that talks to Taichi.
-
-Everything Taichi-specific lives here: importing it quietly, initialising it lazily (once per
-process, under a lock, on the arch of the first tensor it sees), refusing the devices it cannot
-serve, ordering its launches with torch's CUDA streams, surviving ``fork`` and the kernels
-themselves. The rest of the package hands in contiguous torch tensors and gets them written; it
-never imports ``taichi``. Another backend could replace this file.
-
-Facts this module is built on (taichi 1.7): ``ti.init`` resets the whole runtime, so it is called
-at most once and never when the user already initialised Taichi; a process forked after
-initialisation hangs on its first launch; CUDA work runs on device 0's primary context and the
-legacy default stream; a CPU tensor given to a CUDA kernel (or the reverse) is silently copied;
-any argument with ``requires_grad`` gets a ``.grad`` written; the first launch must come from the
-thread that initialised.
-"""
+"""The padding kernel: one body for every mode, forward and backward, and its launcher."""
 
 # No `from __future__ import annotations`: Taichi reads the kernels' annotations at runtime.
-import contextlib
-import io
-import os
-import sys
-import threading
-from collections.abc import Iterator
 from typing import Any
 
 import torch
 
-from ._geometry import MODE_CODES, PadGeometry, fold_index
-
-__all__ = ["RuntimeUnavailable", "launch_pad", "refusal", "runtime_arch", "taichi_version"]
-
-
-class RuntimeUnavailable(RuntimeError):
-    """The Taichi runtime of this process cannot serve a tensor on this device."""
-
-
-_lock = threading.RLock()
-_state: dict[str, Any] = {"ti": None, "arch": None, "pid": None, "kernels": None, "per_pixel": None}
-
-
-def _before_fork() -> None:
-    # A runtime the user started (not through us) is inherited by the child just the same and
-    # hangs there: record that it exists in this (the parent's) process.
-    ti = _state["ti"] or sys.modules.get("taichi")
-    if _state["pid"] is None and ti is not None and hasattr(ti, "lang"):
-        if _existing_arch(ti) is not None:
-            _state["pid"] = os.getpid()
-
-
-def _reset_after_fork() -> None:
-    # A lock held by another thread at fork time would stay held forever in the child.
-    global _lock
-    _lock = threading.RLock()
-
-
-os.register_at_fork(before=_before_fork, after_in_child=_reset_after_fork)
-
-
-def _import_taichi() -> Any:
-    if _state["ti"] is None:
-        # Quiet by default: no import banner, no version-check thread that phones home.
-        os.environ.setdefault("TI_SKIP_VERSION_CHECK", "ON")
-        os.environ.setdefault("ENABLE_TAICHI_HEADER_PRINT", "0")
-        # Under pytest or Jupyter (replaced sys.stdout) Taichi logs a line at import otherwise.
-        os.environ.setdefault("TI_LOG_LEVEL", "warn")
-        import taichi as ti
-
-        _state["ti"] = ti
-    return _state["ti"]
-
-
-def _existing_arch(ti: Any) -> str | None:
-    """The arch of a runtime the user (or we) already initialised, else None."""
-    impl = ti.lang.impl
-    if impl.get_runtime().prog is None:
-        return None
-    arch = impl.current_cfg().arch
-    return "cuda" if arch == ti.cuda else ("cpu" if arch in (ti.x64, ti.arm64) else str(arch))
-
-
-def taichi_version() -> str:
-    """The installed Taichi's version, e.g. ``"1.7.4"`` (imports Taichi, starts nothing)."""
-    return ".".join(map(str, _import_taichi().__version__))
-
-
-def runtime_arch() -> str | None:
-    """``"cpu"``/``"cuda"`` once Taichi runs in this process (ours or the user's), else None."""
-    ti = _state["ti"]
-    if ti is None:
-        return None
-    return _existing_arch(ti)
-
-
-def refusal(device: torch.device) -> str | None:
-    """Why the Taichi kernels cannot run on ``device`` in this process, or None if they can.
-
-    Never initialises anything. The reasons are the cases where a launch would hang, be silently
-    wrong, or go through Taichi's hidden host-copy path.
-    """
-    if device.type not in ("cpu", "cuda"):
-        return f"Taichi kernels run on cpu and cuda tensors only, not {device.type}"
-    if device.type == "cuda" and (device.index or 0) != 0:
-        return (
-            f"Taichi uses only the first CUDA device's context; {device} would be read from "
-            "the wrong device. Run one process per GPU with CUDA_VISIBLE_DEVICES set"
-        )
-    pid = _state["pid"]
-    if pid is not None and pid != os.getpid():
-        return (
-            "this process was forked after Taichi started in its parent, and Taichi hangs in "
-            "such a child. Use multiprocessing_context='spawn' (or 'forkserver') for DataLoader "
-            "workers to run the kernels there"
-        )
-    if pid is None and _state["ti"] is not None:
-        arch = _existing_arch(_state["ti"])
-        if arch is not None and arch != device.type:
-            return f"Taichi was initialised on {arch}, the tensor is on {device.type}"
-    arch = _state["arch"]
-    if arch is not None and arch != device.type:
-        return f"Taichi runs on {arch} in this process, the tensor is on {device.type}"
-    return None
-
-
-def _ensure(device: torch.device) -> Any:
-    """Initialise (once) and return the kernels; caller holds the lock and checked ``refusal``."""
-    if _state["kernels"] is not None:
-        return _state["kernels"]
-    ti = _import_taichi()
-    arch = _existing_arch(ti)
-    if arch is None:
-        with contextlib.redirect_stdout(io.StringIO()):
-            ti.init(
-                arch=ti.cuda if device.type == "cuda" else ti.cpu,
-                default_ip=ti.i32,
-                # Kernels read torch memory; Taichi's own pool only needs to be tiny.
-                device_memory_GB=0.25,
-            )
-        arch = _existing_arch(ti)
-    elif arch != device.type:
-        raise RuntimeUnavailable(
-            f"Taichi was initialised on {arch}, the tensor is on {device.type}"
-        )
-    _state["arch"] = arch
-    _state["pid"] = os.getpid()
-    if _state["per_pixel"] is None:
-        _state["per_pixel"] = arch == "cuda"
-    _state["kernels"] = _build_kernels(ti)
-    return _state["kernels"]
-
-
-@contextlib.contextmanager
-def _ordered_with_torch(device: torch.device) -> Iterator[None]:
-    """Order a Taichi launch (legacy default stream) with torch's current stream.
-
-    Events, not host syncs: the default stream waits for the work queued on the side stream, and
-    the side stream waits for the Taichi kernel.
-    """
-    if device.type != "cuda":
-        yield
-        return
-    current = torch.cuda.current_stream(device)
-    default = torch.cuda.default_stream(device)
-    if current == default:
-        yield
-        return
-    default.wait_stream(current)
-    yield
-    current.wait_stream(default)
-
+from .. import _runtime as rt
+from .._geometry import MODE_CODES, PadGeometry, fold_index
 
 # Layout of the kernel's int32 `meta` argument: a header of scalars; for standard modes the
 # row and column index maps (_MAPS entries, else none); the per-sample offsets (oy, ox) and
@@ -454,17 +294,10 @@ def launch_pad(
 
     Raises ``RuntimeUnavailable`` when ``refusal(device)`` gives a reason.
     """
-    device = canvas.device
     g = geometry
-    # Everything below runs under the lock: the first call picks the arch (two threads must not
-    # both pick), the word-table cache is shared, and Taichi launches are not thread safe.
-    with _lock:
-        reason = refusal(device)
-        if reason is not None:
-            raise RuntimeUnavailable(reason)
+    with rt.session(canvas.device, "pad", _build_kernels) as kernels:
         if canvas.numel() == 0:
             return
-        kernels = _ensure(device)
         if mode == "constant":  # a 1x1 texture per channel, lattice at the origin
             mode, stagger, texture_grad = "texture", 0, False
             texture = fill.reshape(1, g.c, 1, 1) if not backward else canvas.new_zeros(1, g.c, 1, 1)
@@ -483,7 +316,7 @@ def launch_pad(
         lanes = 8 // canvas_arg.element_size()
         img_w, canvas_w = _words(img_arg), _words(canvas_arg)
         # Word moves serve the CPU's row walk; CUDA's one-thread-per-pixel order has no use.
-        if backward or lanes == 1 or img_w is None or canvas_w is None or _state["per_pixel"]:
+        if backward or lanes == 1 or img_w is None or canvas_w is None or rt._state["per_pixel"]:
             lanes, img_w, canvas_w, words = 1, no_words, no_words, no_words
         else:
             border = canvas.numel() - image.numel()
@@ -500,11 +333,10 @@ def launch_pad(
             host.append(fold_index(torch.arange(-g.top, g.h + g.bottom), g.h, mode))
             host.append(fold_index(torch.arange(-g.left, g.w + g.right), g.w, mode))
         meta = torch.cat(
-            [torch.cat(host).to(device=device, dtype=torch.int32, non_blocking=True),
+            [torch.cat(host).to(device=canvas.device, dtype=torch.int32, non_blocking=True),
              offset.reshape(-1), texture_index.reshape(-1)]
         )  # fmt: skip
-        with _ordered_with_torch(device):
-            kernels["pad_canvas"](
-                img_arg, canvas_arg, img_w, canvas_w, tex_arg, words.reshape(-1), meta,
-                lanes, backward, _state["per_pixel"],
-            )  # fmt: skip
+        kernels["pad_canvas"](
+            img_arg, canvas_arg, img_w, canvas_w, tex_arg, words.reshape(-1), meta,
+            lanes, backward, rt._state["per_pixel"],
+        )  # fmt: skip
