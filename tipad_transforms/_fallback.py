@@ -107,3 +107,44 @@ def pad_backward(
         target = plane[:, :, None] * (th * tw) + flat  # (N, C, B)
         grad_tex.view(-1).index_add_(0, target.reshape(-1), canvas[:, :, border].reshape(-1))
     return grad_image.reshape(g.n, g.c, g.h, g.w), grad_tex
+
+
+# RWKV operators: the torch route, differentiable by autograd (the Taichi kernels have explicit
+# backward kernels; this route serves refused devices and processes).
+
+
+def wkv(
+    w: torch.Tensor, u: torch.Tensor, k: torch.Tensor, v: torch.Tensor, state: torch.Tensor
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """WKV recurrence in the stable (aa, bb, pp) form, one torch step per token.
+
+    ``w = -exp(time_decay)`` and ``u = time_first``: ``(C,)``; ``k, v``: ``(B, T, C)`` float32
+    or float64; ``state``: ``(B, 3, C)`` (aa, bb, pp) of that dtype. Returns ``y`` ``(B, T, C)``
+    and the state after the last token.
+    """
+    aa, bb, pp = state.unbind(1)
+    ys = []
+    for t in range(k.shape[1]):
+        kt, vt = k[:, t], v[:, t]
+        ww = u + kt
+        p = torch.maximum(pp, ww)
+        e1, e2 = torch.exp(pp - p), torch.exp(ww - p)
+        ys.append((e1 * aa + e2 * vt) / (e1 * bb + e2))
+        ww = w + pp
+        p = torch.maximum(ww, kt)
+        e1, e2 = torch.exp(ww - p), torch.exp(kt - p)
+        aa, bb, pp = e1 * aa + e2 * vt, e1 * bb + e2, p
+    y = torch.stack(ys, 1) if ys else k.new_empty(k.shape)
+    return y, torch.stack([aa, bb, pp], 1)
+
+
+def time_conv(w: torch.Tensor, k: torch.Tensor, eps: float) -> torch.Tensor:
+    """Causal depthwise convolution ``out[b,c,t] = eps + sum_j w[c, L-1-j] * k[b,c,t-j]``.
+
+    ``w``: ``(C, L)``, ``k``: ``(B, C, T)``, one dtype. Returns ``(B, C, T)``.
+    """
+    length = w.shape[-1]
+    out = torch.nn.functional.conv1d(
+        torch.nn.functional.pad(k, (length - 1, 0)), w.unsqueeze(1), groups=w.shape[0]
+    )
+    return out + eps if eps else out

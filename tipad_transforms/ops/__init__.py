@@ -1,5 +1,7 @@
 """torch.library custom ops (``torch.ops.tipad.*``): traceable, differentiable kernels."""
 
 from ._pad import pad, pad_backward, pad_out
+from ._time_conv import time_conv
+from ._wkv import init_wkv_state, wkv
 
-__all__ = ["pad", "pad_backward", "pad_out"]
+__all__ = ["init_wkv_state", "pad", "pad_backward", "pad_out", "time_conv", "wkv"]
