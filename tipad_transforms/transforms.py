@@ -130,6 +130,7 @@ class _TexturedPad(v2.Transform):
         stagger: int,
         offset: Offset,
         random_offset: bool,
+        same_on_batch: bool,
         mask_fill: Number,
         generator: torch.Generator | None,
     ) -> None:
@@ -143,6 +144,7 @@ class _TexturedPad(v2.Transform):
                 f"offset must be (0, 0) when random_offset=True (the offset is drawn), "
                 f"got {self.offset}"
             )
+        self.same_on_batch: bool = _check_flag(same_on_batch, "same_on_batch")
         self.mask_fill: Number = _check_mask_fill(mask_fill)
         self.generator: torch.Generator | None = _check_generator(generator)
         # Converted copies of the texture, by (dtype, device) of the images seen.
@@ -161,19 +163,28 @@ class _TexturedPad(v2.Transform):
     # -- torchvision hooks ----------------------------------------------------------------
 
     def _randint(self, high: int, shape: tuple[int, ...]) -> torch.Tensor:
-        device = self.generator.device if self.generator is not None else None
-        return torch.randint(high, shape, generator=self.generator, device=device)
+        # Imported here: the data package builds on this module.
+        from .data._seeding import worker_generator
+
+        generator = worker_generator(self.generator)
+        device = generator.device if generator is not None else None
+        return torch.randint(high, shape, generator=generator, device=device)
+
+    def _draw_shape(self, flat_inputs: list[Any]) -> tuple[int, ...]:
+        """One draw per sample, or a single draw for the whole call with ``same_on_batch``."""
+        return () if self.same_on_batch else _sample_shape(flat_inputs)
 
     def make_params(self, flat_inputs: list[Any]) -> dict[str, Any]:
         """Draw this call's parameters: ``{"offset": int64 tensor (*S, 2) or (2,)}``.
 
         ``S`` is the leading (batch) shape of the call's images (``()`` for one image); with
         ``random_offset`` each sample gets its own ``(oy, ox)`` in ``[0, th) x [0, tw)``, drawn
-        from ``generator`` or torch's global RNG. Nothing is drawn otherwise.
+        from ``generator`` or torch's global RNG (``transform`` pads them all in one launch);
+        with ``same_on_batch`` one ``(2,)`` draw serves every sample. Nothing is drawn otherwise.
         """
         if not self.random_offset:
             return {"offset": torch.tensor(self.offset, dtype=torch.int64)}
-        shape = _sample_shape(flat_inputs)
+        shape = self._draw_shape(flat_inputs)
         th, tw = self.tile_size
         offset = torch.stack([self._randint(th, shape), self._randint(tw, shape)], dim=-1)
         return {"offset": offset}
@@ -235,6 +246,8 @@ class _TexturedPad(v2.Transform):
         if self.offset != (0, 0):
             parts.append(f"offset={self.offset}")
         parts.append(f"random_offset={self.random_offset}")
+        if self.same_on_batch:
+            parts.append("same_on_batch=True")
         parts.extend(extra)
         if self.mask_fill != 0:
             parts.append(f"mask_fill={self.mask_fill}")
@@ -257,16 +270,19 @@ class TexturePad(_TexturedPad):
         stagger: horizontal shift, in pixels, of each successive row of tiles.
         offset: fixed ``(oy, ox)`` shift of the tile lattice (an int shifts both).
         random_offset: draw an ``(oy, ox)`` in ``[0, th) x [0, tw)`` for every sample (every
-            index of the image's leading dims; every clip of a video). ``offset`` must then be
-            left at ``(0, 0)``.
+            index of the image's leading dims; every clip of a video): a batch ``(B, C, H, W)``
+            gets ``B`` draws, applied in one launch. ``offset`` must then be left at ``(0, 0)``.
         texture_index: for a bank, which texture to use: ``None`` (texture 0), an int in
             ``[0, K)``, or ``"random"`` (one drawn per sample, uniformly).
+        same_on_batch: one draw (offset, random texture index) for the whole call instead of
+            one per sample, as Kornia's flag.
         mask_fill: value of the border of ``tv_tensors.Mask`` inputs (e.g. 255 for an "ignore"
             label); must be representable in the mask's dtype.
         generator: ``torch.Generator`` for the draws (default: torch's global RNG, so
-            ``torch.manual_seed`` makes them reproducible). A generator is copied with the
-            transform into each DataLoader worker, so every worker would replay the same
-            stream: prefer the global RNG, which the DataLoader seeds per worker.
+            ``torch.manual_seed`` makes them reproducible). Inside a DataLoader worker the draws
+            come from a generator derived from this one and the worker's seed, so workers and
+            epochs differ and the same seeds repeat them (the global RNG behaves the same way:
+            the DataLoader seeds it per worker).
 
     Shapes: images ``(..., C, H, W)`` or ``(H, W)`` become ``(..., C, H + top + bottom, W +
     left + right)``, same dtype and device, the image bit-exact in the middle; the texture
@@ -274,9 +290,9 @@ class TexturePad(_TexturedPad):
 
     Params (``make_params``): ``{"offset": int64 tensor, "texture_index": int64 tensor, int or
     None}``. ``offset`` is ``(2,)`` (fixed) or ``(*S, 2)`` with ``S`` the leading shape of the
-    call's images (``random_offset``); ``texture_index`` is ``(*S,)`` when ``"random"``. All
-    inputs of one call share one draw; ``transform(inpt, params)`` with stored params replays
-    it exactly, on any input.
+    call's images (``random_offset``; ``S = ()`` with ``same_on_batch``); ``texture_index`` is
+    ``(*S,)`` when ``"random"``. All inputs of one call share one draw; ``transform(inpt,
+    params)`` with stored params replays it exactly, on any input.
 
     Raises:
         TypeError / ValueError (at construction, naming the argument): bad ``padding``,
@@ -310,6 +326,7 @@ class TexturePad(_TexturedPad):
         offset: Offset = (0, 0),
         random_offset: bool = False,
         texture_index: int | str | None = None,
+        same_on_batch: bool = False,
         mask_fill: Number = 0,
         generator: torch.Generator | None = None,
     ) -> None:
@@ -318,6 +335,7 @@ class TexturePad(_TexturedPad):
             stagger=stagger,
             offset=offset,
             random_offset=random_offset,
+            same_on_batch=same_on_batch,
             mask_fill=mask_fill,
             generator=generator,
         )
@@ -352,7 +370,7 @@ class TexturePad(_TexturedPad):
         params = super().make_params(flat_inputs)
         if self.texture_index == "random":
             k = int(self.texture.shape[0])
-            params["texture_index"] = self._randint(k, _sample_shape(flat_inputs))
+            params["texture_index"] = self._randint(k, self._draw_shape(flat_inputs))
         else:
             params["texture_index"] = self.texture_index
         return params
@@ -395,8 +413,8 @@ class BrickPad(_TexturedPad):
         padding: ``p``, ``(lr, tb)`` or ``(left, top, right, bottom)`` pixels, non-negative.
         stagger: horizontal shift of each successive row of tiles; default
             ``running_bond_stagger(**brick)``, which continues the tile's running bond.
-        offset, random_offset, mask_fill, generator: as in ``TexturePad`` (random offsets lie in
-            ``[0, th) x [0, tw)`` of the brick tile, see ``tile_size``).
+        offset, random_offset, same_on_batch, mask_fill, generator: as in ``TexturePad`` (random
+            offsets lie in ``[0, th) x [0, tw)`` of the brick tile, see ``tile_size``).
         **brick: keyword arguments of ``make_brick_texture`` (``brick_size``, ``mortar``,
             ``bricks_per_tile``, ``courses``, colours, ``seed``, ...); their errors (TypeError /
             ValueError naming the option) are raised at construction.
@@ -421,6 +439,7 @@ class BrickPad(_TexturedPad):
         stagger: int | None = None,
         offset: Offset = (0, 0),
         random_offset: bool = False,
+        same_on_batch: bool = False,
         mask_fill: Number = 0,
         generator: torch.Generator | None = None,
         **brick: Any,
@@ -432,6 +451,7 @@ class BrickPad(_TexturedPad):
             stagger=stagger,
             offset=offset,
             random_offset=random_offset,
+            same_on_batch=same_on_batch,
             mask_fill=mask_fill,
             generator=generator,
         )

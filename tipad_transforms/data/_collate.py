@@ -1,0 +1,412 @@
+"""``PadCollate`` and ``GPUCollate``: collate samples of different sizes onto one padded canvas.
+
+The images of a batch are padded to one canvas size at a per-sample placement, with a texture
+(the brick wall by default) or a standard mode, by ``functional.pad_stack`` (one kernel launch
+for the whole batch); targets follow their own sample's placement (``_targets``).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import Any
+
+import torch
+from torchvision import tv_tensors
+
+from .. import functional as F
+from .._geometry import check_mode
+from ..functional._brick import brick_channels
+from ..functional._pad import Fill, _brick_tile, _texture_bank, as_bank
+from ..transforms import _check_flag, _check_generator, _check_mask_fill, _check_stagger
+from ._device import Transforms, apply_transforms, check_device, check_transforms, cuda_guard
+from ._samples import REGION_KEY, read_samples
+from ._seeding import worker_generator
+from ._targets import Canvas, collate_field
+
+__all__ = ["GPUCollate", "PadCollate"]
+
+PLACEMENTS = ("top_left", "center", "random")
+Number = int | float | bool
+
+
+def _is_int(value: Any) -> bool:
+    return isinstance(value, int) and not isinstance(value, bool)
+
+
+def _check_pair(value: Any, name: str) -> tuple[int, int] | None:
+    """None, an int ``s`` (``(s, s)``) or a pair of ints, each >= 1."""
+    if value is None:
+        return None
+    pair = [value, value] if _is_int(value) else value
+    if (
+        isinstance(pair, (str, bytes))
+        or not isinstance(pair, Sequence)
+        or len(pair) != 2
+        or not all(_is_int(v) for v in pair)
+    ):
+        raise TypeError(f"{name} must be None, an int or a pair of ints (H, W), got {value!r}")
+    if min(pair) < 1:
+        raise ValueError(f"{name} must be >= 1, got {value!r}")
+    return int(pair[0]), int(pair[1])
+
+
+def _check_fill(fill: Any) -> Fill:
+    numbers = (int, float, bool)
+    if isinstance(fill, numbers):
+        return fill
+    if isinstance(fill, Sequence) and not isinstance(fill, str):
+        if all(isinstance(f, numbers) for f in fill):
+            return list(fill)
+    raise TypeError(f"fill must be a number or a sequence of numbers, got {fill!r}")
+
+
+@dataclass
+class _Batch:
+    """A collated batch before it is put back into the samples' structure."""
+
+    kind: str
+    slot: Any
+    like: Any
+    images: torch.Tensor
+    regions: torch.Tensor
+    fields: dict[Any, Any]
+
+    def assemble(self) -> Any:
+        if self.kind == "image":
+            return self.images, self.regions
+        if self.kind == "mapping":
+            out = {k: self.images if k == self.slot else self.fields[k] for k in self.like}
+            out[REGION_KEY] = self.regions
+            return out
+        values = [self.images if j == self.slot else self.fields[j] for j in range(len(self.like))]
+        return [*values, self.regions]
+
+
+class PadCollate:
+    """``collate_fn`` for images of different sizes: pad each onto one canvas size, then stack.
+
+    The border is a texture (the brick wall of ``BrickPad`` by default) or a standard mode, never
+    bare zeros; all the batch's images are padded in one kernel launch. Use it as
+    ``DataLoader(dataset, batch_size, collate_fn=PadCollate(...))``; it runs in worker processes
+    (CPU batches; fork workers after the parent used Taichi pad with the torch route and warn
+    once) and works with ``pin_memory=True``.
+
+    Args:
+        size: canvas ``(H, W)`` (an int is square), every sample must fit (ValueError naming the
+            sample's index otherwise); ``None``: the batch's largest height and width.
+        multiple: with ``size=None``, round the canvas up to a multiple of this (an int or
+            ``(mh, mw)``), e.g. 32 for detectors.
+        placement: where each image lies in its canvas: ``"top_left"``, ``"center"`` (the extra
+            pixel of an odd margin goes right/bottom) or ``"random"`` (uniform per sample).
+        texture: the tile for ``mode="texture"``: ``(th, tw)``, ``(C, th, tw)`` or a one-texture
+            bank ``(1, C, th, tw)``, converted to the images' dtype as ``functional.texture_pad``
+            does. ``None``: ``functional.brick_pad``'s brick wall (tile chosen per dtype and
+            channel count, running-bond stagger).
+        mode: ``"texture"`` or a standard mode of ``functional.pad`` (``"constant"`` with
+            ``fill``, ``"edge"``, ``"reflect"``, ``"symmetric"``, ``"circular"``).
+        stagger: the texture's row stagger; default the brick wall's running bond, or 0 for a
+            given ``texture``. Texture mode only.
+        fill: constant mode's value (a number, or one per channel).
+        mask_fill: border value of ``tv_tensors.Mask`` targets (e.g. 255 for "ignore").
+        random_offset: texture mode: draw a lattice offset ``(oy, ox)`` in ``[0, th) x [0, tw)``
+            per sample, as ``BrickPad(random_offset=True)`` does. Ignored by standard modes.
+        generator: ``torch.Generator`` for the draws (placement, offsets); default torch's
+            global RNG. Inside DataLoader workers the draws come from a generator derived from it
+            and the worker's seed, so they differ between workers and epochs and repeat with the
+            same seeds (``tipad_transforms.data._seeding``).
+
+    Samples and what comes back (``B`` samples, canvas ``(H, W)``): each sample is an image
+    (tensor ``(C, h, w)``, or ``(h, w)`` for all samples, becoming ``C = 1``; ``tv_tensors.Image``;
+    PIL image, converted to a uint8 ``(C, h, w)`` tensor as ``v2.PILToTensor``) or a tuple, list
+    or dict holding one (the image is the first ``tv_tensors.Image`` or PIL image, else the
+    ``"image"`` key of a dict, else the first plain tensor). The result has
+    ``torch.utils.data.default_collate``'s structure with:
+
+    * the image replaced by the padded batch ``(B, C, H, W)`` (a ``tv_tensors.Image`` if the
+      samples held ``tv_tensors.Image``), same dtype and device as the images;
+    * ``regions``, ``(B, 4)`` int64 ``(top, left, h, w)``: where each real image lies in its
+      canvas (``images[i, :, top:top+h, left:left+w]`` is image ``i``), so a loss can mask the
+      padding. Bare images give ``(images, regions)``; tuples/lists give a list with
+      ``regions`` appended; dicts get it under the key ``"region"``;
+    * ``tv_tensors.BoundingBoxes``/``KeyPoints``: a list per sample, each shifted by its own
+      sample's ``(left, top)`` with ``canvas_size`` ``(H, W)``;
+    * ``tv_tensors.Mask``: padded with ``mask_fill`` at its sample's placement and stacked; a
+      dict holding boxes or keypoints (torchvision's detection target) stays a list of
+      per-sample dicts, its masks padded but not stacked;
+    * anything else: ``default_collate``.
+
+    ``make_params(sizes)`` draws a batch's parameters; ``collate(samples, params=...)``
+    replays them exactly.
+
+    Raises:
+        TypeError / ValueError at construction, naming the argument. At call time ValueError /
+        TypeError naming the sample index: an empty batch; a sample of another structure; an
+        image of another rank (a 2-D image among 3-D ones), channel count, dtype or device than
+        ``samples[0]``'s; a sample larger than a fixed ``size``; boxes whose ``canvas_size`` or
+        masks whose size differ from their image's; fields that ``default_collate`` cannot stack.
+
+    Example:
+        >>> import torch
+        >>> from tipad_transforms.data import PadCollate
+        >>> collate = PadCollate(multiple=8, placement="center")
+        >>> samples = [(torch.zeros(3, 20, 30, dtype=torch.uint8), 0),
+        ...            (torch.zeros(3, 25, 10, dtype=torch.uint8), 1)]
+        >>> images, labels, regions = collate(samples)
+        >>> tuple(images.shape), labels.tolist(), regions.tolist()
+        ((2, 3, 32, 32), [0, 1], [[6, 1, 20, 30], [3, 11, 25, 10]])
+    """
+
+    def __init__(
+        self,
+        size: int | tuple[int, int] | None = None,
+        *,
+        multiple: int | tuple[int, int] | None = None,
+        placement: str = "center",
+        texture: torch.Tensor | None = None,
+        mode: str = "texture",
+        stagger: int | None = None,
+        fill: Fill = 0,
+        mask_fill: Number = 0,
+        random_offset: bool = True,
+        generator: torch.Generator | None = None,
+    ) -> None:
+        self.size = _check_pair(size, "size")
+        self.multiple = _check_pair(multiple, "multiple")
+        if self.size is not None and self.multiple is not None:
+            raise ValueError(
+                f"give size or multiple, not both: got size={size!r}, multiple={multiple!r}"
+            )
+        if not isinstance(placement, str) or placement not in PLACEMENTS:
+            raise ValueError(f"placement must be one of {PLACEMENTS}, got {placement!r}")
+        self.placement = placement
+        self.mode = "texture" if mode == "texture" else check_mode(mode)
+        if texture is not None:
+            if self.mode != "texture":
+                raise ValueError(f"texture is for mode='texture', got mode={mode!r}")
+            bank = as_bank(texture)
+            if bank.shape[0] != 1:
+                raise ValueError(
+                    "texture must be one tile (th, tw), (C, th, tw) or (1, C, th, tw), got a bank "
+                    f"of shape {tuple(texture.shape)}"
+                )
+        self.texture = texture
+        if stagger is not None and self.mode != "texture":
+            raise ValueError(f"stagger is for mode='texture', got mode={mode!r}")
+        if stagger is None:
+            stagger = F.running_bond_stagger() if texture is None and self.mode == "texture" else 0
+        self.stagger = _check_stagger(stagger)
+        self.fill = _check_fill(fill)
+        self.mask_fill: Number = _check_mask_fill(mask_fill)
+        self.random_offset = _check_flag(random_offset, "random_offset")
+        self.generator = _check_generator(generator)
+        tile = self.texture
+        if tile is None:
+            tile = _brick_tile(torch.uint8, torch.device("cpu"))
+        self.tile_size: tuple[int, int] = (int(tile.shape[-2]), int(tile.shape[-1]))
+        # Where the batch is built: None keeps the samples' device (GPUCollate sets its own).
+        self._device: torch.device | None = None
+        # The texture converted to the images' dtype/device (its range check syncs on CUDA).
+        self._converted: dict[tuple[Any, ...], torch.Tensor] = {}
+
+    # -- parameters -----------------------------------------------------------------------
+
+    def canvas_size(self, sizes: Sequence[tuple[int, int]]) -> tuple[int, int]:
+        """The canvas ``(H, W)`` for images of ``sizes`` ``[(h, w), ...]``.
+
+        Raises ValueError naming the first sample larger than a fixed ``size``.
+        """
+        if self.size is not None:
+            for i, (h, w) in enumerate(sizes):
+                if h > self.size[0] or w > self.size[1]:
+                    raise ValueError(
+                        f"samples[{i}]: the image is {h}x{w}, larger than size={self.size}"
+                    )
+            return self.size
+        out_h = max(h for h, _ in sizes)
+        out_w = max(w for _, w in sizes)
+        if self.multiple is not None:
+            out_h = -(-out_h // self.multiple[0]) * self.multiple[0]
+            out_w = -(-out_w // self.multiple[1]) * self.multiple[1]
+        return out_h, out_w
+
+    def make_params(self, sizes: Sequence[tuple[int, int]]) -> dict[str, Any]:
+        """Draw one batch's parameters for images of ``sizes`` ``[(h, w), ...]``.
+
+        Returns ``{"size": (H, W), "placement": int64 (B, 2) (top, left), "offset": int64
+        (B, 2) (oy, ox)}``, on the CPU. Draws, in this order: the placements (``"random"``),
+        then the lattice offsets (texture mode with ``random_offset``).
+        """
+        n = len(sizes)
+        if n == 0:
+            raise ValueError("got an empty batch: sizes must hold at least one (h, w)")
+        out_h, out_w = self.canvas_size(sizes)
+        slack = torch.tensor([(out_h - h, out_w - w) for h, w in sizes], dtype=torch.int64)
+        gen = worker_generator(self.generator)
+        if self.placement == "top_left":
+            placement = torch.zeros(n, 2, dtype=torch.int64)
+        elif self.placement == "center":
+            placement = slack // 2
+        else:
+            placement = self._draw(gen, n) % (slack + 1)
+        if self.mode == "texture" and self.random_offset:
+            offset = self._draw(gen, n) % torch.tensor(self.tile_size)
+        else:
+            offset = torch.zeros(n, 2, dtype=torch.int64)
+        return {"size": (out_h, out_w), "placement": placement, "offset": offset}
+
+    @staticmethod
+    def _draw(gen: torch.Generator | None, n: int) -> torch.Tensor:
+        # 62-bit draws reduced per sample: the bias of the modulo is below 2**-40 for any canvas.
+        device = gen.device if gen is not None else None
+        return torch.randint(0, 2**62, (n, 2), generator=gen, device=device).cpu()
+
+    # -- collation ------------------------------------------------------------------------
+
+    def __call__(self, samples: Sequence[Any], *, params: dict[str, Any] | None = None) -> Any:
+        """Collate ``samples`` (see the class docstring); ``params`` replays ``make_params``."""
+        return self._collate(samples, params).assemble()
+
+    def _collate(self, samples: Sequence[Any], params: dict[str, Any] | None) -> _Batch:
+        read = read_samples(samples)
+        sizes = read.sizes
+        if params is None:
+            params = self.make_params(sizes)
+        size, placement, offset = _check_params(params, len(sizes))
+        images = read.images
+        if self._device is not None:
+            # One host-to-device copy per sample; everything after runs on the device.
+            images = [im.to(self._device, non_blocking=True) for im in images]
+        if self.mode == "texture":
+            padded = F.pad_stack(
+                images,
+                size,
+                placement,
+                "texture",
+                texture=self._texture_for(images[0]),
+                stagger=self.stagger,
+                offset=offset,
+            )
+        else:
+            padded = F.pad_stack(images, size, placement, self.mode, self.fill)
+        if read.tv_image:
+            padded = tv_tensors.Image(padded)
+        regions = torch.cat([placement, torch.tensor(sizes, dtype=torch.int64)], dim=1)
+        canvas = Canvas(size, placement, sizes, self.mask_fill, self._device)
+        like = read.containers[0]
+        if read.kind == "image":
+            slots = []
+        else:
+            keys = list(like) if read.kind == "mapping" else list(range(len(like)))
+            slots = [k for k in keys if k != read.slot]
+        fields = {
+            k: collate_field([c[k] for c in read.containers], canvas, f"[{k!r}]") for k in slots
+        }
+        return _Batch(read.kind, read.slot, like, padded, regions.to(padded.device), fields)
+
+    def _texture_for(self, image: torch.Tensor) -> torch.Tensor:
+        """The tile for ``image``'s batch, in its dtype and on its device."""
+        channels = int(image.shape[0])
+        if self.texture is None:
+            return _brick_tile(image.dtype, image.device, channels=brick_channels(channels))
+        try:
+            version = self.texture._version
+        except RuntimeError:  # an inference tensor has no version counter: convert every time
+            return _texture_bank(self.texture, image, channels)
+        key = (image.dtype, image.device, channels, version)
+        tile = self._converted.get(key)
+        if tile is None:
+            if len(self._converted) >= 8:
+                self._converted.clear()
+            tile = self._converted[key] = _texture_bank(self.texture.detach(), image, channels)
+        return tile
+
+    def __getstate__(self) -> dict[str, Any]:
+        # Do not ship converted (possibly CUDA) copies to DataLoader workers.
+        state = self.__dict__.copy()
+        state["_converted"] = {}
+        return state
+
+    def _repr_parts(self) -> list[str]:
+        parts = [
+            f"size={self.size}" if self.multiple is None else f"multiple={self.multiple}",
+            f"placement={self.placement!r}",
+            f"mode={self.mode!r}",
+        ]
+        if self.mode == "texture":
+            t = self.texture
+            parts.append(
+                "texture=brick"
+                if t is None
+                else f"texture=Tensor(shape={list(t.shape)}, dtype={t.dtype})"
+            )
+            parts += [f"stagger={self.stagger}", f"random_offset={self.random_offset}"]
+        elif self.mode == "constant":
+            parts.append(f"fill={self.fill!r}")
+        if self.mask_fill != 0:
+            parts.append(f"mask_fill={self.mask_fill!r}")
+        if self.generator is not None:
+            parts.append(f"generator=torch.Generator(device={self.generator.device})")
+        return parts
+
+    def __repr__(self) -> str:
+        return f"{type(self).__name__}({', '.join(self._repr_parts())})"
+
+
+def _check_params(params: Any, n: int) -> tuple[tuple[int, int], torch.Tensor, torch.Tensor]:
+    if not isinstance(params, dict) or not {"size", "placement", "offset"} <= set(params):
+        raise ValueError("params must be make_params's dict of 'size', 'placement', 'offset'")
+    size = _check_pair(params["size"], "params['size']")
+    assert size is not None
+    out = []
+    for name in ("placement", "offset"):
+        value = params[name]
+        if not isinstance(value, torch.Tensor) or tuple(value.shape) != (n, 2):
+            raise ValueError(f"params[{name!r}] must be an int tensor of shape ({n}, 2)")
+        out.append(value.to("cpu", torch.int64))
+    return size, out[0], out[1]
+
+
+class GPUCollate(PadCollate):
+    """``PadCollate`` that builds the batch on a CUDA device, for ``num_workers=0`` loaders.
+
+    Each sample's image goes to ``device`` in one host-to-device copy (targets too); the padding
+    (one launch) and ``transforms`` then run there. Called in a DataLoader worker (where a
+    forked process cannot start CUDA), it raises RuntimeError naming the fix: ``PadCollate`` in
+    the workers plus ``DeviceLoader``, or ``num_workers=0``. Do not combine with
+    ``pin_memory=True`` (the batch is already on the device). ``device="cpu"`` runs the same
+    code on the CPU (and then also in workers), so one script serves both.
+
+    Args:
+        device: where to build the batch (``"cuda"``: the current CUDA device).
+        transforms: a callable or a sequence of callables applied in order to the padded image
+            batch ``(B, C, H, W)`` on the device, e.g. ``BrickPad(8, random_offset=True)`` (one
+            draw per sample, one launch) or ``v2.Normalize``. They see the image batch only:
+            regions, boxes and masks are not updated by them.
+        **kwargs: ``PadCollate``'s arguments.
+
+    Returns: as ``PadCollate``, every tensor on ``device``.
+    """
+
+    def __init__(
+        self,
+        device: torch.device | str = "cuda",
+        transforms: Transforms = None,
+        **kwargs: Any,
+    ) -> None:
+        super().__init__(**kwargs)
+        self.device = check_device(device)
+        self.transforms = check_transforms(transforms)
+        self._device = self.device
+
+    def __call__(self, samples: Sequence[Any], *, params: dict[str, Any] | None = None) -> Any:
+        cuda_guard(self.device, type(self).__name__)
+        batch = self._collate(samples, params)
+        batch.images = apply_transforms(batch.images, self.transforms)
+        return batch.assemble()
+
+    def _repr_parts(self) -> list[str]:
+        parts = [f"device={str(self.device)!r}", *super()._repr_parts()]
+        if self.transforms:
+            parts.append(f"transforms={list(self.transforms)!r}")
+        return parts

@@ -1,0 +1,177 @@
+"""``DeviceLoader``: move a DataLoader's batches to the device ahead of use, then augment them.
+
+The device stage of a pipeline (timm's ``PrefetchLoader``, Lightning's
+``on_after_batch_transfer``): the workers build CPU batches (``PadCollate``), the main process
+copies each to the GPU on a side stream while the previous one is in use, and batch transforms
+(``BrickPad``/``TexturePad`` with per-sample parameters in one launch, ``v2.Normalize``, ...)
+run there.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Iterator
+from typing import Any
+
+import torch
+
+from ._device import Transforms, apply_transforms, check_device, check_transforms
+from ._tree import iter_tensors, to_device
+
+__all__ = ["DeviceLoader"]
+
+_END = object()
+
+
+def _record(tensor: torch.Tensor, stream: torch.cuda.Stream) -> None:
+    """Tell the caching allocator that ``stream`` uses ``tensor`` (one place, for tests)."""
+    tensor.record_stream(stream)
+
+
+class DeviceLoader:
+    """Wrap a DataLoader: yield its batches on ``device``, with ``transforms`` applied there.
+
+    Each batch has every tensor moved to ``device`` (through tuples, lists and dicts; tv_tensors
+    keep their type), then ``transforms`` applied in order to its image batch: the batch itself
+    if it is a tensor, else the first ``tv_tensors.Image``, else a dict's ``"image"`` key, else
+    the first plain tensor (for ``PadCollate``'s batches: the padded images). Transforms see the
+    image batch only (boxes, masks and regions are not updated by them).
+
+    On CUDA with ``prefetch=True``, batch ``k + 1`` is copied on a side stream
+    (``non_blocking=True``, which overlaps with compute when the DataLoader pins memory:
+    ``pin_memory=True``) before batch ``k`` is handed out; the consumer's current stream waits
+    for the copy, and every yielded tensor is recorded on that stream so its memory is not
+    reused early. The transforms run on the consumer's current stream. On the CPU (or with
+    ``prefetch=False``) the batches are moved and transformed one at a time, so the same
+    training script runs on a CPU-only machine.
+
+    Args:
+        loader: any iterable of batches, usually a ``torch.utils.data.DataLoader``.
+        device: where the batches go (``"cuda"``, ``"cuda:0"``, ``"cpu"``, a torch.device).
+        transforms: None, a callable or a sequence of callables for the image batch.
+        prefetch: copy the next batch while the current one is used (CUDA only).
+
+    Behaviour: ``len()`` is the loader's; every ``iter()`` is a new epoch (the loader's own
+    re-iteration, persistent workers included); ``set_epoch(e)`` reaches the sampler (e.g. a
+    ``DistributedSampler``); leaving the loop early (``break``, an exception) drops the loader's
+    iterator at once, which stops its (non-persistent) worker processes.
+
+    Raises:
+        TypeError / ValueError naming the argument; RuntimeError for a CUDA device on a machine
+        without CUDA.
+
+    Example:
+        >>> import torch
+        >>> from torch.utils.data import DataLoader
+        >>> from tipad_transforms import BrickPad
+        >>> from tipad_transforms.data import DeviceLoader, PadCollate
+        >>> data = [torch.zeros(3, 20 + i, 24, dtype=torch.uint8) for i in range(4)]
+        >>> loader = DataLoader(data, batch_size=2, collate_fn=PadCollate())
+        >>> device = "cuda" if torch.cuda.is_available() else "cpu"
+        >>> batches = DeviceLoader(loader, device, BrickPad(4, random_offset=True))
+        >>> [tuple(images.shape) for images, regions in batches]
+        [(2, 3, 29, 32), (2, 3, 31, 32)]
+    """
+
+    def __init__(
+        self,
+        loader: Iterable[Any],
+        device: torch.device | str,
+        transforms: Transforms = None,
+        prefetch: bool = True,
+    ) -> None:
+        if not isinstance(loader, Iterable):
+            raise TypeError(f"loader must be iterable (a DataLoader), got {type(loader).__name__}")
+        if not isinstance(prefetch, bool):
+            raise TypeError(f"prefetch must be a bool, got {type(prefetch).__name__}")
+        self.loader = loader
+        self.device = check_device(device)
+        if self.device.type == "cuda" and not torch.cuda.is_available():
+            raise RuntimeError(
+                f"device {self.device} was requested but CUDA is not available; pass "
+                "device='cpu' on this machine (the same API runs without streams)"
+            )
+        self.transforms = check_transforms(transforms)
+        self.prefetch = prefetch
+
+    def __len__(self) -> int:
+        return len(self.loader)  # type: ignore[arg-type]
+
+    @property
+    def dataset(self) -> Any:
+        """The wrapped loader's dataset."""
+        return getattr(self.loader, "dataset", None)
+
+    @property
+    def sampler(self) -> Any:
+        """The wrapped loader's sampler."""
+        return getattr(self.loader, "sampler", None)
+
+    @property
+    def batch_size(self) -> Any:
+        """The wrapped loader's batch size."""
+        return getattr(self.loader, "batch_size", None)
+
+    def set_epoch(self, epoch: int) -> None:
+        """Pass ``epoch`` on to the loader (if it has ``set_epoch``) or else to its sampler and
+        batch sampler (``DistributedSampler`` reshuffles per epoch); no-op where none has one."""
+        own = getattr(self.loader, "set_epoch", None)
+        if callable(own):
+            own(epoch)
+            return
+        batch_sampler = getattr(self.loader, "batch_sampler", None)
+        targets = (self.sampler, batch_sampler, getattr(batch_sampler, "sampler", None))
+        seen: list[Any] = []
+        for target in targets:
+            set_epoch = getattr(target, "set_epoch", None)
+            if callable(set_epoch) and not any(target is s for s in seen):
+                seen.append(target)
+                set_epoch(epoch)
+
+    def __iter__(self) -> Iterator[Any]:
+        if self.prefetch and self.device.type == "cuda":
+            return self._prefetched()
+        return self._plain()
+
+    def _finish(self, batch: Any) -> Any:
+        return apply_transforms(batch, self.transforms)
+
+    def _plain(self) -> Iterator[Any]:
+        batches = iter(self.loader)
+        try:
+            for batch in batches:
+                yield self._finish(to_device(batch, self.device, non_blocking=True))
+        finally:
+            # Drop the iterator now (not when this generator is collected): a DataLoader's
+            # iterator shuts its worker processes down when it goes away.
+            del batches
+
+    def _prefetched(self) -> Iterator[Any]:
+        stream = torch.cuda.Stream(device=self.device)
+        batches = iter(self.loader)
+        try:
+            pending = self._copy(next(batches, _END), stream)
+            while pending is not _END:
+                current = torch.cuda.current_stream(self.device)
+                # The consumer's stream waits for the copy; the memory, allocated on the side
+                # stream, must not be reused before the consumer's work on it is done.
+                current.wait_stream(stream)
+                for t in iter_tensors(pending):
+                    _record(t, current)
+                batch, pending = pending, None
+                pending = self._copy(next(batches, _END), stream)
+                yield self._finish(batch)
+        finally:
+            del batches
+
+    def _copy(self, batch: Any, stream: torch.cuda.Stream) -> Any:
+        if batch is _END:
+            return _END
+        with torch.cuda.stream(stream):
+            return to_device(batch, self.device, non_blocking=True)
+
+    def __repr__(self) -> str:
+        t = f", transforms={list(self.transforms)!r}" if self.transforms else ""
+        return (
+            f"DeviceLoader({type(self.loader).__name__}, device={str(self.device)!r}{t}, "
+            f"prefetch={self.prefetch})"
+        )

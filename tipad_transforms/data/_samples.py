@@ -1,0 +1,161 @@
+"""Reading a batch of samples: which element is the image, and the images as ``(C, H, W)``.
+
+A sample is an image (tensor ``(C, H, W)`` or ``(H, W)``, ``tv_tensors.Image``, PIL image), or a
+tuple/list/dict holding one next to its targets; the image is found by ``_tree.image_slot``'s
+rule in the first sample and must sit at the same place in every other one. Every error names
+the index of the sample at fault.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+import PIL.Image
+import torch
+from torchvision import tv_tensors
+from torchvision.transforms.v2 import functional as tvF
+
+from ._tree import image_slot, is_plain_tensor
+
+__all__ = ["REGION_KEY", "Samples", "read_samples"]
+
+REGION_KEY = "region"
+
+
+@dataclass
+class Samples:
+    """The images of a batch, checked, and where they sat in their samples.
+
+    ``kind``: ``"image"`` (bare images), ``"sequence"`` (tuples/lists) or ``"mapping"`` (dicts);
+    ``slot``: the image's position or key; ``images``: plain ``(C, h_i, w_i)`` tensors of one
+    channel count, dtype and device (a 2-D batch gets ``C = 1``); ``tv_image``: the batch
+    should come back as a ``tv_tensors.Image``; ``containers``: the samples themselves.
+    """
+
+    kind: str
+    slot: Any
+    images: list[torch.Tensor]
+    tv_image: bool
+    containers: list[Any]
+
+    @property
+    def sizes(self) -> list[tuple[int, int]]:
+        return [(int(im.shape[-2]), int(im.shape[-1])) for im in self.images]
+
+
+def _is_image(value: Any) -> bool:
+    return isinstance(value, (tv_tensors.Image, PIL.Image.Image)) or is_plain_tensor(value)
+
+
+def _kind(sample: Any) -> str:
+    if _is_image(sample):
+        return "image"
+    if isinstance(sample, Mapping):
+        return "mapping"
+    if isinstance(sample, (tuple, list)):
+        return "sequence"
+    return "other"
+
+
+def _where(kind: str, slot: Any) -> str:
+    return "" if kind == "image" else f"[{slot!r}]"
+
+
+def _as_tensor(image: Any, i: int, where: str) -> torch.Tensor:
+    if isinstance(image, PIL.Image.Image):
+        return tvF.pil_to_tensor(image)
+    if not isinstance(image, torch.Tensor) or (
+        isinstance(image, tv_tensors.TVTensor) and not isinstance(image, tv_tensors.Image)
+    ):
+        raise TypeError(
+            f"samples[{i}]{where} must be an image (tensor, tv_tensors.Image or PIL image), "
+            f"got {type(image).__name__}"
+        )
+    return image.as_subclass(torch.Tensor) if type(image) is not torch.Tensor else image
+
+
+def read_samples(samples: Any) -> Samples:
+    """Find and check the images of ``samples`` (a non-empty sequence of samples).
+
+    Raises:
+        ValueError: an empty batch; samples of different structure; images of another rank,
+            channel count, dtype or device than ``samples[0]``'s; a dict sample that already has
+            a ``"region"`` key (the collate function adds it).
+        TypeError: ``samples`` not a sequence; a sample, or its image, of an unsupported type.
+    """
+    if isinstance(samples, (torch.Tensor, str)) or not isinstance(samples, Sequence):
+        raise TypeError(f"samples must be a list of samples, got {type(samples).__name__}")
+    if len(samples) == 0:
+        raise ValueError("got an empty batch: samples must hold at least one sample")
+    first = samples[0]
+    kind = _kind(first)
+    if kind == "other":
+        raise TypeError(
+            "samples[0] must be an image (tensor, tv_tensors.Image, PIL image) or a "
+            f"tuple/list/dict holding one, got {type(first).__name__}"
+        )
+    slot = None if kind == "image" else image_slot(first)
+    if kind != "image" and slot is None:
+        raise TypeError(
+            f"samples[0] is a {type(first).__name__} without an image: the image is its first "
+            "tv_tensors.Image or PIL image, else its 'image' key, else its first plain tensor"
+        )
+    if kind == "mapping" and REGION_KEY in first:
+        raise ValueError(
+            f"samples[0] already has a {REGION_KEY!r} key, which the collate function adds"
+        )
+    where = _where(kind, slot)
+    images: list[torch.Tensor] = []
+    for i, sample in enumerate(samples):
+        if _kind(sample) != kind:
+            raise ValueError(
+                f"samples[{i}] is a {type(sample).__name__}, samples[0] a "
+                f"{type(first).__name__}: every sample of a batch needs the same structure"
+            )
+        if kind == "mapping" and set(sample) != set(first):
+            raise ValueError(
+                f"samples[{i}] has keys {sorted(map(str, sample))}, samples[0] "
+                f"{sorted(map(str, first))}: every sample needs the same keys"
+            )
+        if kind == "sequence" and len(sample) != len(first):
+            raise ValueError(
+                f"samples[{i}] has {len(sample)} elements, samples[0] {len(first)}: every "
+                "sample needs the same length"
+            )
+        image = _as_tensor(sample if kind == "image" else sample[slot], i, where)
+        _check_like(image, images[0] if images else image, i, where)
+        images.append(image)
+    flat = images[0].dim() == 2
+    return Samples(
+        kind=kind,
+        slot=slot,
+        images=[im.unsqueeze(0) for im in images] if flat else images,
+        tv_image=isinstance(first if kind == "image" else first[slot], tv_tensors.Image),
+        containers=list(samples),
+    )
+
+
+def _check_like(image: torch.Tensor, ref: torch.Tensor, i: int, where: str) -> None:
+    """``image`` (sample ``i``) has ``ref``'s (sample 0's) rank, channels, dtype, device."""
+    name = f"samples[{i}]{where}"
+    if image.dim() not in (2, 3):
+        raise ValueError(f"{name}: the image must be (C, H, W) or (H, W), got {tuple(image.shape)}")
+    if image.is_complex():
+        raise TypeError(f"{name}: the image must be real, got dtype {image.dtype}")
+    if image.dim() != ref.dim():
+        raise ValueError(
+            f"{name}: the image is {image.dim()}-D {tuple(image.shape)}, samples[0]'s is "
+            f"{ref.dim()}-D {tuple(ref.shape)}: every image of a batch needs the same rank"
+        )
+    if image.dim() == 3 and image.shape[0] != ref.shape[0]:
+        raise ValueError(
+            f"{name}: the image has {image.shape[0]} channels {tuple(image.shape)}, samples[0]'s "
+            f"has {ref.shape[0]} {tuple(ref.shape)}: every image needs the same channel count"
+        )
+    if image.dtype != ref.dtype or image.device != ref.device:
+        raise ValueError(
+            f"{name}: the image is {image.dtype} on {image.device}, samples[0]'s is "
+            f"{ref.dtype} on {ref.device}: every image needs the same dtype and device"
+        )

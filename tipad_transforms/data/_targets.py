@@ -1,0 +1,173 @@
+"""Collating everything beside the image: targets follow their own sample's placement.
+
+``tv_tensors.BoundingBoxes`` and ``KeyPoints`` are shifted by their sample's ``(left, top)``
+and get the canvas size (``torchvision.transforms.v2.functional.pad``); they are returned as a
+list per sample, since samples hold different numbers of them. ``tv_tensors.Mask`` values are
+padded with ``mask_fill`` (all samples' masks of one field in one ``pad_stack`` launch) and
+stacked. A dict that holds boxes or keypoints is a per-sample target (torchvision's detection
+format ``{"boxes", "labels", "masks"}``, whose fields all have a length per object): it comes
+back as a list of per-sample dicts, transformed the same way. Everything else goes through
+``torch.utils.data.default_collate``.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass
+from typing import Any
+
+import torch
+from torch.utils.data import default_collate
+from torchvision import tv_tensors
+from torchvision.transforms.v2 import functional as tvF
+
+from .. import functional as F
+from ._tree import rebuild, to_device
+
+__all__ = ["Canvas", "collate_field"]
+
+_POINTS = (tv_tensors.BoundingBoxes, tv_tensors.KeyPoints)
+
+
+@dataclass(frozen=True)
+class Canvas:
+    """Where each sample of a batch lies: canvas ``size`` ``(H, W)``, per-sample ``placement``
+    ``(B, 2)`` int64 ``(top, left)`` and image ``sizes`` ``(h_i, w_i)``; ``device``: where the
+    batch is built (None: where the samples are)."""
+
+    size: tuple[int, int]
+    placement: torch.Tensor
+    sizes: list[tuple[int, int]]
+    mask_fill: int | float | bool
+    device: torch.device | None
+
+    def padding(self, i: int) -> list[int]:
+        """``[left, top, right, bottom]`` of sample ``i``."""
+        top, left = (int(v) for v in self.placement[i])
+        h, w = self.sizes[i]
+        return [left, top, self.size[1] - left - w, self.size[0] - top - h]
+
+    def move(self, value: Any) -> Any:
+        return value if self.device is None else to_device(value, self.device, non_blocking=True)
+
+
+def collate_field(values: list[Any], canvas: Canvas, path: str, *, stack: bool = True) -> Any:
+    """Collate ``values`` (one per sample, sample ``i`` at index ``i``) found at ``path``.
+
+    ``stack=False`` keeps one value per sample (the fields of a per-sample target dict).
+    Errors (ValueError) name the sample index and the path.
+    """
+    first = values[0]
+    for cls in (*_POINTS, tv_tensors.Mask, Mapping, tuple, list):
+        if isinstance(first, cls):
+            for i, v in enumerate(values):
+                if not isinstance(v, cls):
+                    raise ValueError(
+                        f"samples[{i}]{path} is a {type(v).__name__}, samples[0]{path} a "
+                        f"{type(first).__name__}: every sample needs the same structure"
+                    )
+            break
+    if isinstance(first, _POINTS):
+        return [_shift(v, canvas, i, path) for i, v in enumerate(values)]
+    if isinstance(first, tv_tensors.Mask):
+        masks = _pad_masks(values, canvas, path)
+        return tv_tensors.Mask(torch.stack(masks)) if stack else masks
+    if isinstance(first, Mapping):
+        return _collate_mappings(values, canvas, path, stack)
+    if isinstance(first, (tuple, list)):
+        for i, v in enumerate(values):
+            if len(v) != len(first):
+                raise ValueError(
+                    f"samples[{i}]{path} has {len(v)} elements, samples[0]{path} {len(first)}"
+                )
+        fields = [
+            collate_field([v[j] for v in values], canvas, f"{path}[{j}]", stack=stack)
+            for j in range(len(first))
+        ]
+        if stack:
+            return rebuild(first, fields) if hasattr(first, "_fields") else fields
+        return [rebuild(first, [f[i] for f in fields]) for i in range(len(values))]
+    if not stack:
+        return [canvas.move(v) for v in values]
+    try:
+        return canvas.move(default_collate(values))
+    except (RuntimeError, TypeError) as exc:
+        raise ValueError(f"cannot collate samples[*]{path}: {exc}") from exc
+
+
+def _collate_mappings(values: list[Any], canvas: Canvas, path: str, stack: bool) -> Any:
+    keys = list(values[0])
+    for i, v in enumerate(values):
+        if set(v) != set(keys):
+            raise ValueError(
+                f"samples[{i}]{path} has keys {sorted(map(str, v))}, samples[0]{path} "
+                f"{sorted(map(str, keys))}"
+            )
+    # A dict holding boxes or keypoints is one sample's annotations: keep it per sample.
+    per_sample = not stack or any(isinstance(x, _POINTS) for v in values for x in v.values())
+    fields = {
+        k: collate_field([v[k] for v in values], canvas, f"{path}[{k!r}]", stack=not per_sample)
+        for k in keys
+    }
+    if per_sample:
+        return [{k: fields[k][i] for k in keys} for i in range(len(values))]
+    return fields
+
+
+def _shift(points: Any, canvas: Canvas, i: int, path: str) -> Any:
+    h, w = canvas.sizes[i]
+    if tuple(points.canvas_size) != (h, w):
+        raise ValueError(
+            f"samples[{i}]{path}: {type(points).__name__} canvas_size {tuple(points.canvas_size)} "
+            f"is not the image's size {(h, w)}"
+        )
+    return tvF.pad(canvas.move(points), padding=canvas.padding(i), padding_mode="constant")
+
+
+def _pad_masks(masks: list[Any], canvas: Canvas, path: str) -> list[tv_tensors.Mask]:
+    """Each ``(..., h_i, w_i)`` mask padded to the canvas at its sample's placement.
+
+    Masks with the same leading shape go to ``pad_stack`` as ``(P, h_i, w_i)`` images; otherwise
+    (per-object masks, a different count per sample) every plane is an image of its own. One
+    launch either way.
+    """
+    planes: list[torch.Tensor] = []
+    for i, m in enumerate(masks):
+        plain = canvas.move(m).as_subclass(torch.Tensor)
+        if plain.dim() < 2 or tuple(plain.shape[-2:]) != canvas.sizes[i]:
+            raise ValueError(
+                f"samples[{i}]{path}: the mask's shape {tuple(plain.shape)} must end with the "
+                f"image's size {canvas.sizes[i]}"
+            )
+        if planes and (plain.dtype != planes[0].dtype or plain.device != planes[0].device):
+            raise ValueError(
+                f"samples[{i}]{path}: the mask is {plain.dtype} on {plain.device}, samples[0]'s "
+                f"{planes[0].dtype} on {planes[0].device}"
+            )
+        planes.append(plain)
+    leads = [tuple(p.shape[:-2]) for p in planes]
+    flat = [p.reshape(-1, *p.shape[-2:]) for p in planes]
+    counts = [f.shape[0] for f in flat]
+    if len(set(leads)) == 1 and counts[0] > 0:
+        images, where = flat, canvas.placement
+    else:
+        images = [plane[None] for f in flat for plane in f]
+        where = canvas.placement.repeat_interleave(torch.tensor(counts), dim=0)
+    out_h, out_w = canvas.size
+    if images:
+        try:
+            padded = F.pad_stack(images, canvas.size, where, "constant", canvas.mask_fill)
+        except ValueError as exc:
+            raise ValueError(
+                f"cannot pad samples[*]{path} with mask_fill={canvas.mask_fill!r}: {exc}"
+            ) from exc
+    else:
+        padded = planes[0].new_empty((0, 1, out_h, out_w))
+    if images is flat:
+        result = list(padded.unbind(0))
+    else:
+        result = list(padded.reshape(-1, out_h, out_w).split(counts))
+    return [
+        tv_tensors.Mask(r.reshape(*lead, out_h, out_w))
+        for r, lead in zip(result, leads, strict=True)
+    ]

@@ -1,0 +1,120 @@
+"""Walking samples and batches: where the image is, moving every tensor to a device.
+
+One rule finds the image in a tuple, list or dict (a sample given to ``PadCollate`` or a batch
+given to ``DeviceLoader``'s transforms), the rule of torchvision's v2 transforms extended to
+dicts: the first ``tv_tensors.Image`` or PIL image; otherwise, in a dict, the value under the
+key ``"image"`` if it is a tensor; otherwise the first plain tensor (not a tv_tensor: boxes and
+masks are never the image).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterator, Mapping, Sequence
+from typing import Any
+
+import PIL.Image
+import torch
+from torchvision import tv_tensors
+
+__all__ = [
+    "IMAGE_KEY",
+    "apply_to_image",
+    "image_slot",
+    "iter_tensors",
+    "rebuild",
+    "replace",
+    "to_device",
+]
+
+IMAGE_KEY = "image"
+Slot = int | str
+
+
+def is_plain_tensor(value: Any) -> bool:
+    return isinstance(value, torch.Tensor) and not isinstance(value, tv_tensors.TVTensor)
+
+
+def is_container(value: Any) -> bool:
+    return isinstance(value, (Mapping, tuple, list))
+
+
+def _items(container: Mapping[Any, Any] | Sequence[Any]) -> list[tuple[Any, Any]]:
+    if isinstance(container, Mapping):
+        return list(container.items())
+    return list(enumerate(container))
+
+
+def image_slot(container: Mapping[Any, Any] | Sequence[Any]) -> Any:
+    """Key (dict) or position (tuple/list) of the image in ``container``, or None (see module)."""
+    items = _items(container)
+    for key, value in items:
+        if isinstance(value, (tv_tensors.Image, PIL.Image.Image)):
+            return key
+    if isinstance(container, Mapping) and is_plain_tensor(container.get(IMAGE_KEY)):
+        return IMAGE_KEY
+    for key, value in items:
+        if is_plain_tensor(value):
+            return key
+    return None
+
+
+def rebuild(like: Any, values: list[Any]) -> Any:
+    """A tuple/list/namedtuple like ``like`` holding ``values``."""
+    if isinstance(like, tuple) and hasattr(like, "_fields"):  # namedtuple
+        return type(like)(*values)
+    if isinstance(like, tuple):
+        return tuple(values)
+    return values
+
+
+def replace(container: Any, slot: Any, value: Any) -> Any:
+    """A shallow copy of ``container`` (tuple, namedtuple, list or dict) with ``value`` at slot."""
+    if isinstance(container, Mapping):
+        out = dict(container)
+        out[slot] = value
+        return out
+    values = list(container)
+    values[slot] = value
+    return rebuild(container, values)
+
+
+def apply_to_image(batch: Any, fn: Callable[[Any], Any]) -> Any:
+    """``batch`` with its image replaced by ``fn(image)``: a bare tensor is the image itself.
+
+    Raises TypeError naming the batch's type when it holds no image (see the module's rule).
+    """
+    if isinstance(batch, torch.Tensor):
+        return fn(batch)
+    slot = image_slot(batch) if is_container(batch) else None
+    if slot is None:
+        raise TypeError(
+            f"found no image in the batch ({type(batch).__name__}): give a tensor, or a "
+            "tuple/list/dict holding a tv_tensors.Image, an 'image' key or a plain tensor"
+        )
+    return replace(batch, slot, fn(batch[slot]))
+
+
+def to_device(obj: Any, device: torch.device, non_blocking: bool = False) -> Any:
+    """``obj`` with every tensor moved to ``device`` (through tuples, lists and dicts).
+
+    tv_tensors keep their type and metadata; other values are returned as they are.
+    """
+    if isinstance(obj, torch.Tensor):
+        return obj.to(device, non_blocking=non_blocking)
+    if isinstance(obj, Mapping):
+        return {k: to_device(v, device, non_blocking) for k, v in obj.items()}
+    if isinstance(obj, (tuple, list)):
+        return rebuild(obj, [to_device(v, device, non_blocking) for v in obj])
+    return obj
+
+
+def iter_tensors(obj: Any) -> Iterator[torch.Tensor]:
+    """Every tensor in ``obj`` (through tuples, lists and dicts)."""
+    if isinstance(obj, torch.Tensor):
+        yield obj
+    elif isinstance(obj, Mapping):
+        for v in obj.values():
+            yield from iter_tensors(v)
+    elif isinstance(obj, (tuple, list)):
+        for v in obj:
+            yield from iter_tensors(v)
