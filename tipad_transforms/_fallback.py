@@ -11,6 +11,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 
 import torch
+import torch.nn.grad
 
 from ._geometry import PadGeometry, fold_index
 
@@ -109,33 +110,153 @@ def pad_backward(
     return grad_image.reshape(g.n, g.c, g.h, g.w), grad_tex
 
 
-# RWKV operators: the torch route, differentiable by autograd (the Taichi kernels have explicit
-# backward kernels; this route serves refused devices and processes).
+def _stack_geometries(
+    sizes: torch.Tensor, channels: int, out_h: int, out_w: int
+) -> list[tuple[PadGeometry, int]]:
+    """Each packed image's geometry (``sizes`` rows ``(h, w, top, left)``) and flat start."""
+    result = []
+    start = 0
+    for h, w, top, left in sizes.tolist():
+        g = PadGeometry(1, channels, h, w, left, top, out_w - left - w, out_h - top - h)
+        result.append((g, start))
+        start += channels * h * w
+    return result
+
+
+def pad_stack(
+    sizes: torch.Tensor,
+    mode: str,
+    images: torch.Tensor,
+    canvas_shape: Sequence[int],
+    *,
+    texture: torch.Tensor,
+    fill: torch.Tensor,
+    offset: torch.Tensor,
+    texture_index: torch.Tensor,
+    stagger: int,
+) -> torch.Tensor:
+    """Packed images (``launch_pad_stack``'s layout) -> ``(N, C, H, W)``: ``pad`` per sample."""
+    n, c, out_h, out_w = (int(s) for s in canvas_shape)
+    canvases = []
+    for i, (g, start) in enumerate(_stack_geometries(sizes, c, out_h, out_w)):
+        image = images[start : start + c * g.h * g.w].reshape(1, c, g.h, g.w)
+        lattice = {"offset": offset[i : i + 1], "texture_index": texture_index[i : i + 1]}
+        canvases.append(pad(g, mode, image, texture=texture, fill=fill, stagger=stagger, **lattice))
+    return torch.cat(canvases) if canvases else images.new_empty(n, c, out_h, out_w)
+
+
+def pad_stack_backward(
+    grad: torch.Tensor,
+    sizes: torch.Tensor,
+    mode: str,
+    image_dtype: torch.dtype,
+    *,
+    texture: torch.Tensor,
+    offset: torch.Tensor,
+    texture_index: torch.Tensor,
+    stagger: int,
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """Gradients of ``pad_stack``: the packed images' (flat) and the texture's, via
+    ``pad_backward`` per sample."""
+    _, c, out_h, out_w = grad.shape
+    grad_images = []
+    grad_tex = torch.zeros(texture.shape, dtype=image_dtype, device=grad.device)
+    for i, (g, _) in enumerate(_stack_geometries(sizes, c, out_h, out_w)):
+        gi, gt = pad_backward(grad[i : i + 1], g, mode, image_dtype, texture=texture,
+                              offset=offset[i : i + 1], texture_index=texture_index[i : i + 1],
+                              stagger=stagger)  # fmt: skip
+        grad_images.append(gi.reshape(-1))
+        grad_tex += gt
+    flat = torch.cat(grad_images) if grad_images else grad.new_zeros(0, dtype=image_dtype)
+    return flat, grad_tex
+
+
+# RWKV operators: the torch route, with the same explicit backward as the Taichi kernels (this
+# runs inside custom ops' implementations, where autograd is off).
+
+
+def _scales(a: torch.Tensor, b: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+    """``(exp(a - m), exp(b - m))`` with ``m = max(a, b)``: one is exactly 1, so one exp."""
+    d = a - b
+    e = torch.exp(-d.abs())
+    one = torch.ones_like(e)
+    ahead = d >= 0
+    return torch.where(ahead, one, e), torch.where(ahead, e, one)
 
 
 def wkv(
-    w: torch.Tensor, u: torch.Tensor, k: torch.Tensor, v: torch.Tensor, state: torch.Tensor
+    w: torch.Tensor,
+    u: torch.Tensor,
+    k: torch.Tensor,
+    v: torch.Tensor,
+    state: torch.Tensor,
+    save: bool = False,
 ) -> tuple[torch.Tensor, torch.Tensor]:
     """WKV recurrence in the stable (aa, bb, pp) form, one torch step per token.
 
     ``w = -exp(time_decay)`` and ``u = time_first``: ``(C,)``; ``k, v``: ``(B, T, C)`` float32
     or float64; ``state``: ``(B, 3, C)`` (aa, bb, pp) of that dtype. Returns ``y`` ``(B, T, C)``
-    and the state after the last token.
+    and the states ``(3, B, S, C)`` in the kernel's layout: with ``save`` (S = T + 1) the state
+    before every step and after the last, else (S = 1) the final state only.
     """
     aa, bb, pp = state.unbind(1)
-    ys = []
+    ys, kept = [], []
     for t in range(k.shape[1]):
         kt, vt = k[:, t], v[:, t]
-        ww = u + kt
-        p = torch.maximum(pp, ww)
-        e1, e2 = torch.exp(pp - p), torch.exp(ww - p)
+        if save:
+            kept.append(torch.stack([aa, bb, pp]))
+        e1, e2 = _scales(pp, u + kt)
         ys.append((e1 * aa + e2 * vt) / (e1 * bb + e2))
         ww = w + pp
-        p = torch.maximum(ww, kt)
-        e1, e2 = torch.exp(ww - p), torch.exp(kt - p)
-        aa, bb, pp = e1 * aa + e2 * vt, e1 * bb + e2, p
+        f1, f2 = _scales(ww, kt)
+        aa, bb, pp = f1 * aa + f2 * vt, f1 * bb + f2, torch.maximum(ww, kt)
+    kept.append(torch.stack([aa, bb, pp]))
     y = torch.stack(ys, 1) if ys else k.new_empty(k.shape)
-    return y, torch.stack([aa, bb, pp], 1)
+    return y, torch.stack(kept, 2)
+
+
+def wkv_backward(
+    w: torch.Tensor,
+    u: torch.Tensor,
+    k: torch.Tensor,
+    v: torch.Tensor,
+    state: torch.Tensor,
+    gy: torch.Tensor,
+    gstate: torch.Tensor,
+) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor]:
+    """Gradients of ``wkv`` given ``gy`` ``(B, T, C)`` and ``gstate`` ``(B, 3, C)`` (of ``y``
+    and of the final state): ``(gw, gu)`` per chain ``(B, C)`` (not yet summed over B),
+    ``gk, gv`` ``(B, T, C)`` and the initial state's ``(B, 3, C)``.
+
+    Reverse mode through every step from the state before it (recomputed here), as autograd
+    would, except through the max of the output's pair: the output is invariant to that common
+    scale, so that gradient is exactly zero. A tie of the state's max splits its gradient in half,
+    like ``torch.maximum``.
+    """
+    states = wkv(w, u, k, v, state, save=True)[1]
+    ga, gb, gp = gstate.unbind(1)
+    gw, gu = torch.zeros_like(ga), torch.zeros_like(ga)
+    gk, gv = torch.empty_like(k), torch.empty_like(v)
+    for t in reversed(range(k.shape[1])):
+        aa, bb, pp = states[:, :, t]
+        kt, vt = k[:, t], v[:, t]
+        e1, e2 = _scales(pp, u + kt)
+        den = e1 * bb + e2
+        g_num = gy[:, t] / den
+        g_den = -g_num * (e1 * aa + e2 * vt) / den
+        g_uk = e2 * (g_num * vt + g_den)
+        ww = w + pp
+        f1, f2 = _scales(ww, kt)
+        g_f1 = (ga * aa + gb * bb) * f1
+        g_f2 = (ga * vt + gb) * f2
+        g_max = gp - g_f1 - g_f2
+        to_ww = torch.where(ww > kt, g_max, torch.where(ww == kt, 0.5 * g_max, 0 * g_max))
+        g_ww = g_f1 + to_ww
+        gk[:, t] = g_uk + g_f2 + (g_max - to_ww)
+        gv[:, t] = ga * f2 + g_num * e2
+        gw, gu = gw + g_ww, gu + g_uk
+        ga, gb, gp = ga * f1 + g_num * e1, gb * f1 + g_den * e1, g_ww - g_uk
+    return gw, gu, gk, gv, torch.stack([ga, gb, gp], 1)
 
 
 def time_conv(w: torch.Tensor, k: torch.Tensor, eps: float) -> torch.Tensor:
@@ -143,8 +264,28 @@ def time_conv(w: torch.Tensor, k: torch.Tensor, eps: float) -> torch.Tensor:
 
     ``w``: ``(C, L)``, ``k``: ``(B, C, T)``, one dtype. Returns ``(B, C, T)``.
     """
+    if k.numel() == 0:  # conv1d refuses an input shorter than the kernel (T = 0)
+        return k.new_full(k.shape, eps)
     length = w.shape[-1]
     out = torch.nn.functional.conv1d(
         torch.nn.functional.pad(k, (length - 1, 0)), w.unsqueeze(1), groups=w.shape[0]
     )
     return out + eps if eps else out
+
+
+def time_conv_backward(
+    grad: torch.Tensor, w: torch.Tensor, k: torch.Tensor
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """Gradients ``(dw, dk)`` of ``time_conv`` for the output gradient ``grad`` ``(B, C, T)``.
+
+    conv1d's own gradient formulas, called explicitly: this runs inside a custom op's
+    implementation, where autograd is off.
+    """
+    if k.numel() == 0:
+        return w.new_zeros(w.shape), k.new_zeros(k.shape)
+    length, channels = w.shape[-1], w.shape[0]
+    padded = torch.nn.functional.pad(k, (length - 1, 0))
+    weight = w.unsqueeze(1)
+    dk = torch.nn.grad.conv1d_input(padded.shape, weight, grad, groups=channels)
+    dw = torch.nn.grad.conv1d_weight(padded, weight.shape, grad, groups=channels)
+    return dw.squeeze(1), dk[..., length - 1 :]

@@ -29,6 +29,7 @@ import torch
 __all__ = [
     "RuntimeUnavailable",
     "launch_pad",
+    "launch_pad_stack",
     "refusal",
     "runtime_arch",
     "session",
@@ -198,4 +199,4 @@ def _ordered_with_torch(device: torch.device) -> Iterator[None]:
 
 
 # The kernel families; imported last, as they use the names above.
-from ._pad import launch_pad  # noqa: E402
+from ._pad import launch_pad, launch_pad_stack  # noqa: E402

@@ -1,4 +1,5 @@
-"""The padding kernel: one body for every mode, forward and backward, and its launcher."""
+"""The padding kernel: one body for every mode, forward and backward, for batches of equal
+images (``launch_pad``) and packed images of different sizes (``launch_pad_stack``)."""
 
 # No `from __future__ import annotations`: Taichi reads the kernels' annotations at runtime.
 from typing import Any
@@ -8,11 +9,18 @@ import torch
 from .. import _runtime as rt
 from .._geometry import MODE_CODES, PadGeometry, fold_index
 
-# Layout of the kernel's int32 `meta` argument: a header of scalars; for standard modes the
-# row and column index maps (_MAPS entries, else none); the per-sample offsets (oy, ox) and
-# bank indices. Host-made parts first, so device-resident offsets need no round trip.
-(_N_ROWS, _C, _H, _W, _TOP, _LEFT, _OUT_H, _OUT_W, _MODE, _TEX_C, _TH, _TW, _STAGGER,
- _USE_WORDS, _TEX_GRAD, _SAMPLES, _MAPS, _BANK, _HEADER) = range(19)  # fmt: skip
+# Layout of the kernel's int32 `meta` argument: a header of scalars; the geometry records; for
+# standard modes the row and column index maps (one pair per record); then the per-sample
+# lattice offsets (oy, ox) and bank indices, at meta[_OFFSETS]. Host-made parts first, so
+# device-resident offsets need no round trip.
+(_N_ROWS, _C, _OUT_H, _OUT_W, _MODE, _TEX_C, _TH, _TW, _STAGGER, _USE_WORDS, _TEX_GRAD,
+ _SAMPLES, _BANK, _REC_STEP, _IMG_STEP, _OFFSETS, _HEADER) = range(17)  # fmt: skip
+# A geometry record: the image's height and width, where its top-left pixel lands on the
+# canvas, the flat index of its first element, and where its row index map starts in meta (its
+# column map follows out_h entries later). Sample b reads the record at _HEADER + b *
+# meta[_REC_STEP] and its image starts at record[_RSTART] + b * meta[_IMG_STEP]: steps (0, C*h*w)
+# let one record serve a batch of equal images, (_RECORD, 0) give packed images one each.
+_RH, _RW, _RTOP, _RLEFT, _RSTART, _RMAPS, _RECORD = range(7)
 # Canvas rows per CPU task: enough to amortise a task's divisions, few enough to balance.
 _ROW_BLOCK = 16
 
@@ -21,12 +29,14 @@ _ROW_BLOCK = 16
 def _build_kernels(ti: Any) -> dict[str, Any]:
     """Compile-on-demand kernels: one body for every mode, forward and backward.
 
-    Layout: every tensor is flat; the canvas is ``N*C*H'`` rows of ``W'``. Constant mode runs as
-    a 1x1 texture per channel; standard modes read precomputed row/column index maps. Two loop
-    orders share the index math (``row_setup``, ``move``): on the CPU a task walks a block of
-    rows, advancing image row, texture row and tile column incrementally (no division per row
-    or pixel) and moving 8-byte words where aligned; on CUDA one thread per pixel, so a warp
-    writes contiguous memory.
+    Layout: every tensor is flat; the canvas is ``N*C*H'`` rows of ``W'``. Each sample reads its
+    geometry (image size, placement, image start) from a record in ``meta``: one record shared
+    by a batch of equal images, or one per image of a packed batch of different sizes. Constant
+    mode runs as a 1x1 texture per channel; standard modes read precomputed row/column index
+    maps. Two loop orders share the index math (``record``, ``row_setup``, ``move``): on the CPU
+    a task walks a block of rows, advancing image row, texture row and tile column
+    incrementally (no division per row or pixel) and moving 8-byte words where aligned; on CUDA
+    one thread per pixel, so a warp writes contiguous memory.
     """
     nd = ti.types.ndarray
     texture = MODE_CODES["texture"]
@@ -42,38 +52,48 @@ def _build_kernels(ti: Any) -> dict[str, Any]:
             canvas[o] = src[i]
 
     @ti.func
-    def row_setup(r: ti.i32, meta: ti.template(), offset: ti.i32, index: ti.i32, maps: ti.i32,
-                  c_count: ti.i32, h: ti.i32, w: ti.i32, top: ti.i32, left: ti.i32,
-                  out_h: ti.i32, mode: ti.i32, tex_channels: ti.i32, th: ti.i32, tw: ti.i32,
+    def record(meta: ti.template(), b: ti.i32):
+        # Sample b's geometry (layout beside _RECORD), its image start made absolute.
+        at = _HEADER + b * meta[_REC_STEP]
+        return ti.Vector([meta[at + _RH], meta[at + _RW], meta[at + _RTOP], meta[at + _RLEFT],
+                          meta[at + _RSTART] + b * meta[_IMG_STEP], meta[at + _RMAPS]])
+
+    @ti.func
+    def row_setup(plane: ti.i32, y: ti.i32, rec: ti.template(), meta: ti.template(),
+                  c_count: ti.i32, mode: ti.i32, tex_channels: ti.i32, th: ti.i32, tw: ti.i32,
                   stagger: ti.i32):
-        # Everything about canvas row r that does not depend on the column: the image row iy
-        # (outside [0, h) for border rows), the flat start of that image row, the flat start
-        # of the source row (the mapped image row for standard modes, the texture row for
-        # texture mode), the tile column tx0 of canvas column 0 and the tile row ty.
-        # The spec: y = Y - top - oy, v = floor(y / th), ty = y - v*th,
+        # Everything about row y of canvas plane `plane` (sample geometry `rec`) that does not
+        # depend on the column: the image row iy (outside [0, h) for border rows), the flat
+        # start of that image row (only read for rows inside the image), the flat start of the
+        # source row (the mapped image row for standard modes, the texture row for texture
+        # mode), the tile column tx0 of canvas column 0, the tile row ty and the plane's first
+        # image element. The spec: y = Y - top - oy, v = floor(y / th), ty = y - v*th,
         # tx = (X - left - ox - v*stagger) mod tw.
-        plane = r // out_h
-        iy = r - plane * out_h - top
-        c = plane % c_count
+        h, w, top, left, start, maps = rec[0], rec[1], rec[2], rec[3], rec[4], rec[5]
+        b = plane // c_count
+        c = plane - b * c_count
+        iy = y - top
+        first = start + c * h * w  # the plane's first image element
         src_row = 0
         tx0 = 0
         ty = 0
         if mode != texture:
-            src_row = (plane * h + meta[maps + iy + top]) * w
+            src_row = first + meta[maps + y] * w
         else:
-            b = plane // c_count
-            y = iy - meta[offset + 2 * b]
-            v = y // th  # floor division: rows above the image get negative tile rows
-            ty = y - v * th
+            offset = meta[_OFFSETS]  # (oy, ox) of sample b at meta[offset + 2b]
+            yy = iy - meta[offset + 2 * b]
+            v = yy // th  # floor division: rows above the image get negative tile rows
+            ty = yy - v * th
             tc = c if tex_channels == c_count else 0
             # Clamped into the bank: whatever index reaches the kernel, it reads no memory
             # outside the texture (texture_pad has already refused out-of-bank values).
+            index = offset + 2 * meta[_SAMPLES]  # bank index of sample b at meta[index + b]
             k = ti.min(ti.max(meta[index + b], 0), meta[_BANK] - 1)
             src_row = ((k * tex_channels + tc) * th + ty) * tw
             # In 64 bits: v * stagger can pass 2**31 on tall canvases with wide tiles.
             shift = ti.cast(-left - meta[offset + 2 * b + 1], ti.i64) - ti.cast(v, ti.i64) * stagger
             tx0 = ti.cast(shift % tw, ti.i32)
-        return ti.Vector([iy, (plane * h + iy) * w, src_row, tx0, ty])
+        return ti.Vector([iy, first + iy * w, src_row, tx0, ty, first])
 
     @ti.func
     def copy_run(img: ti.template(), canvas: ti.template(), img_w: ti.template(),
@@ -147,36 +167,35 @@ def _build_kernels(ti: Any) -> dict[str, Any]:
         # tex += canvas, along the same index map.  (No "-> None": Taichi would read it.)
         # Scalars arrive packed in `meta` (layout beside _HEADER): each kernel argument costs
         # tens of microseconds of Python per launch, which dominates single-image calls.
-        n_rows, c_count, h, w = meta[_N_ROWS], meta[_C], meta[_H], meta[_W]
-        top, left, out_h, out_w = meta[_TOP], meta[_LEFT], meta[_OUT_H], meta[_OUT_W]
+        n_rows, c_count, out_h, out_w = meta[_N_ROWS], meta[_C], meta[_OUT_H], meta[_OUT_W]
         mode, tex_channels, th, tw = meta[_MODE], meta[_TEX_C], meta[_TH], meta[_TW]
         stagger, use_words, tex_grad = meta[_STAGGER], meta[_USE_WORDS], meta[_TEX_GRAD]
-        maps = _HEADER  # standard modes: source row of canvas row Y at meta[maps + Y]
-        cols = maps + out_h  # and source column of canvas column X at meta[cols + X]
-        offset = _HEADER + meta[_MAPS]  # (oy, ox) of sample b at meta[offset + 2b]
-        index = offset + 2 * meta[_SAMPLES]  # bank index of sample b at meta[index + b]
         if ti.static(per_pixel):
             for r, X in ti.ndrange(n_rows, out_w):
-                s = row_setup(r, meta, offset, index, maps, c_count, h, w, top, left, out_h,
-                              mode, tex_channels, th, tw, stagger)
+                plane = r // out_h
+                rec = record(meta, plane // c_count)
+                h, w, left, maps = rec[0], rec[1], rec[3], rec[5]
+                s = row_setup(plane, r - plane * out_h, rec, meta, c_count, mode, tex_channels,
+                              th, tw, stagger)
                 o = r * out_w + X
                 if 0 <= s[0] < h and left <= X < left + w:
                     move(img, s[1] + X - left, canvas, o, backward)
                 elif mode == texture:
                     if ti.static(not backward) or tex_grad:
                         move(tex, s[2] + (s[3] + X) % tw, canvas, o, backward)
-                else:
-                    move(img, s[2] + meta[cols + X], canvas, o, backward)
+                else:  # the column map follows the row map
+                    move(img, s[2] + meta[maps + out_h + X], canvas, o, backward)
         else:
             blocks = (out_h + _ROW_BLOCK - 1) // _ROW_BLOCK  # per plane
-            right_dx = (left + w) % tw  # tile-column step from canvas column 0 to left + w
             row_shift = stagger % tw  # tile-column step from one tile row to the next
             for t in range(n_rows // out_h * blocks):
                 plane = t // blocks
                 y0 = (t - plane * blocks) * _ROW_BLOCK
-                s = row_setup(plane * out_h + y0, meta, offset, index, maps, c_count, h, w, top,
-                              left, out_h, mode, tex_channels, th, tw, stagger)
-                iy, img_row, src_row, tx0, ty = s[0], s[1], s[2], s[3], s[4]
+                rec = record(meta, plane // c_count)
+                h, w, left, maps = rec[0], rec[1], rec[3], rec[5]
+                right_dx = (left + w) % tw  # tile-column step from canvas column 0 to left + w
+                s = row_setup(plane, y0, rec, meta, c_count, mode, tex_channels, th, tw, stagger)
+                iy, img_row, src_row, tx0, ty, first = s[0], s[1], s[2], s[3], s[4], s[5]
                 for big_y in range(y0, ti.min(y0 + _ROW_BLOCK, out_h)):
                     row = (plane * out_h + big_y) * out_w
                     inside = 0 <= iy < h
@@ -184,7 +203,7 @@ def _build_kernels(ti: Any) -> dict[str, Any]:
                         copy_run(img, canvas, img_w, canvas_w, img_row, row + left, w, lanes,
                                  backward)
                     if mode != texture:
-                        src_row = (plane * h + meta[maps + big_y]) * w
+                        src_row = first + meta[maps + big_y] * w
                     # The border of a row is [0, left) and [left + w, out_w) beside the image,
                     # the whole row above or below it; one call site keeps the kernel small.
                     for part in range(2):
@@ -203,7 +222,8 @@ def _build_kernels(ti: Any) -> dict[str, Any]:
                                         x1 - x0, tw, use_words, tex_grad, lanes, backward)
                         else:
                             for X in range(x0, x1):
-                                move(img, src_row + meta[cols + X], canvas, row + X, backward)
+                                move(img, src_row + meta[maps + out_h + X], canvas, row + X,
+                                     backward)
                     # Next canvas row: one image row down; in texture mode one tile row down,
                     # and past the tile's last row, the next row of tiles, shifted by stagger.
                     iy += 1
@@ -232,11 +252,14 @@ def _bits(t: torch.Tensor) -> torch.Tensor:
 
 
 def _words(t: torch.Tensor) -> torch.Tensor | None:
-    """``t``'s memory as int64 words, or None when its size or address is not 8-byte aligned."""
+    """``t``'s whole 8-byte words as int64, or None when its address is not 8-byte aligned or it
+    holds no whole word. A tail shorter than a word is left out: the kernel moves words only
+    where all of a word's pixels belong to one run, which ends inside ``t``."""
     flat = t.reshape(-1)
-    if (flat.numel() * flat.element_size()) % 8 or flat.data_ptr() % 8:
+    size = flat.numel() * flat.element_size()
+    if size < 8 or flat.data_ptr() % 8:
         return None
-    return flat.view(torch.uint8).view(torch.int64)
+    return flat.view(torch.uint8)[: size - size % 8].view(torch.int64)
 
 
 # Recent word tables, keyed by the texture's memory and version counter. Each entry holds the
@@ -295,13 +318,91 @@ def launch_pad(
     Raises ``RuntimeUnavailable`` when ``refusal(device)`` gives a reason.
     """
     g = geometry
+    # One record serves every sample: the image of sample b starts b * C*H*W further on.
+    maps = _fold_maps(mode, g.h, g.w, g.top, g.left, g.out_h, g.out_w)
+    record = [g.h, g.w, g.top, g.left, 0, _HEADER + _RECORD]
+    _launch(mode, image, canvas, record, 0, g.c * g.h * g.w, maps, texture=texture, fill=fill,
+            offset=offset, texture_index=texture_index, stagger=stagger, backward=backward,
+            texture_grad=texture_grad)  # fmt: skip
+
+
+def launch_pad_stack(
+    sizes: torch.Tensor,
+    mode: str,
+    images: torch.Tensor,
+    canvas: torch.Tensor,
+    *,
+    texture: torch.Tensor,
+    fill: torch.Tensor,
+    offset: torch.Tensor,
+    texture_index: torch.Tensor,
+    stagger: int,
+    backward: bool = False,
+    texture_grad: bool = True,
+) -> None:
+    """``launch_pad`` for ``N`` images of different sizes, packed, into one canvas size.
+
+    ``sizes``: ``(N, 4)`` int64 CPU tensor of ``(h_i, w_i, top_i, left_i)``, already checked:
+    image ``i`` fits the canvas at ``(top_i, left_i)``, has ``h_i * w_i > 0`` for standard modes.
+    ``images``: the ``(C, h_i, w_i)`` images flattened and concatenated in order (image ``i``
+    starts where image ``i - 1`` ends); ``canvas``: ``(N, C, H, W)``. Every sample gets its own
+    geometry record (and index maps), so one launch pads them all; the other arguments and the
+    backward are as in ``launch_pad``.
+    """
+    n, c, out_h, out_w = canvas.shape
+    h, w, top, left = sizes.unbind(1)
+    size = c * h * w
+    records = torch.stack([h, w, top, left, size.cumsum(0) - size, torch.zeros_like(h)], 1)
+    maps: list[torch.Tensor] = []
+    if mode not in ("constant", "texture"):
+        records[:, _RMAPS] = _HEADER + n * _RECORD + torch.arange(n) * (out_h + out_w)
+        for hi, wi, top_i, left_i in sizes.tolist():
+            maps += _fold_maps(mode, hi, wi, top_i, left_i, out_h, out_w)
+    _launch(mode, images, canvas, records, _RECORD, 0, maps, texture=texture, fill=fill,
+            offset=offset, texture_index=texture_index, stagger=stagger, backward=backward,
+            texture_grad=texture_grad)  # fmt: skip
+
+
+def _fold_maps(
+    mode: str, h: int, w: int, top: int, left: int, out_h: int, out_w: int
+) -> list[torch.Tensor]:
+    """Where each canvas row and column of a standard mode reads the image (``fold_index``)."""
+    if mode in ("constant", "texture"):
+        return []
+    return [
+        fold_index(torch.arange(-top, out_h - top), h, mode),
+        fold_index(torch.arange(-left, out_w - left), w, mode),
+    ]
+
+
+def _launch(
+    mode: str,
+    image: torch.Tensor,
+    canvas: torch.Tensor,
+    records: list[int] | torch.Tensor,
+    record_step: int,
+    image_step: int,
+    maps: list[torch.Tensor],
+    *,
+    texture: torch.Tensor,
+    fill: torch.Tensor,
+    offset: torch.Tensor,
+    texture_index: torch.Tensor,
+    stagger: int,
+    backward: bool,
+    texture_grad: bool,
+) -> None:
+    """Launch ``pad_canvas`` on ``canvas`` (``(N, C, H', W')``) with the geometry records (one
+    shared with steps ``(0, C*H*W)``, or one per sample with steps ``(_RECORD, 0)``) and their
+    index maps, laid out as ``meta`` expects; the rest as in ``launch_pad``."""
+    n, c, out_h, out_w = canvas.shape
     with rt.session(canvas.device, "pad", _build_kernels) as kernels:
         if canvas.numel() == 0:
             return
         if mode == "constant":  # a 1x1 texture per channel, lattice at the origin
             mode, stagger, texture_grad = "texture", 0, False
-            texture = fill.reshape(1, g.c, 1, 1) if not backward else canvas.new_zeros(1, g.c, 1, 1)
-            offset, texture_index = offset.new_zeros(g.n, 2), texture_index.new_zeros(g.n)
+            texture = fill.reshape(1, c, 1, 1) if not backward else canvas.new_zeros(1, c, 1, 1)
+            offset, texture_index = offset.new_zeros(n, 2), texture_index.new_zeros(n)
         if backward:  # float gradients are accumulated, not moved: no integer views
             img_arg, canvas_arg = image.reshape(-1), canvas.reshape(-1)
             tex_arg = texture.reshape(-1)
@@ -323,17 +424,18 @@ def launch_pad(
             # The word table costs `lanes` times the texture; it pays only for a larger border.
             use_words = mode == "texture" and tex_arg.numel() * lanes * 2 <= border
             words = _cached_texture_words(tex_arg, tw, lanes) if use_words else no_words
-        header = [g.n * g.c * g.out_h, g.c, g.h, g.w, g.top, g.left, g.out_h, g.out_w,
-                  MODE_CODES[mode], tex_channels, th, tw, stagger, int(words is not no_words),
-                  int(texture_grad), g.n,
-                  0 if mode == "texture" else g.out_h + g.out_w,
-                  texture.shape[0] if texture.dim() == 4 else 1]  # fmt: skip
-        host = [torch.tensor(header, dtype=torch.int32)]
-        if mode != "texture":  # where each canvas row and column reads the image (_geometry)
-            host.append(fold_index(torch.arange(-g.top, g.h + g.bottom), g.h, mode))
-            host.append(fold_index(torch.arange(-g.left, g.w + g.right), g.w, mode))
+        n_records = len(records) // _RECORD if isinstance(records, list) else records.shape[0]
+        host_size = _HEADER + n_records * _RECORD + sum(m.numel() for m in maps)
+        header = [n * c * out_h, c, out_h, out_w, MODE_CODES[mode], tex_channels, th, tw,
+                  stagger, int(words is not no_words), int(texture_grad), n,
+                  texture.shape[0] if texture.dim() == 4 else 1, record_step, image_step,
+                  host_size]  # fmt: skip
+        if isinstance(records, list):
+            host = [torch.tensor(header + records, dtype=torch.int32)]
+        else:
+            host = [torch.tensor(header, dtype=torch.int32), records.reshape(-1)]
         meta = torch.cat(
-            [torch.cat(host).to(device=canvas.device, dtype=torch.int32, non_blocking=True),
+            [torch.cat(host + maps).to(device=canvas.device, dtype=torch.int32, non_blocking=True),
              offset.reshape(-1), texture_index.reshape(-1)]
         )  # fmt: skip
         kernels["pad_canvas"](
