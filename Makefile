@@ -11,7 +11,7 @@ export ENABLE_TAICHI_HEADER_PRINT := 0
 $(STAMP): pyproject.toml requirements/constraints.txt
 	test -x $(PY) || $(PYTHON) -m venv $(VENV)
 	$(PY) -m pip install -q --upgrade pip
-	$(PY) -m pip install -q -c requirements/constraints.txt -e '.[test,bench]'
+	$(PY) -m pip install -q -c requirements/constraints.txt -e '.[test,bench,examples]'
 	touch $(STAMP)
 
 demo: $(STAMP)

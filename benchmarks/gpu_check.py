@@ -17,6 +17,9 @@
 (b) Timing of the benchmark workloads (``workloads.py``) on the device against the same peers:
     ``torch.cuda.synchronize`` around back-to-back calls, interleaved rounds, medians; plus the
     first-call latency of a fresh process with an empty Taichi cache.
+(b') Sections of the later features (``SECTIONS``): ``gpu_data.py`` (pad_stack, GPUCollate,
+    DeviceLoader: correctness against the oracle, then pad_stack timing) and ``gpu_rwkv.py``
+    (wkv and time_conv: correctness against float64 references, then timings against torch).
 (c) JSON to ``--out`` (default ``$OUT/gpu_check.json`` when ``$OUT`` is set, else
     ``out/gpu_check/gpu_check.json``), a PNG beside it when matplotlib is installed, and a
     PASS / FAIL summary (exit status 0 / 1).
@@ -47,6 +50,7 @@ os.environ.setdefault("ENABLE_TAICHI_HEADER_PRINT", "0")
 # Measure this checkout's package even where it is not pip-installed (e.g. a GPU machine).
 sys.path.insert(1, str(Path(__file__).resolve().parent.parent))
 
+import gpu_data
 import torch
 from _common import (
     Deadline,
@@ -73,6 +77,10 @@ from workloads import (
 )
 
 import tipad_transforms.functional as TF
+
+# Sections of the later issues: each ``run(device, quick, repeats, with_timing)`` returns a dict
+# with "ok", "status", "problems" and optionally "timing" (with a printable "table").
+SECTIONS: list[tuple[str, Callable[..., dict[str, Any]]]] = [("data", gpu_data.run)]
 
 DTYPES = [
     torch.uint8,
@@ -803,6 +811,22 @@ def main(argv: list[str] | None = None) -> int:
             failures.append(f"side-stream ordering: {stream['problems']}")
         elif stream["status"].startswith("skipped"):
             skipped.append("side-stream ordering (needs CUDA)")
+        for name, section in SECTIONS:
+            if deadline.left() < 45:
+                skipped.append(f"{name} section: time budget")
+                continue
+            log(f"  {name} section...")
+            try:
+                result = section(device, args.quick, args.repeats, not args.no_timing)
+            except Exception as exc:
+                result = {"ok": False, "status": f"FAIL: {type(exc).__name__}: {exc}"}
+                result["problems"] = [traceback.format_exc()[-2000:]]
+            payload[name] = result
+            log(f"  {name}: {result['status']} ({result.get('wall_s', 0):.0f} s)")
+            if "timing" in result:
+                print(result["timing"]["table"], flush=True)
+            if not result["ok"]:
+                failures.append(f"{name}: {result['problems'][:5]}")
 
         # (b) timing and first-call latency.
         if args.no_timing:

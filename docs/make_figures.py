@@ -480,6 +480,70 @@ def fig_bricks() -> None:
     save(fig, "brick-options.png")
 
 
+def fig_padded_batch() -> None:
+    """Data-loading guide: four images of different sizes collated three ways."""
+    from tipad_transforms import BrickPad
+    from tipad_transforms.data import PadCollate
+
+    sizes = [(96, 72), (60, 88), (80, 56), (48, 64)]
+    images = [
+        torch.nn.functional.interpolate(img[None].float(), size=hw, mode="area")[0]
+        .round()
+        .to(torch.uint8)
+        for img, hw in zip(load_images(4, 96), sizes, strict=True)
+    ]
+    samples = [(img, label) for label, img in enumerate(images)]
+
+    def seeded(seed: int) -> torch.Generator:
+        return torch.Generator().manual_seed(seed)
+
+    grey, _, regions = PadCollate(placement="top_left", mode="constant", fill=200)(samples)
+    walled, _, walled_regions = PadCollate(generator=seeded(1))(samples)
+    randomly, _, random_regions = PadCollate(multiple=32, placement="random", generator=seeded(2))(
+        samples
+    )
+    device_pad = 12
+    augmented = BrickPad(device_pad, random_offset=True, generator=seeded(3))(randomly)
+    rows = [
+        ('PadCollate(placement="top_left", mode="constant")', grey, regions, 0),
+        ("PadCollate()  (the default: centred on a brick wall)", walled, walled_regions, 0),
+        (
+            f'PadCollate(multiple=32, placement="random"), then BrickPad({device_pad}, '
+            "random_offset=True) on the device",
+            augmented,
+            random_regions,
+            device_pad,
+        ),
+    ]
+    fig, axes = plt.subplots(3, 4, figsize=(10.4, 9.0), gridspec_kw={"hspace": 0.5})
+    for (title, batch, where, shift), axrow in zip(rows, axes, strict=True):
+        for b, ax in enumerate(axrow):
+            show(ax, batch[b])
+            top, left, h, w = where[b].tolist()
+            outline(ax, left + shift, top + shift, w, h, lw=1.1)
+            ax.set_title(f"sample {b}: {h}×{w} at ({top}, {left})", fontsize=8.5, weight="normal")
+            # Same scale in every row: the canvases of the last row are larger.
+            ax.set_xlim(0, 120)
+            ax.set_ylim(120, 0)
+        axrow[0].text(
+            0,
+            1.17,
+            f"{title}:  batch {tuple(batch.shape)}",
+            transform=axrow[0].transAxes,
+            fontsize=9.5,
+            weight="bold",
+            va="bottom",
+            ha="left",
+        )
+    fig.suptitle(
+        "Four (image, label) samples of different sizes, one batch each way; dashed: the "
+        "regions PadCollate returns, (top, left, h, w)",
+        fontsize=10.5,
+        y=0.965,
+    )
+    save(fig, "padded-batch.png", dpi=86)
+
+
 FIGURE_MAKERS = {
     "hero": fig_hero,
     "modes": fig_modes,
@@ -487,6 +551,7 @@ FIGURE_MAKERS = {
     "large-padding": fig_large_padding,
     "per-sample": fig_per_sample,
     "brick-options": fig_bricks,
+    "padded-batch": fig_padded_batch,
 }
 
 
