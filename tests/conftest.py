@@ -36,6 +36,13 @@ def _kernel_only(request: pytest.FixtureRequest, monkeypatch: pytest.MonkeyPatch
             raise AssertionError("the torch fallback ran where the Taichi kernel should have")
 
         # Every torch route that stands in for a kernel (each op adds its own when it gets one).
-        for name in ("pad", "pad_backward", "pad_stack", "pad_stack_backward"):
+        for name in (
+            "pad",
+            "pad_backward",
+            "pad_stack",
+            "pad_stack_backward",
+            "wkv",
+            "wkv_backward",
+        ):
             monkeypatch.setattr(_fallback, name, refuse)
     yield

@@ -3,9 +3,9 @@
 Everything Taichi-specific lives in this package: importing it quietly, initialising it lazily
 (once per process, under a lock, on the arch of the first tensor it sees), refusing the devices
 it cannot serve, ordering its launches with torch's CUDA streams, surviving ``fork`` (this file)
-and the kernels themselves (``_pad``: padding; ``_rwkv``: the RWKV operators). The rest of the
-package hands in contiguous torch tensors and gets them written; it never imports ``taichi``.
-Another backend could replace this package.
+and the kernels themselves, one file per family (``_pad``: padding; ``_wkv`` and ``_time_conv``:
+the RWKV operators). The rest of the package hands in contiguous torch tensors and gets them
+written; it never imports ``taichi``. Another backend could replace this package.
 
 Facts this module is built on (taichi 1.7): ``ti.init`` resets the whole runtime, so it is called
 at most once and never when the user already initialised Taichi; a process forked after
@@ -30,6 +30,8 @@ __all__ = [
     "RuntimeUnavailable",
     "launch_pad",
     "launch_pad_stack",
+    "launch_wkv_backward",
+    "launch_wkv_forward",
     "refusal",
     "runtime_arch",
     "session",
@@ -200,3 +202,4 @@ def _ordered_with_torch(device: torch.device) -> Iterator[None]:
 
 # The kernel families; imported last, as they use the names above.
 from ._pad import launch_pad, launch_pad_stack  # noqa: E402
+from ._wkv import launch_wkv_backward, launch_wkv_forward  # noqa: E402

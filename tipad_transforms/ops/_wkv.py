@@ -1,25 +1,237 @@
-"""RWKV-4 WKV recurrence (work in progress: the torch route; the Taichi kernels replace it)."""
+"""RWKV-4 WKV: ``tipad::wkv_forward`` and ``tipad::wkv_backward`` (Taichi kernels) and ``wkv``.
+
+The recurrence runs per (batch, channel) chain in the numerically stable form of RWKV-4 (a
+numerator ``aa``, a denominator ``bb`` and their common scale, the running max ``pp``), in
+float32 for half and float32 inputs and in float64 for float64 ones. The backward is an explicit
+kernel: it reads the state before every step, saved by the forward when a gradient is needed
+(``3 * B * (T + 1) * C`` numbers) or recomputed, and gives gradients to ``time_decay``,
+``time_first``, ``k``, ``v`` and the incoming state, so long sequences can be trained in chunks.
+Being custom ops with fake implementations and registered autograd, they trace under
+``torch.compile(fullgraph=True)`` and pass ``torch.library.opcheck``.
+"""
 
 from __future__ import annotations
 
+from collections.abc import Callable
+from typing import Any
+
 import torch
 
-from .. import _fallback
+from .. import _fallback, _runtime
+from .._geometry import MAX_ELEMENTS
 from ._common import check_float
+from ._pad import _warn_once
 
-__all__ = ["init_wkv_state", "wkv"]
+__all__ = ["init_wkv_state", "wkv", "wkv_backward", "wkv_forward"]
+
+# Fresh row-major outputs (never views of another output, as custom ops require).
+_DENSE = torch.contiguous_format
 
 
 def init_wkv_state(
-    batch_size: int, channels: int, *, device: torch.device | str | None = None
+    batch_size: int,
+    channels: int,
+    *,
+    device: torch.device | str | None = None,
+    dtype: torch.dtype = torch.float32,
 ) -> torch.Tensor:
-    """The WKV state before the first token: ``(batch_size, 3, channels)`` float32.
+    """The WKV state before the first token: ``(batch_size, 3, channels)``.
 
-    Rows: numerator ``aa = 0``, denominator ``bb = 0``, running max ``pp = -1e38``.
+    Rows: numerator ``aa = 0``, denominator ``bb = 0``, running max ``pp = -1e38``. ``dtype``:
+    float32 (for float16, bfloat16 and float32 inputs) or float64 (for float64 inputs).
     """
-    state = torch.zeros(batch_size, 3, channels, device=device)
+    if dtype not in (torch.float32, torch.float64):
+        raise TypeError(f"dtype must be torch.float32 or torch.float64, got {dtype}")
+    state = torch.zeros(batch_size, 3, channels, device=device, dtype=dtype)
     state[:, 2] = -1e38
     return state
+
+
+def _math(dtype: torch.dtype) -> torch.dtype:
+    return torch.float64 if dtype == torch.float64 else torch.float32
+
+
+def _check(time_decay: Any, time_first: Any, k: Any, v: Any, state: Any) -> tuple[int, int, int]:
+    """``(B, T, C)`` of valid arguments, else a TypeError/ValueError naming the culprit."""
+    for name, t in (("time_decay", time_decay), ("time_first", time_first), ("k", k), ("v", v)):
+        check_float(name, t)
+    if k.dim() != 3:
+        raise ValueError(f"k must be (B, T, C), got shape {tuple(k.shape)}")
+    if v.shape != k.shape:
+        raise ValueError(f"v must have k's shape {tuple(k.shape)}, got {tuple(v.shape)}")
+    if v.dtype != k.dtype:
+        raise TypeError(f"v must have k's dtype {k.dtype}, got {v.dtype}")
+    b, t, c = k.shape
+    for name, p in (("time_decay", time_decay), ("time_first", time_first)):
+        if p.shape != (c,):
+            raise ValueError(
+                f"{name} must be ({c},) for k of shape {tuple(k.shape)}, got {tuple(p.shape)}"
+            )
+    named = [("time_decay", time_decay), ("time_first", time_first), ("v", v)]
+    if state is not None:
+        if not isinstance(state, torch.Tensor):
+            raise TypeError(f"state must be a torch.Tensor or None, got {type(state).__name__}")
+        if state.shape != (b, 3, c):
+            raise ValueError(
+                f"state must be ({b}, 3, {c}) for k of shape {tuple(k.shape)}, "
+                f"got {tuple(state.shape)}"
+            )
+        if state.dtype != _math(k.dtype):
+            raise TypeError(
+                f"state must be {_math(k.dtype)} for {k.dtype} inputs, got {state.dtype}"
+            )
+        named.append(("state", state))
+    for name, p in named:
+        if p.device != k.device:
+            raise ValueError(f"{name} is on {p.device}, k on {k.device}: use one device")
+    return b, t, c
+
+
+def _launch(launcher: Callable[..., None], *tensors: torch.Tensor) -> str | None:
+    """Run a kernel; return why it could not run (the caller takes the torch route)."""
+    if max(t.numel() for t in tensors) > MAX_ELEMENTS:
+        return f"more than {MAX_ELEMENTS} elements in one call"
+    try:
+        launcher(*tensors)
+    except _runtime.RuntimeUnavailable as refused:
+        return str(refused)
+    return None
+
+
+def _operands(
+    time_decay: torch.Tensor,
+    time_first: torch.Tensor,
+    k: torch.Tensor,
+    v: torch.Tensor,
+    state: torch.Tensor,
+) -> tuple[torch.Tensor, ...]:
+    """``w = -exp(time_decay)``, ``u``, ``k``, ``v``, ``state``: detached, contiguous, in the
+    math dtype (the kernels take no bfloat16, and half precision loses the recurrence)."""
+    m = _math(k.dtype)
+    w = -torch.exp(time_decay.detach().to(m))
+    return tuple(
+        t.detach().to(m).contiguous() for t in (w, time_first, k, v, state)
+    )  # fmt: skip
+
+
+@torch.library.custom_op("tipad::wkv_forward", mutates_args=())
+def wkv_forward(
+    time_decay: torch.Tensor,
+    time_first: torch.Tensor,
+    k: torch.Tensor,
+    v: torch.Tensor,
+    state: torch.Tensor,
+    save: bool,
+) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    """``(y, new_state, saved)``: ``y`` ``(B, T, C)`` in ``k``'s dtype, the state after the last
+    token ``(B, 3, C)``, and ``saved`` ``(3, B, S, C)`` in the math dtype: with ``save`` (S = T
+    + 1) the state before every step, what ``wkv_backward`` reads, else (S = 1) the final state.
+    Arguments as ``wkv`` (``state`` required), checked by it.
+    """
+    b, t, c = k.shape
+    w, u, kk, vv, s = _operands(time_decay, time_first, k, v, state)
+    y = kk.new_empty(b, t, c)
+    states = kk.new_empty(3, b, t + 1 if save else 1, c)
+    if kk.numel() == 0:  # no step to take: the state passes through
+        states.copy_(s.transpose(0, 1).unsqueeze(2))
+    else:
+        reason = _launch(_runtime.launch_wkv_forward, w, u, kk, vv, s, y, states)
+        if reason is not None:
+            _warn_once(reason)
+            y, states = _fallback.wkv(w, u, kk, vv, s, save)
+    new_state = states[:, :, -1].transpose(0, 1).to(state.dtype).clone(memory_format=_DENSE)
+    return y.to(k.dtype), new_state, states
+
+
+@wkv_forward.register_fake
+def _(time_decay, time_first, k, v, state, save):  # type: ignore[no-untyped-def]
+    b, t, c = k.shape
+    saved = k.new_empty(3, b, t + 1 if save else 1, c, dtype=_math(k.dtype))
+    return k.new_empty(k.shape), state.new_empty(state.shape), saved
+
+
+@torch.library.custom_op("tipad::wkv_backward", mutates_args=())
+def wkv_backward(
+    time_decay: torch.Tensor,
+    time_first: torch.Tensor,
+    k: torch.Tensor,
+    v: torch.Tensor,
+    state: torch.Tensor,
+    saved: torch.Tensor,
+    grad_y: torch.Tensor,
+    grad_state: torch.Tensor,
+) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor]:
+    """Gradients of ``wkv_forward`` w.r.t. ``(time_decay, time_first, k, v, state)``, each in
+    its input's dtype, given those of ``y`` and of the new state.
+
+    ``saved``: the forward's third output; recomputed when it holds only the final state. The
+    per-chain gradients of ``w`` and ``u`` are summed over the batch here (a fixed order:
+    deterministic); ``time_decay``'s is ``w``'s times ``w`` (``w = -exp(time_decay)``).
+    """
+    b, t, c = k.shape
+    w, u, kk, vv, s = _operands(time_decay, time_first, k, v, state)
+    m = kk.dtype
+    gy = grad_y.detach().to(m).contiguous()
+    gs = grad_state.detach().to(m).contiguous()
+    if kk.numel() == 0:  # no step: the state's gradient passes through
+        gw, gu = kk.new_zeros(b, c), kk.new_zeros(b, c)
+        gk, gv, gs_in = kk.new_zeros(kk.shape), kk.new_zeros(kk.shape), gs
+    else:
+        reason = None
+        states = saved.detach()
+        if states.shape[2] != t + 1:
+            states = kk.new_empty(3, b, t + 1, c)
+            reason = _launch(_runtime.launch_wkv_forward, w, u, kk, vv, s, kk.new_empty(b, t, c),
+                             states)  # fmt: skip
+        gk, gv, grads = kk.new_empty(kk.shape), kk.new_empty(kk.shape), kk.new_empty(5 * b * c)
+        if reason is None:
+            reason = _launch(_runtime.launch_wkv_backward, w, u, kk, vv,
+                             states.to(m).contiguous(), gy, gs, gk, gv, grads)  # fmt: skip
+        if reason is None:
+            gw, gu = grads[: b * c].view(b, c), grads[b * c : 2 * b * c].view(b, c)
+            gs_in = grads[2 * b * c :].view(b, 3, c)
+        else:
+            _warn_once(reason)
+            gw, gu, gk, gv, gs_in = _fallback.wkv_backward(w, u, kk, vv, s, gy, gs)
+    return (
+        (gw.sum(0) * w).to(time_decay.dtype),
+        gu.sum(0).to(time_first.dtype),
+        gk.to(k.dtype),
+        gv.to(v.dtype),
+        gs_in.to(state.dtype).clone(memory_format=_DENSE),
+    )
+
+
+@wkv_backward.register_fake
+def _(time_decay, time_first, k, v, state, saved, grad_y, grad_state):  # type: ignore[no-untyped-def]
+    return (
+        time_decay.new_empty(time_decay.shape),
+        time_first.new_empty(time_first.shape),
+        k.new_empty(k.shape),
+        v.new_empty(v.shape),
+        state.new_empty(state.shape),
+    )
+
+
+def _setup_context(ctx, inputs, output):  # type: ignore[no-untyped-def]
+    time_decay, time_first, k, v, state, _save = inputs
+    ctx.save_for_backward(time_decay, time_first, k, v, state, output[2])
+
+
+def _backward(ctx, grad_y, grad_state, _grad_saved):  # type: ignore[no-untyped-def]
+    time_decay, time_first, k, v, state, saved = ctx.saved_tensors
+    if grad_y is None:
+        grad_y = torch.zeros_like(k)
+    if grad_state is None:
+        grad_state = torch.zeros_like(state)
+    grads = wkv_backward(time_decay, time_first, k, v, state, saved, grad_y, grad_state)
+    return (
+        *(g if need else None for g, need in zip(grads, ctx.needs_input_grad[:5], strict=True)),
+        None,
+    )
+
+
+wkv_forward.register_autograd(_backward, setup_context=_setup_context)
 
 
 def wkv(
@@ -31,28 +243,30 @@ def wkv(
 ) -> torch.Tensor | tuple[torch.Tensor, torch.Tensor]:
     """RWKV-4 WKV: ``y[b,t,c]``, the softmax-like mix of past ``v`` weighted by decayed ``k``.
 
-    ``time_decay, time_first``: ``(C,)``; ``k, v``: ``(B, T, C)`` of one float dtype and device.
-    Without ``state`` returns ``y`` ``(B, T, C)`` in ``k``'s dtype; with a ``(B, 3, C)`` float32
-    state returns ``(y, new_state)``.
+    ``y_t = (sum_{i<t} e^{(t-1-i)w + k_i} v_i + e^{u+k_t} v_t) / (same without v)`` per channel,
+    with ``w = -exp(time_decay)`` and ``u = time_first``, computed as the stable recurrence.
+
+    Args:
+        time_decay, time_first: ``(C,)``, any float dtype.
+        k, v: ``(B, T, C)``, one float dtype (float16, bfloat16, float32 or float64), on the
+            device of every other argument (cpu or cuda).
+        state: ``(B, 3, C)`` (numerator, denominator, running max) to continue from, float32
+            (float64 for float64 inputs), e.g. ``init_wkv_state`` or a previous call's.
+
+    Returns:
+        ``y`` ``(B, T, C)`` in ``k``'s dtype; with ``state``, ``(y, new_state)``. Running the
+        tokens in chunks, passing the state on, equals running them at once, gradients
+        included (all five arguments get them).
+
+    Raises:
+        TypeError: an argument is not a tensor, not floating point, ``v``'s dtype differs from
+            ``k``'s, or ``state`` has the wrong dtype.
+        ValueError: wrong shapes, or arguments on different devices.
     """
-    for name, t in (("time_decay", time_decay), ("time_first", time_first), ("k", k), ("v", v)):
-        check_float(name, t)
-    if k.dim() != 3:
-        raise ValueError(f"k must be (B, T, C), got shape {tuple(k.shape)}")
-    if v.shape != k.shape:
-        raise ValueError(f"v must have k's shape {tuple(k.shape)}, got {tuple(v.shape)}")
-    c = k.shape[2]
-    for name, t in (("time_decay", time_decay), ("time_first", time_first)):
-        if t.shape != (c,):
-            raise ValueError(f"{name} must be ({c},) for k of shape {tuple(k.shape)}")
-    math = torch.float64 if k.dtype == torch.float64 else torch.float32
-    s = init_wkv_state(k.shape[0], c, device=k.device) if state is None else state
-    y, new_state = _fallback.wkv(
-        -torch.exp(time_decay.to(math)),
-        time_first.to(math),
-        k.to(math),
-        v.to(math),
-        s.to(math),
+    b, _, c = _check(time_decay, time_first, k, v, state)
+    s = init_wkv_state(b, c, device=k.device, dtype=_math(k.dtype)) if state is None else state
+    save = torch.is_grad_enabled() and any(
+        t.requires_grad for t in (time_decay, time_first, k, v, s)
     )
-    y = y.to(k.dtype)
-    return y if state is None else (y, new_state.to(s.dtype))
+    y, new_state, _ = wkv_forward(time_decay, time_first, k, v, s, save)
+    return y if state is None else (y, new_state)

@@ -1,0 +1,346 @@
+"""The RWKV-4 WKV kernels (forward and explicit backward) and their launchers.
+
+One chain per (batch, channel): the recurrence is sequential in time and independent across
+chains. The tensors are ``(B, T, C)`` row-major, so adjacent channels are adjacent in memory:
+on CUDA one thread per chain (a warp reads 32 adjacent floats per step); on the CPU one task
+walks ``_LANES`` adjacent channels at once, in lanes unrolled at compile time, which reads whole
+cache lines and gives LLVM's vectorizer independent work to pack into SIMD registers (Taichi's
+CPU backend emits scalar code; the kernels are shaped so that LLVM's SLP vectorizer turns the
+lanes into 8-wide AVX operations, exponentials included: see ``exp_neg``, ``lanes_at`` and
+the one-step-late stores in ``forward_chain``).
+"""
+
+# No `from __future__ import annotations`: Taichi reads the kernels' annotations at runtime.
+from typing import Any
+
+import torch
+
+from .. import _runtime as rt
+
+# Adjacent channels per CPU task (a power of two; 1 = the CUDA order, one chain per task).
+_LANES = 8
+# Switches for tests and measurements: the loop order (None: by arch, like _state["per_pixel"]),
+# the float32 exponential (the polynomial below, or Taichi's libm call) and packed loads (the
+# CPU's float32 inputs read as vectors of _LANES when C allows).
+_options: dict[str, Any] = {"lanes": None, "fast_exp": True, "packed": True}
+
+
+# fmt: off
+def _build_kernels(ti: Any) -> dict[str, Any]:
+    """Compile-on-demand kernels ``forward`` and ``backward`` (float32 or float64), and their
+    ``_packed`` twins (float32, the loaded arrays viewed as ``(N / _LANES, _LANES)``).
+
+    Layouts (all flat): ``k, v, y, gy, gk, gv``: ``(B, T, C)``. ``states``: ``(3, B, S, C)``,
+    rows aa, bb, pp; with ``save`` S = T + 1 and slot t holds the state before step t (slot T
+    the final state), else S = 1 and the one slot receives the final state. ``params``:
+    ``w (C), u (C), state (B, 3, C)`` for the forward, ``w, u, gstate (B, 3, C)`` (the
+    gradient of the final state) for the backward. ``grads``: ``gw (B, C), gu (B, C),
+    gstate_in (B, 3, C)``. ``meta``: int32 ``[B, T, C]``. Scalars travel packed because each
+    kernel argument costs tens of microseconds of Python per launch.
+    """
+    nd = ti.types.ndarray
+
+    @ti.func
+    def exp_neg(x, fast: ti.template()):
+        # e**x for x <= 0. The float32 version is a Cephes-style expf: x = n ln2 + r with
+        # |r| <= ln2/2, a degree-6 polynomial for e**r and 2**n made from its exponent bits.
+        # Unlike a libm call, LLVM can vectorize it across the lanes. Below about -87.7 the
+        # result flushes to 0 (n = -127 gives the bits of 0.0); e**x would be subnormal there.
+        out = x
+        if ti.static(fast):
+            z = ti.max(x, -88.0)
+            n = ti.floor(z * 1.44269504088896341 + 0.5)
+            r = z - n * 0.693359375 + n * 2.12194440e-4  # ln2 split in two: r stays exact
+            p = 1.9875691500e-4
+            p = p * r + 1.3981999507e-3
+            p = p * r + 8.3334519073e-3
+            p = p * r + 4.1665795894e-2
+            p = p * r + 1.6666665459e-1
+            p = p * r + 5.0000001201e-1
+            p = p * r * r + r + 1.0
+            out = p * ti.bit_cast((ti.cast(n, ti.i32) + 127) << 23, ti.f32)
+        else:
+            out = ti.exp(x)
+        return out
+
+    @ti.func
+    def lanes_at(a: ti.template(), i: ti.i32, n: ti.template(), packed: ti.template()):
+        # Elements i .. i+n-1 of a flat array. Packed: the array is viewed as vectors of n
+        # (i a multiple of n), so LLVM sees n consecutive addresses and loads them as one
+        # SIMD word; from a flat array it sees n separately sign-extended 32-bit indices.
+        if ti.static(packed):
+            return a[i // n]
+        else:
+            return ti.Vector([a[i + j] for j in ti.static(range(n))])
+
+    @ti.func
+    def scales(a, b, fast: ti.template()):
+        # (e**(a - m), e**(b - m)) with m = max(a, b): one of them is exactly 1, so one exp.
+        d = a - b
+        e = exp_neg(-ti.abs(d), fast)
+        return ti.select(d >= 0, 1.0, e), ti.select(d >= 0, e, 1.0)
+
+    @ti.func
+    def forward_chain(params: ti.template(), k: ti.template(), v: ti.template(),
+                      y: ti.template(), states: ti.template(), b: ti.i32, c: ti.i32,
+                      n_b: ti.i32, n_t: ti.i32, n_c: ti.i32, n: ti.template(),
+                      save: ti.template(), fast: ti.template(), packed: ti.template()):
+        # Channels c .. c+n-1 of batch row b, the recurrence of rwkv.md:
+        #   y = (e1 aa + e2 v) / (e1 bb + e2), scales of (pp, u + k);
+        #   aa, bb, pp = f1 aa + f2 v, f1 bb + f2, max(w + pp, k), scales of (w + pp, k).
+        st = 2 * n_c + b * 3 * n_c + c
+        w = ti.Vector([params[c + j] for j in ti.static(range(n))])
+        u = ti.Vector([params[n_c + c + j] for j in ti.static(range(n))])
+        aa = ti.Vector([params[st + j] for j in ti.static(range(n))])
+        bb = ti.Vector([params[st + n_c + j] for j in ti.static(range(n))])
+        pp = ti.Vector([params[st + 2 * n_c + j] for j in ti.static(range(n))])
+        slots = n_t + 1 if ti.static(save) else 1
+        plane = n_b * slots * n_c
+        so = b * slots * n_c + c
+        off = b * n_t * n_c + c
+        # Each step stores the previous step's outputs: a loop-carried vector of lanes is
+        # what LLVM's SLP vectorizer starts from (stores cannot start it: each reloads the
+        # arrays' base pointers). Step 0 stores a placeholder where step 1 stores y_0.
+        y_prev = aa * 0
+        dst = off
+        for _t in range(n_t):
+            # Loads first: a store between them would split the lanes the same way.
+            kt = lanes_at(k, off, n, packed)
+            vt = lanes_at(v, off, n, packed)
+            yt = kt * 0
+            if ti.static(save):
+                for j in ti.static(range(n)):
+                    states[so + j] = aa[j]
+                    states[so + plane + j] = bb[j]
+                    states[so + 2 * plane + j] = pp[j]
+            for j in ti.static(range(n)):
+                e1, e2 = scales(pp[j], u[j] + kt[j], fast)
+                yt[j] = (e1 * aa[j] + e2 * vt[j]) / (e1 * bb[j] + e2)
+                ww = w[j] + pp[j]
+                f1, f2 = scales(ww, kt[j], fast)
+                aa[j] = f1 * aa[j] + f2 * vt[j]
+                bb[j] = f1 * bb[j] + f2
+                pp[j] = ti.max(ww, kt[j])
+            for j in ti.static(range(n)):
+                y[dst + j] = y_prev[j]
+            y_prev = yt
+            dst = off
+            off += n_c
+            if ti.static(save):
+                so += n_c
+        for j in ti.static(range(n)):
+            y[dst + j] = y_prev[j]
+        for j in ti.static(range(n)):
+            states[so + j] = aa[j]
+            states[so + plane + j] = bb[j]
+            states[so + 2 * plane + j] = pp[j]
+
+    @ti.func
+    def backward_chain(params: ti.template(), k: ti.template(), v: ti.template(),
+                       gy: ti.template(), states: ti.template(), gk: ti.template(),
+                       gv: ti.template(), grads: ti.template(), b: ti.i32, c: ti.i32,
+                       n_b: ti.i32, n_t: ti.i32, n_c: ti.i32, n: ti.template(),
+                       fast: ti.template(), packed: ti.template()):
+        # Reverse-mode through each step, from the saved state before it, exactly as autograd
+        # would go through the forward ops, except for the max m of the output's pair: the
+        # output is invariant to that common scale, so its gradient is exactly zero. Carried:
+        # ga, gb, gp, the gradients of the state after the step (at the end: the final state's).
+        st = 2 * n_c + b * 3 * n_c + c
+        w = ti.Vector([params[c + j] for j in ti.static(range(n))])
+        u = ti.Vector([params[n_c + c + j] for j in ti.static(range(n))])
+        ga = ti.Vector([params[st + j] for j in ti.static(range(n))])
+        gb = ti.Vector([params[st + n_c + j] for j in ti.static(range(n))])
+        gp = ti.Vector([params[st + 2 * n_c + j] for j in ti.static(range(n))])
+        gw = ga * 0
+        gu = ga * 0
+        gk_prev = ga * 0  # outputs stored a step late, as in forward_chain
+        gv_prev = ga * 0
+        slots = n_t + 1
+        plane = n_b * slots * n_c
+        so = (b * slots + n_t - 1) * n_c + c
+        off = (b * n_t + n_t - 1) * n_c + c
+        dst = off
+        for _t in range(n_t):
+            aa = lanes_at(states, so, n, packed)
+            bb = lanes_at(states, so + plane, n, packed)
+            pp = lanes_at(states, so + 2 * plane, n, packed)
+            kt = lanes_at(k, off, n, packed)
+            vt = lanes_at(v, off, n, packed)
+            gyt = lanes_at(gy, off, n, packed)
+            gkt = kt * 0
+            gvt = kt * 0
+            for j in ti.static(range(n)):
+                # Output: y = num / den.
+                e1, e2 = scales(pp[j], u[j] + kt[j], fast)
+                inv = 1.0 / (e1 * bb[j] + e2)
+                g_num = gyt[j] * inv
+                g_den = -g_num * (e1 * aa[j] + e2 * vt[j]) * inv
+                g_uk = e2 * (g_num * vt[j] + g_den)  # through e2 to u + k; to pp: its negative
+                # State update: aa' = f1 aa + f2 v, bb' = f1 bb + f2, pp' = max(w + pp, k).
+                ww = w[j] + pp[j]
+                f1, f2 = scales(ww, kt[j], fast)
+                g_f1 = (ga[j] * aa[j] + gb[j] * bb[j]) * f1
+                g_f2 = (ga[j] * vt[j] + gb[j]) * f2
+                g_max = gp[j] - g_f1 - g_f2  # through m = max(ww, k), shared by f1 and f2
+                # A tie splits the max's gradient in half, like torch.maximum.
+                to_ww = g_max * ti.select(ww > kt[j], 1.0, ti.select(ww == kt[j], 0.5, 0.0))
+                g_ww = g_f1 + to_ww
+                gkt[j] = g_uk + g_f2 + (g_max - to_ww)
+                gvt[j] = ga[j] * f2 + g_num * e2
+                gw[j] += g_ww
+                gu[j] += g_uk
+                ga[j] = ga[j] * f1 + g_num * e1
+                gb[j] = gb[j] * f1 + g_den * e1
+                gp[j] = g_ww - g_uk
+            for j in ti.static(range(n)):
+                gk[dst + j] = gk_prev[j]
+                gv[dst + j] = gv_prev[j]
+            gk_prev = gkt
+            gv_prev = gvt
+            dst = off
+            off -= n_c
+            so -= n_c
+        for j in ti.static(range(n)):
+            gk[dst + j] = gk_prev[j]
+            gv[dst + j] = gv_prev[j]
+        pc = b * n_c + c
+        sc = 2 * n_b * n_c + b * 3 * n_c + c
+        for j in ti.static(range(n)):
+            grads[pc + j] = gw[j]
+            grads[n_b * n_c + pc + j] = gu[j]
+            grads[sc + j] = ga[j]
+            grads[sc + n_c + j] = gb[j]
+            grads[sc + 2 * n_c + j] = gp[j]
+
+    def make(packed):
+        # packed: k, v (and the backward's gy, states) arrive as vectors of _LANES float32
+        # (C a multiple of _LANES): the CPU's fast path. Else flat arrays of any float dtype.
+        loads = nd(dtype=ti.types.vector(_LANES, ti.f32), ndim=1) if packed else nd(ndim=1)
+
+        @ti.kernel
+        def wkv_forward(params: nd(ndim=1), k: loads, v: loads, y: nd(ndim=1),
+                        states: nd(ndim=1), meta: nd(dtype=ti.i32, ndim=1),
+                        lanes: ti.template(), save: ti.template(), fast: ti.template()):
+            n_b, n_t, n_c = meta[0], meta[1], meta[2]
+            blocks = (n_c + lanes - 1) // lanes
+            # With lanes == 1, task = b * C + c: adjacent CUDA threads take adjacent channels.
+            for task in range(n_b * blocks):
+                b = task // blocks
+                c0 = (task - b * blocks) * lanes
+                if ti.static(lanes == 1 or packed):
+                    forward_chain(params, k, v, y, states, b, c0, n_b, n_t, n_c, lanes, save,
+                                  fast, packed)
+                else:
+                    if c0 + lanes <= n_c:
+                        forward_chain(params, k, v, y, states, b, c0, n_b, n_t, n_c, lanes,
+                                      save, fast, False)
+                    else:  # the last, partial block: one channel at a time
+                        for c in range(c0, n_c):
+                            forward_chain(params, k, v, y, states, b, c, n_b, n_t, n_c, 1,
+                                          save, fast, False)
+
+        @ti.kernel
+        def wkv_backward(params: nd(ndim=1), k: loads, v: loads, gy: loads, states: loads,
+                         gk: nd(ndim=1), gv: nd(ndim=1), grads: nd(ndim=1),
+                         meta: nd(dtype=ti.i32, ndim=1), lanes: ti.template(),
+                         fast: ti.template()):
+            n_b, n_t, n_c = meta[0], meta[1], meta[2]
+            blocks = (n_c + lanes - 1) // lanes
+            for task in range(n_b * blocks):
+                b = task // blocks
+                c0 = (task - b * blocks) * lanes
+                if ti.static(lanes == 1 or packed):
+                    backward_chain(params, k, v, gy, states, gk, gv, grads, b, c0, n_b, n_t,
+                                   n_c, lanes, fast, packed)
+                else:
+                    if c0 + lanes <= n_c:
+                        backward_chain(params, k, v, gy, states, gk, gv, grads, b, c0, n_b,
+                                       n_t, n_c, lanes, fast, False)
+                    else:
+                        for c in range(c0, n_c):
+                            backward_chain(params, k, v, gy, states, gk, gv, grads, b, c, n_b,
+                                           n_t, n_c, 1, fast, False)
+
+        return wkv_forward, wkv_backward
+
+    flat, packed = make(False), make(True)
+    return {"forward": flat[0], "backward": flat[1],
+            "forward_packed": packed[0], "backward_packed": packed[1]}
+
+
+# fmt: on
+def _switches(k: torch.Tensor) -> tuple[int, bool, bool]:
+    """(lanes, fast exp, packed loads) for a launch on ``k`` ``(B, T, C)``."""
+    lanes = _options["lanes"]
+    if lanes is None:
+        lanes = 1 if rt._state["arch"] == "cuda" else _LANES
+    fast = k.dtype == torch.float32 and _options["fast_exp"]
+    packed = fast and lanes == _LANES and k.shape[2] % _LANES == 0 and _options["packed"]
+    return lanes, fast, packed
+
+
+def _loads(t: torch.Tensor, packed: bool) -> torch.Tensor:
+    return t.reshape(-1, _LANES) if packed else t.reshape(-1)
+
+
+def _meta(k: torch.Tensor) -> torch.Tensor:
+    return torch.tensor(list(k.shape), dtype=torch.int32).to(k.device, non_blocking=True)
+
+
+def launch_wkv_forward(
+    w: torch.Tensor,
+    u: torch.Tensor,
+    k: torch.Tensor,
+    v: torch.Tensor,
+    state: torch.Tensor,
+    y: torch.Tensor,
+    states: torch.Tensor,
+) -> None:
+    """Run the WKV forward. All tensors contiguous, detached, float32 or float64 (one dtype),
+    on one device, none empty.
+
+    ``w = -exp(time_decay)``, ``u = time_first``: ``(C,)``; ``k, v``: ``(B, T, C)``; ``state``:
+    ``(B, 3, C)`` (aa, bb, pp) before the first token. Writes ``y`` ``(B, T, C)`` and
+    ``states`` ``(3, B, S, C)``: with ``S = T + 1`` the state before every step and after the
+    last (what the backward reads), with ``S = 1`` the final state only.
+
+    Raises ``RuntimeUnavailable`` when ``refusal(device)`` gives a reason.
+    """
+    save = states.shape[2] == k.shape[1] + 1 and k.shape[1] > 0
+    with rt.session(k.device, "wkv", _build_kernels) as kernels:
+        lanes, fast, packed = _switches(k)
+        params = torch.cat([w, u, state.reshape(-1)])
+        kernels["forward_packed" if packed else "forward"](
+            params, _loads(k, packed), _loads(v, packed), y.reshape(-1), states.reshape(-1),
+            _meta(k), lanes, save, fast,
+        )  # fmt: skip
+
+
+def launch_wkv_backward(
+    w: torch.Tensor,
+    u: torch.Tensor,
+    k: torch.Tensor,
+    v: torch.Tensor,
+    states: torch.Tensor,
+    gy: torch.Tensor,
+    gstate: torch.Tensor,
+    gk: torch.Tensor,
+    gv: torch.Tensor,
+    grads: torch.Tensor,
+) -> None:
+    """Run the WKV backward; same conventions as ``launch_wkv_forward``.
+
+    Reads ``states`` ``(3, B, T + 1, C)`` saved by the forward, ``gy`` ``(B, T, C)`` and
+    ``gstate`` ``(B, 3, C)`` (the gradients of ``y`` and of the final state). Writes ``gk``,
+    ``gv`` ``(B, T, C)`` and ``grads`` ``(2 + 3, B, C)`` flat: the per-chain gradients of ``w``
+    and ``u`` ``(B, C)`` each (the caller sums them over B), then the gradient of the initial
+    state ``(B, 3, C)``.
+    """
+    with rt.session(k.device, "wkv", _build_kernels) as kernels:
+        lanes, fast, packed = _switches(k)
+        params = torch.cat([w, u, gstate.reshape(-1)])
+        kernels["backward_packed" if packed else "backward"](
+            params, _loads(k, packed), _loads(v, packed), _loads(gy, packed),
+            _loads(states, packed), gk.reshape(-1), gv.reshape(-1), grads.reshape(-1), _meta(k),
+            lanes, fast,
+        )  # fmt: skip

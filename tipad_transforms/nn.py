@@ -1,0 +1,413 @@
+"""RWKV-4 layers on the ``tipad_transforms.ops.wkv`` kernel, named like RWKV-4 checkpoints.
+
+One page in the spirit of BlinkDL's RWKV-LM ``RWKV-v4neo/src/model.py``: ``RWKVTimeMix`` (the
+attention-like mixer over time), ``RWKVChannelMix`` (the feed-forward one) and ``RWKVBlock`` (both
+behind layer norms, with residuals). Parameter names, shapes and initial values are RWKV-4's, so
+the ``blocks.N.*`` weights of an RWKV-4 checkpoint load with ``load_state_dict(strict=True)``.
+
+Every module runs in two ways:
+
+- ``m(x)``: ``x`` is a whole sequence ``(B, T, n_embd)``, the first token sees zeros as its past;
+  returns ``y`` ``(B, T, n_embd)``.
+- ``m(x, state)``: the sequence continues from ``state`` (``m.init_state(B)`` at the start, or
+  the state a previous call returned); returns ``(y, new_state)``. Running a sequence in pieces,
+  down to one token at a time (RNN mode, for generation), gives the output of running it whole.
+
+A state is a small ``NamedTuple`` of tensors (``TimeMixState``, ``ChannelMixState``,
+``BlockState``); ``state.detach()`` cuts the graph between training chunks. Calls never modify a
+state in place: each returns a new one.
+"""
+
+from __future__ import annotations
+
+import math
+from typing import NamedTuple, overload
+
+import torch
+from torch import nn
+
+from .ops import init_wkv_state, wkv
+from .ops._common import check_float
+
+__all__ = [
+    "BlockState",
+    "ChannelMixState",
+    "RWKVBlock",
+    "RWKVChannelMix",
+    "RWKVTimeMix",
+    "TimeMixState",
+]
+
+
+class TimeMixState(NamedTuple):
+    """What ``RWKVTimeMix`` carries from one token to the next.
+
+    ``shift``: ``(B, n_embd)``, the previous token's input ``x`` in ``x``'s dtype (zeros before
+    the first token). ``wkv``: ``(B, 3, dim_att)`` float32 (float64 for float64 ``x``), the WKV
+    recurrence's running numerator ``aa``, denominator ``bb`` and exponent ``pp`` (``0, 0,
+    -1e38`` at the start; see ``tipad_transforms.ops.init_wkv_state``).
+    """
+
+    shift: torch.Tensor
+    wkv: torch.Tensor
+
+    def detach(self) -> TimeMixState:
+        """The same values, cut from the autograd graph (between training chunks)."""
+        return TimeMixState(self.shift.detach(), self.wkv.detach())
+
+
+class ChannelMixState(NamedTuple):
+    """What ``RWKVChannelMix`` carries: ``shift`` ``(B, n_embd)``, the previous token's ``x``."""
+
+    shift: torch.Tensor
+
+    def detach(self) -> ChannelMixState:
+        """The same values, cut from the autograd graph."""
+        return ChannelMixState(self.shift.detach())
+
+
+class BlockState(NamedTuple):
+    """What ``RWKVBlock`` carries: its time mix's state and its channel mix's state."""
+
+    att: TimeMixState
+    ffn: ChannelMixState
+
+    def detach(self) -> BlockState:
+        """The same values, cut from the autograd graph."""
+        return BlockState(self.att.detach(), self.ffn.detach())
+
+
+def _check_size(name: str, value: object) -> int:
+    if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+        raise ValueError(f"{name} must be a positive int, got {value!r}")
+    return value
+
+
+def _layer_ratios(layer_id: int, n_layer: int) -> tuple[float, float]:
+    """RWKV-4's depth ratios ``(r01, r1a0)``: 0 -> 1 and 1 -> ~0 from the first layer to the last.
+
+    RWKV-LM computes ``r01 = layer_id / (n_layer - 1)``, a ZeroDivisionError for a single layer;
+    here a lone layer counts as a first layer (``r01 = 0``), as ``layer_id = 0`` does anywhere.
+    """
+    _check_size("n_layer", n_layer)
+    if isinstance(layer_id, bool) or not isinstance(layer_id, int) or not 0 <= layer_id < n_layer:
+        raise ValueError(f"layer_id must be an int in [0, n_layer={n_layer}), got {layer_id!r}")
+    r01 = layer_id / (n_layer - 1) if n_layer > 1 else 0.0
+    return r01, 1.0 - layer_id / n_layer
+
+
+def _channel_ramp(n_embd: int) -> torch.Tensor:
+    """``ddd[i] = i / n_embd`` as ``(1, 1, n_embd)`` float64: the base of every time_mix init."""
+    return (torch.arange(n_embd, dtype=torch.float64) / n_embd).view(1, 1, n_embd)
+
+
+def _wkv_dtype(dtype: torch.dtype) -> torch.dtype:
+    """The dtype of the WKV recurrence for inputs of ``dtype`` (half precision loses it)."""
+    return torch.float64 if dtype == torch.float64 else torch.float32
+
+
+def _check_x(x: object, n_embd: int) -> torch.Tensor:
+    x = check_float("x", x)
+    if x.dim() != 3 or x.shape[2] != n_embd:
+        raise ValueError(f"x must be (B, T, n_embd={n_embd}), got shape {tuple(x.shape)}")
+    return x
+
+
+def _check_part(name: str, t: object, shape: tuple[int, ...], x: torch.Tensor) -> torch.Tensor:
+    if not isinstance(t, torch.Tensor):
+        raise TypeError(f"{name} must be a torch.Tensor, got {type(t).__name__}")
+    if tuple(t.shape) != shape:
+        raise ValueError(
+            f"{name} must be {shape} for x of shape {tuple(x.shape)}, got {tuple(t.shape)} "
+            "(a state from another batch size or layer width?)"
+        )
+    if t.device != x.device:
+        raise ValueError(f"{name} is on {t.device}, x on {x.device}")
+    return t
+
+
+def _shifted(x: torch.Tensor, prev: torch.Tensor | None) -> torch.Tensor:
+    """``x`` one step later in time: ``xx[:, t] = x[:, t-1]``, ``xx[:, 0] = prev`` (or zeros)."""
+    first = x.new_zeros(x.shape[0], 1, x.shape[2]) if prev is None else prev.to(x.dtype)[:, None]
+    return torch.cat([first, x[:, :-1]], dim=1)
+
+
+def _last(x: torch.Tensor, prev: torch.Tensor) -> torch.Tensor:
+    """The shift state after ``x``: its last token, or ``prev`` for an empty sequence."""
+    return x[:, -1] if x.shape[1] else prev
+
+
+def _mix(x: torch.Tensor, xx: torch.Tensor, time_mix: torch.Tensor) -> torch.Tensor:
+    return x * time_mix + xx * (1 - time_mix)
+
+
+class RWKVTimeMix(nn.Module):
+    """RWKV-4 time mixing: ``output(sigmoid(r) * wkv(time_decay, time_first, k, v))``.
+
+    ``k``, ``v`` and ``r`` are linear maps of the input mixed with the previous token's
+    (``time_mix_k``, ``time_mix_v``, ``time_mix_r``, per channel); ``wkv`` is
+    ``tipad_transforms.ops.wkv``, a decayed softmax over the past computed as a recurrence.
+
+    Args:
+        n_embd: width of the input and output.
+        dim_att: width of ``k``, ``v``, ``r`` and the WKV state (RWKV-4's ``dim_att``); default
+            ``n_embd``.
+        layer_id, n_layer: position of this layer in the stack, ``0 <= layer_id < n_layer``; they
+            set the initial values only (deeper layers start with slower decay and more mixing).
+
+    Parameters (RWKV-4 names and shapes, float32 at creation; ``r01 = layer_id / (n_layer - 1)``,
+    ``0`` when ``n_layer == 1``; ``r1a0 = 1 - layer_id / n_layer``; ``ddd[i] = i / n_embd``):
+
+    - ``time_decay`` ``(dim_att,)``: ``-5 + 8 * (h / (dim_att - 1)) ** (0.7 + 1.3 * r01)``;
+      the decay per step is ``exp(-exp(time_decay))``.
+    - ``time_first`` ``(dim_att,)``: ``log(0.3) + 0.5 * ((h + 1) % 3 - 1)``, the bonus of the
+      current token.
+    - ``time_mix_k``, ``time_mix_v``, ``time_mix_r`` ``(1, 1, n_embd)``: ``ddd ** r1a0``,
+      ``ddd ** r1a0 + 0.3 * r01``, ``ddd ** (0.5 * r1a0)``.
+    - ``key``, ``value``, ``receptance``: ``Linear(n_embd, dim_att, bias=False)``; ``output``:
+      ``Linear(dim_att, n_embd, bias=False)`` (PyTorch's default init, like RWKV-LM's modules;
+      RWKV-LM re-initialises them model-wide in ``generate_init_weight``).
+
+    Call ``m(x)`` or ``m(x, state)``: see ``forward``.
+    """
+
+    def __init__(
+        self, n_embd: int, dim_att: int | None = None, layer_id: int = 0, n_layer: int = 1
+    ) -> None:
+        super().__init__()
+        self.n_embd = _check_size("n_embd", n_embd)
+        self.dim_att = n_embd if dim_att is None else _check_size("dim_att", dim_att)
+        self.layer_id = layer_id
+        r01, r1a0 = _layer_ratios(layer_id, n_layer)
+
+        # float64 then rounded once; max(..., 1): a one-channel layer gets -5 (RWKV-LM: 0 / 0).
+        h = torch.arange(self.dim_att, dtype=torch.float64)
+        decay = -5 + 8 * (h / max(self.dim_att - 1, 1)) ** (0.7 + 1.3 * r01)
+        zigzag = ((h + 1) % 3 - 1) * 0.5
+        ddd = _channel_ramp(n_embd)
+        self.time_decay = nn.Parameter(decay.float())
+        self.time_first = nn.Parameter((math.log(0.3) + zigzag).float())
+        self.time_mix_k = nn.Parameter((ddd**r1a0).float())
+        self.time_mix_v = nn.Parameter((ddd**r1a0 + 0.3 * r01).float())
+        self.time_mix_r = nn.Parameter((ddd ** (0.5 * r1a0)).float())
+
+        self.key = nn.Linear(n_embd, self.dim_att, bias=False)
+        self.value = nn.Linear(n_embd, self.dim_att, bias=False)
+        self.receptance = nn.Linear(n_embd, self.dim_att, bias=False)
+        self.output = nn.Linear(self.dim_att, n_embd, bias=False)
+
+    def init_state(
+        self,
+        batch_size: int,
+        *,
+        device: torch.device | str | None = None,
+        dtype: torch.dtype | None = None,
+    ) -> TimeMixState:
+        """The state before the first token: zero ``shift`` ``(batch_size, n_embd)`` in ``dtype``
+        and the WKV start ``(batch_size, 3, dim_att)`` (``0, 0, -1e38``), float32, or float64
+        when ``dtype`` is float64.
+
+        ``device`` and ``dtype`` default to the module's parameters'.
+        """
+        _check_size("batch_size", batch_size)
+        device = self.time_mix_k.device if device is None else device
+        dtype = self.time_mix_k.dtype if dtype is None else dtype
+        return TimeMixState(
+            torch.zeros(batch_size, self.n_embd, device=device, dtype=dtype),
+            init_wkv_state(batch_size, self.dim_att, device=device, dtype=_wkv_dtype(dtype)),
+        )
+
+    @overload
+    def forward(self, x: torch.Tensor, state: None = None) -> torch.Tensor: ...
+    @overload
+    def forward(
+        self, x: torch.Tensor, state: TimeMixState
+    ) -> tuple[torch.Tensor, TimeMixState]: ...
+
+    def forward(
+        self, x: torch.Tensor, state: TimeMixState | None = None
+    ) -> torch.Tensor | tuple[torch.Tensor, TimeMixState]:
+        """Mix ``x`` ``(B, T, n_embd)`` over time; returns ``y`` of the same shape and dtype.
+
+        Floating ``x`` in the parameters' dtype (float32, float64, float16, bfloat16) on their
+        device; the WKV recurrence and its state are float32 (float64 for float64 ``x``).
+        With ``state`` (a ``TimeMixState`` for batch size ``B``) the sequence continues from it
+        and ``(y, new_state)`` is returned. Raises ``ValueError`` naming ``x`` or ``state`` for a
+        wrong shape (rank, last dim, batch size) or device, ``TypeError`` for a wrong type.
+        """
+        x = _check_x(x, self.n_embd)
+        if state is not None:
+            state = self._check_state(state, x)
+        xx = _shifted(x, None if state is None else state.shift)
+        k = self.key(_mix(x, xx, self.time_mix_k))
+        v = self.value(_mix(x, xx, self.time_mix_v))
+        r = self.receptance(_mix(x, xx, self.time_mix_r))
+        if state is None:
+            return self.output(torch.sigmoid(r) * wkv(self.time_decay, self.time_first, k, v))
+        y, s = wkv(self.time_decay, self.time_first, k, v, state.wkv)
+        return self.output(torch.sigmoid(r) * y), TimeMixState(_last(x, state.shift), s)
+
+    def _check_state(self, state: object, x: torch.Tensor) -> TimeMixState:
+        if not isinstance(state, tuple) or len(state) != 2:
+            raise TypeError(f"state must be a TimeMixState, got {type(state).__name__}")
+        b = x.shape[0]
+        shift = _check_part("state.shift", state[0], (b, self.n_embd), x)
+        s = _check_part("state.wkv", state[1], (b, 3, self.dim_att), x)
+        if s.dtype != _wkv_dtype(x.dtype):
+            raise TypeError(
+                f"state.wkv must be {_wkv_dtype(x.dtype)} for {x.dtype} x, got {s.dtype}"
+            )
+        return TimeMixState(shift, s)
+
+    def extra_repr(self) -> str:
+        return f"n_embd={self.n_embd}, dim_att={self.dim_att}, layer_id={self.layer_id}"
+
+
+class RWKVChannelMix(nn.Module):
+    """RWKV-4 channel mixing: ``sigmoid(receptance(xr)) * value(relu(key(xk)) ** 2)``.
+
+    ``xk``, ``xr`` mix the input with the previous token's (``time_mix_k``, ``time_mix_r``).
+
+    Args:
+        n_embd: width of the input and output.
+        dim_ffn: hidden width (RWKV-4's ``dim_ffn``); default ``4 * n_embd``.
+        layer_id, n_layer: position in the stack, for the initial values only.
+
+    Parameters (RWKV-4 names and shapes): ``time_mix_k``, ``time_mix_r`` ``(1, 1, n_embd)``, both
+    ``ddd ** r1a0`` (as in ``RWKVTimeMix``); ``key`` ``Linear(n_embd, dim_ffn)``,
+    ``receptance`` ``Linear(n_embd, n_embd)``, ``value`` ``Linear(dim_ffn, n_embd)``, no bias.
+
+    Call ``m(x)`` or ``m(x, state)``: see ``forward``.
+    """
+
+    def __init__(
+        self, n_embd: int, dim_ffn: int | None = None, layer_id: int = 0, n_layer: int = 1
+    ) -> None:
+        super().__init__()
+        self.n_embd = _check_size("n_embd", n_embd)
+        self.dim_ffn = 4 * n_embd if dim_ffn is None else _check_size("dim_ffn", dim_ffn)
+        self.layer_id = layer_id
+        _, r1a0 = _layer_ratios(layer_id, n_layer)
+        ddd = _channel_ramp(n_embd)
+        self.time_mix_k = nn.Parameter((ddd**r1a0).float())
+        self.time_mix_r = nn.Parameter((ddd**r1a0).float())
+
+        self.key = nn.Linear(n_embd, self.dim_ffn, bias=False)
+        self.receptance = nn.Linear(n_embd, n_embd, bias=False)
+        self.value = nn.Linear(self.dim_ffn, n_embd, bias=False)
+
+    def init_state(
+        self,
+        batch_size: int,
+        *,
+        device: torch.device | str | None = None,
+        dtype: torch.dtype | None = None,
+    ) -> ChannelMixState:
+        """The state before the first token: zero ``shift`` ``(batch_size, n_embd)``.
+
+        ``device`` and ``dtype`` default to the module's parameters'.
+        """
+        _check_size("batch_size", batch_size)
+        device = self.time_mix_k.device if device is None else device
+        dtype = self.time_mix_k.dtype if dtype is None else dtype
+        return ChannelMixState(torch.zeros(batch_size, self.n_embd, device=device, dtype=dtype))
+
+    @overload
+    def forward(self, x: torch.Tensor, state: None = None) -> torch.Tensor: ...
+    @overload
+    def forward(
+        self, x: torch.Tensor, state: ChannelMixState
+    ) -> tuple[torch.Tensor, ChannelMixState]: ...
+
+    def forward(
+        self, x: torch.Tensor, state: ChannelMixState | None = None
+    ) -> torch.Tensor | tuple[torch.Tensor, ChannelMixState]:
+        """``x`` ``(B, T, n_embd)`` -> ``y`` of the same shape and dtype; with ``state`` (a
+        ``ChannelMixState`` for batch size ``B``) returns ``(y, new_state)``.
+
+        Errors as ``RWKVTimeMix.forward``.
+        """
+        x = _check_x(x, self.n_embd)
+        prev = None
+        if state is not None:
+            if not isinstance(state, tuple) or len(state) != 1:
+                raise TypeError(f"state must be a ChannelMixState, got {type(state).__name__}")
+            prev = _check_part("state.shift", state[0], (x.shape[0], self.n_embd), x)
+        xx = _shifted(x, prev)
+        k = torch.square(torch.relu(self.key(_mix(x, xx, self.time_mix_k))))
+        y = torch.sigmoid(self.receptance(_mix(x, xx, self.time_mix_r))) * self.value(k)
+        return y if prev is None else (y, ChannelMixState(_last(x, prev)))
+
+    def extra_repr(self) -> str:
+        return f"n_embd={self.n_embd}, dim_ffn={self.dim_ffn}, layer_id={self.layer_id}"
+
+
+class RWKVBlock(nn.Module):
+    """One RWKV-4 layer: ``x = x + att(ln1(x)); x = x + ffn(ln2(x))``.
+
+    Layer 0 also normalises its input first with ``ln0`` (RWKV-4 puts the layer norm of the
+    embeddings there), so its state-dict keys are those of ``blocks.N`` in an RWKV-4
+    checkpoint: ``ln1.*``, ``ln2.*``, ``ln0.*`` (layer 0 only), ``att.*``, ``ffn.*``.
+
+    Args:
+        n_embd: width of the residual stream.
+        dim_att: width of the time mix (default ``n_embd``).
+        dim_ffn: hidden width of the channel mix (default ``4 * n_embd``).
+        layer_id, n_layer: position in the stack, ``0 <= layer_id < n_layer``.
+
+    Call ``m(x)`` or ``m(x, state)``: see ``forward``.
+    """
+
+    def __init__(
+        self,
+        n_embd: int,
+        dim_att: int | None = None,
+        dim_ffn: int | None = None,
+        layer_id: int = 0,
+        n_layer: int = 1,
+    ) -> None:
+        super().__init__()
+        _check_size("n_embd", n_embd)
+        self.layer_id = layer_id
+        self.ln1 = nn.LayerNorm(n_embd)
+        self.ln2 = nn.LayerNorm(n_embd)
+        self.ln0 = nn.LayerNorm(n_embd) if layer_id == 0 else None
+        self.att = RWKVTimeMix(n_embd, dim_att, layer_id, n_layer)
+        self.ffn = RWKVChannelMix(n_embd, dim_ffn, layer_id, n_layer)
+
+    def init_state(
+        self,
+        batch_size: int,
+        *,
+        device: torch.device | str | None = None,
+        dtype: torch.dtype | None = None,
+    ) -> BlockState:
+        """The state before the first token (see ``TimeMixState``, ``ChannelMixState``)."""
+        return BlockState(
+            self.att.init_state(batch_size, device=device, dtype=dtype),
+            self.ffn.init_state(batch_size, device=device, dtype=dtype),
+        )
+
+    @overload
+    def forward(self, x: torch.Tensor, state: None = None) -> torch.Tensor: ...
+    @overload
+    def forward(self, x: torch.Tensor, state: BlockState) -> tuple[torch.Tensor, BlockState]: ...
+
+    def forward(
+        self, x: torch.Tensor, state: BlockState | None = None
+    ) -> torch.Tensor | tuple[torch.Tensor, BlockState]:
+        """``x`` ``(B, T, n_embd)`` -> ``(B, T, n_embd)``; with ``state`` (a ``BlockState``)
+        returns ``(y, new_state)``. Errors as ``RWKVTimeMix.forward``.
+        """
+        x = _check_x(x, self.att.n_embd)
+        if state is not None and (not isinstance(state, tuple) or len(state) != 2):
+            raise TypeError(f"state must be a BlockState, got {type(state).__name__}")
+        if self.ln0 is not None:
+            x = self.ln0(x)
+        if state is None:
+            x = x + self.att(self.ln1(x))
+            return x + self.ffn(self.ln2(x))
+        a, att_state = self.att(self.ln1(x), state[0])
+        x = x + a
+        f, ffn_state = self.ffn(self.ln2(x), state[1])
+        return x + f, BlockState(att_state, ffn_state)
