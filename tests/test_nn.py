@@ -435,3 +435,5 @@ def test_bad_wkv_state_and_constructor_arguments() -> None:
         RWKVTimeMix(8, dim_att=-1)
     with pytest.raises(ValueError, match="batch_size must be a positive int"):
         m.init_state(0)
+    with pytest.raises(TypeError, match="n_embd must be an int, got str"):
+        RWKVTimeMix("8")  # type: ignore[arg-type]

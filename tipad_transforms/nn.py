@@ -78,7 +78,9 @@ class BlockState(NamedTuple):
 
 
 def _check_size(name: str, value: object) -> int:
-    if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+    if isinstance(value, bool) or not isinstance(value, int):
+        raise TypeError(f"{name} must be an int, got {type(value).__name__}")
+    if value < 1:
         raise ValueError(f"{name} must be a positive int, got {value!r}")
     return value
 

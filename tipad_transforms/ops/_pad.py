@@ -25,7 +25,7 @@ from .._geometry import MAX_ELEMENTS, MODE_CODES, PadGeometry, check_bank_index
 
 __all__ = ["pad", "pad_backward", "pad_out", "pad_stack", "pad_stack_backward"]
 
-_warned: set[str] = set()
+_warned: set[tuple[str, str]] = set()
 # Frames of these packages sit between the user's call and the op's implementation, how many
 # depends on the path taken (functional, transform, torch.compile, autograd).
 _SITE = os.path.dirname(os.path.dirname(torch.__file__ or ""))
@@ -56,11 +56,12 @@ def _kernel(launch: Callable[..., None], *tensors: torch.Tensor, **kwargs: Any) 
     return None
 
 
-def _warn_once(reason: str) -> None:
-    if reason not in _warned:
-        _warned.add(reason)
+def _warn_once(reason: str, what: str = "padding") -> None:
+    """Warn once per (operation, reason) that ``what`` takes the torch route, at the user's line."""
+    if (what, reason) not in _warned:
+        _warned.add((what, reason))
         warnings.warn(
-            f"tipad_transforms: the Taichi kernel cannot run here ({reason}); padding with the "
+            f"tipad_transforms: the Taichi kernel cannot run here ({reason}); {what} with the "
             "slower torch route instead",
             RuntimeWarning,
             stacklevel=_user_stacklevel(),

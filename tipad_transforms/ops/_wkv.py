@@ -39,9 +39,17 @@ def init_wkv_state(
 
     Rows: numerator ``aa = 0``, denominator ``bb = 0``, running max ``pp = -1e38``. ``dtype``:
     float32 (for float16, bfloat16 and float32 inputs) or float64 (for float64 inputs).
+
+    Raises:
+        TypeError: non-int sizes, another dtype. ValueError: negative sizes.
     """
     if dtype not in (torch.float32, torch.float64):
         raise TypeError(f"dtype must be torch.float32 or torch.float64, got {dtype}")
+    for name, value in (("batch_size", batch_size), ("channels", channels)):
+        if isinstance(value, bool) or not isinstance(value, int):
+            raise TypeError(f"{name} must be an int, got {type(value).__name__}")
+        if value < 0:
+            raise ValueError(f"{name} must be >= 0, got {value}")
     state = torch.zeros(batch_size, 3, channels, device=device, dtype=dtype)
     state[:, 2] = -1e38
     return state
@@ -137,7 +145,7 @@ def wkv_forward(
     else:
         reason = _launch(_runtime.launch_wkv_forward, w, u, kk, vv, s, y, states)
         if reason is not None:
-            _warn_once(reason)
+            _warn_once(reason, "computing wkv")
             y, states = _fallback.wkv(w, u, kk, vv, s, save)
     new_state = states[:, :, -1].transpose(0, 1).to(state.dtype).clone(memory_format=_DENSE)
     return y.to(k.dtype), new_state, states
@@ -191,7 +199,7 @@ def wkv_backward(
             gw, gu = grads[: b * c].view(b, c), grads[b * c : 2 * b * c].view(b, c)
             gs_in = grads[2 * b * c :].view(b, 3, c)
         else:
-            _warn_once(reason)
+            _warn_once(reason, "computing wkv")
             gw, gu, gk, gv, gs_in = _fallback.wkv_backward(w, u, kk, vv, s, gy, gs)
     return (
         (gw.sum(0) * w).to(time_decay.dtype),
