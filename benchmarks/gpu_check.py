@@ -51,6 +51,7 @@ os.environ.setdefault("ENABLE_TAICHI_HEADER_PRINT", "0")
 sys.path.insert(1, str(Path(__file__).resolve().parent.parent))
 
 import gpu_data
+import gpu_rwkv
 import torch
 from _common import (
     Deadline,
@@ -80,7 +81,10 @@ import tipad_transforms.functional as TF
 
 # Sections of the later issues: each ``run(device, quick, repeats, with_timing)`` returns a dict
 # with "ok", "status", "problems" and optionally "timing" (with a printable "table").
-SECTIONS: list[tuple[str, Callable[..., dict[str, Any]]]] = [("data", gpu_data.run)]
+SECTIONS: list[tuple[str, Callable[..., dict[str, Any]]]] = [
+    ("data", gpu_data.run),
+    ("rwkv", gpu_rwkv.run),
+]
 
 DTYPES = [
     torch.uint8,

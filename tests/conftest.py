@@ -41,6 +41,8 @@ def _kernel_only(request: pytest.FixtureRequest, monkeypatch: pytest.MonkeyPatch
             "pad_backward",
             "pad_stack",
             "pad_stack_backward",
+            "time_conv",
+            "time_conv_backward",
             "wkv",
             "wkv_backward",
         ):

@@ -30,6 +30,7 @@ __all__ = [
     "RuntimeUnavailable",
     "launch_pad",
     "launch_pad_stack",
+    "launch_time_conv",
     "launch_wkv_backward",
     "launch_wkv_forward",
     "refusal",
@@ -202,4 +203,5 @@ def _ordered_with_torch(device: torch.device) -> Iterator[None]:
 
 # The kernel families; imported last, as they use the names above.
 from ._pad import launch_pad, launch_pad_stack  # noqa: E402
+from ._time_conv import launch_time_conv  # noqa: E402
 from ._wkv import launch_wkv_backward, launch_wkv_forward  # noqa: E402

@@ -1,22 +1,176 @@
-"""Causal depthwise time convolution (work in progress: the torch route; Taichi replaces it)."""
+"""Causal depthwise time convolution: ``tipad::time_conv_forward``, ``tipad::time_conv_backward``
+and the public ``time_conv``.
+
+``out[b,c,t] = eps + sum_{j=0..min(t, L-1)} w[c, L-1-j] * k[b,c,t-j]``: RWKV-2/3's "timex",
+the same as ``F.conv1d(F.pad(k, (L - 1, 0)), w.unsqueeze(1), groups=C) + eps``. Forward and
+backward run as Taichi kernels (``_runtime._time_conv``) for any ``B``, ``C``, ``T`` and kernel
+length ``L``, in float32 (float16/bfloat16/float32 inputs) or float64. Being custom ops with
+fake implementations and registered autograd, they trace under ``torch.compile(fullgraph=True)``
+and pass ``torch.library.opcheck``.
+"""
 
 from __future__ import annotations
 
+import numbers
+from typing import Any
+
 import torch
 
-from .. import _fallback
+from .. import _fallback, _runtime
+from .._geometry import MAX_ELEMENTS
 from ._common import check_float
+from ._pad import _warn_once
 
-__all__ = ["time_conv"]
+__all__ = ["time_conv", "time_conv_backward", "time_conv_forward"]
+
+
+def _math(*dtypes: torch.dtype) -> torch.dtype:
+    """The kernels' dtype: float64 if any input is, else float32 (Taichi has no bfloat16)."""
+    return torch.float64 if torch.float64 in dtypes else torch.float32
+
+
+def _check(w: Any, k: Any, eps: Any) -> None:
+    """TypeError/ValueError naming the argument unless ``w`` is ``(C, L)`` and ``k`` ``(B, C, T)``
+    float tensors on one device with ``L >= 1``, and ``eps`` a real number."""
+    check_float("w", w)
+    check_float("k", k)
+    if w.dim() != 2:
+        raise ValueError(f"w must be (C, L) or (C, 1, L), got shape {tuple(w.shape)}")
+    if k.dim() != 3:
+        raise ValueError(f"k must be (B, C, T), got shape {tuple(k.shape)}")
+    if w.shape[0] != k.shape[1]:
+        raise ValueError(
+            f"w has {w.shape[0]} channels (shape {tuple(w.shape)}), k has {k.shape[1]} "
+            f"(shape {tuple(k.shape)}): they must match"
+        )
+    if w.shape[1] < 1:
+        raise ValueError(f"w must hold at least one tap (L >= 1), got shape {tuple(w.shape)}")
+    if w.device != k.device:
+        raise ValueError(f"w is on {w.device}, k on {k.device}: use one device")
+    if isinstance(eps, bool) or not isinstance(eps, numbers.Real):
+        raise TypeError(f"eps must be a real number, got {type(eps).__name__} {eps!r}")
+
+
+def _kernel(*tensors: torch.Tensor, **launch: Any) -> str | None:
+    """Run the Taichi kernel; return why it could not run (the caller takes the torch route)."""
+    if max(t.numel() for t in tensors) > MAX_ELEMENTS:
+        return f"more than {MAX_ELEMENTS} elements in one call"
+    try:
+        _runtime.launch_time_conv(*tensors, **launch)
+    except _runtime.RuntimeUnavailable as refused:
+        return str(refused)
+    return None
+
+
+def _operand(t: torch.Tensor, dtype: torch.dtype) -> torch.Tensor:
+    return t.detach().to(dtype).contiguous()
+
+
+@torch.library.custom_op("tipad::time_conv_forward", mutates_args=())
+def time_conv_forward(w: torch.Tensor, k: torch.Tensor, eps: float) -> torch.Tensor:
+    """``time_conv`` for ``w`` ``(C, L)`` (checked as ``time_conv`` checks): a new ``(B, C, T)``
+    tensor of dtype ``promote_types(w.dtype, k.dtype)``."""
+    _check(w, k, eps)
+    m = _math(w.dtype, k.dtype)
+    ww, kk = _operand(w, m), _operand(k, m)
+    b, c, t = k.shape
+    out = kk.new_empty(b, c, t)
+    reason = _kernel(ww, kk, out, batch=b, channels=c, length=t, offset=w.shape[1] - 1, eps=eps)
+    if reason is not None:
+        _warn_once(reason, "computing time_conv")
+        out = _fallback.time_conv(ww, kk, eps)
+    return out.to(torch.promote_types(w.dtype, k.dtype))
+
+
+@time_conv_forward.register_fake
+def _(w, k, eps):  # type: ignore[no-untyped-def]
+    _check(w, k, eps)
+    return k.new_empty(k.shape, dtype=torch.promote_types(w.dtype, k.dtype))
+
+
+@torch.library.custom_op("tipad::time_conv_backward", mutates_args=())
+def time_conv_backward(
+    grad: torch.Tensor, w: torch.Tensor, k: torch.Tensor, grad_w: bool, grad_k: bool
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """Gradients of ``time_conv_forward``: ``(dw, dk)`` with ``w``'s and ``k``'s shapes and dtypes.
+
+    ``grad``: ``(B, C, T)``. ``dk[b,c,u] = sum_t grad[b,c,t] w[c, L-1-(t-u)]`` and
+    ``dw[c, L-1-j] = sum_{b,t} grad[b,c,t] k[b,c,t-j]``; one not asked for (``grad_w``,
+    ``grad_k`` false) is returned as zeros without being computed.
+    """
+    m = _math(grad.dtype, w.dtype, k.dtype)
+    b, c, t = k.shape
+    length = w.shape[1]
+    g = _operand(grad, m)
+    dw = g.new_zeros(c, length)
+    dk = g.new_zeros(b, c, t)
+    shape = dict(batch=b, channels=c, length=t)
+    reasons = []
+    if grad_k:
+        w_flipped = _operand(w, m).flip(-1).contiguous()
+        reasons.append(_kernel(w_flipped, g, dk, offset=0, **shape))
+    if grad_w:
+        reasons.append(_kernel(g, _operand(k, m), dw, offset=length - 1, sum_batch=True, **shape))
+    reason = next((r for r in reasons if r is not None), None)
+    if reason is not None:  # refusals are per device: both kernels were refused
+        _warn_once(reason, "computing time_conv")
+        dw_fb, dk_fb = _fallback.time_conv_backward(g, _operand(w, m), _operand(k, m))
+        dw, dk = (dw_fb if grad_w else dw), (dk_fb if grad_k else dk)
+    return dw.to(w.dtype), dk.to(k.dtype)
+
+
+@time_conv_backward.register_fake
+def _(grad, w, k, grad_w, grad_k):  # type: ignore[no-untyped-def]
+    return w.new_empty(w.shape), k.new_empty(k.shape)
+
+
+def _setup_context(ctx, inputs, output):  # type: ignore[no-untyped-def]
+    w, k, _eps = inputs
+    ctx.save_for_backward(w, k)
+
+
+def _backward(ctx, grad):  # type: ignore[no-untyped-def]
+    w, k = ctx.saved_tensors
+    needs_w, needs_k = ctx.needs_input_grad[:2]
+    dw, dk = time_conv_backward(grad, w, k, needs_w, needs_k)
+    return dw if needs_w else None, dk if needs_k else None, None
+
+
+time_conv_forward.register_autograd(_backward, setup_context=_setup_context)
 
 
 def time_conv(w: torch.Tensor, k: torch.Tensor, eps: float = 0.0) -> torch.Tensor:
-    """Causal depthwise time convolution: ``out[b,c,t] = eps + sum_j w[c,L-1-j] k[b,c,t-j]``.
+    """Causal depthwise time convolution (RWKV's "timex"), differentiable in ``w`` and ``k``.
 
-    ``w``: ``(C, L)`` or ``(C, 1, L)``; ``k``: ``(B, C, T)``. Returns ``(B, C, T)``.
+    ``out[b,c,t] = eps + sum_{j=0..min(t, L-1)} w[c, L-1-j] * k[b,c,t-j]``, i.e.
+    ``F.conv1d(F.pad(k, (L - 1, 0)), w.unsqueeze(1), groups=C) + eps``.
+
+    Args:
+        w: ``(C, L)`` or ``(C, 1, L)`` per-channel kernel, any ``L >= 1`` (RWKV uses ``L == T``;
+            ``L > T`` is allowed, its oldest taps then see only the zero padding).
+        k: ``(B, C, T)`` input; same device as ``w`` (CPU, or CUDA device 0 for the kernels).
+        eps: a constant added to every output (no gradient).
+
+    Both tensors float16, bfloat16, float32 or float64, any strides. The kernels compute in
+    float64 if either is float64, else in float32; the result has dtype
+    ``torch.promote_types(w.dtype, k.dtype)`` and gradients have their input's dtype.
+
+    Returns:
+        ``(B, C, T)``.
+
+    Raises:
+        TypeError: ``w`` or ``k`` not a float tensor; ``eps`` not a real number.
+        ValueError: wrong number of dims, channel counts that differ, ``L < 1``, ``w`` and
+            ``k`` on different devices.
+
+    Where the Taichi runtime cannot serve the device (see ``_runtime.refusal``), a torch route
+    (``F.conv1d``) computes the same values after one RuntimeWarning.
     """
     check_float("w", w)
-    check_float("k", k)
-    if w.dim() == 3 and w.shape[1] == 1:
-        w = w[:, 0]
-    return _fallback.time_conv(w, k, eps)
+    if w.dim() == 3:
+        if w.shape[1] != 1:
+            raise ValueError(f"w must be (C, L) or (C, 1, L), got shape {tuple(w.shape)}")
+        w = w.squeeze(1)
+    _check(w, k, eps)
+    out: torch.Tensor = torch.ops.tipad.time_conv_forward(w, k, float(eps))
+    return out

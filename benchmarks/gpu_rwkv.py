@@ -1,0 +1,181 @@
+"""The RWKV section of ``gpu_check.py``: ``ops.wkv`` and ``ops.time_conv`` on a GPU.
+
+Correctness: device results (float32, float16, bfloat16) and float32 gradients against float64
+references computed on the CPU (``rwkv.wkv_torch``, the stable recurrence one token at a time,
+and ``F.conv1d``), chunked WKV with the state equal to the whole run, ``k ~ U(-1000, 1000)``
+finite, and both ops launched on a side stream right after the matmul that produces their input.
+Timing: the article's sizes against the torch peers users run today (``benchmarks/rwkv.py``).
+"""
+
+from __future__ import annotations
+
+import time
+from typing import Any
+
+import torch
+from _common import Peer, format_ms, measure
+from rwkv import _forward, _forward_backward, conv1d_peer, time_conv_flops, wkv_inputs, wkv_torch
+
+import tipad_transforms.ops as tops
+
+
+def _close(got: torch.Tensor, want: torch.Tensor, tol: float) -> bool:
+    """Within ``tol`` of the reference's scale (float32 sums differ by order, not by value)."""
+    got, want = got.detach().cpu().double(), want.detach().cpu().double()
+    scale = want.abs().max().clamp(min=1.0)
+    return bool(torch.isfinite(got).all()) and bool(((got - want).abs() <= tol * scale).all())
+
+
+def check_wkv(device: torch.device, quick: bool) -> list[str]:
+    problems: list[str] = []
+    shapes = [(2, 37, 19)] if quick else [(2, 37, 19), (3, 300, 64), (1, 5, 1)]
+    for b, t, c in shapes:
+        x = wkv_inputs(b, t, c, seed=b * 1000 + t)
+        cpu64 = [x[n].double() for n in ("time_decay", "time_first", "k", "v")]
+        want = wkv_torch(*cpu64)
+        for dtype, tol in ((torch.float32, 1e-4), (torch.float16, 2e-2), (torch.bfloat16, 5e-2)):
+            args = [a.to(device, dtype) for a in cpu64]
+            got = tops.wkv(*args)
+            assert isinstance(got, torch.Tensor)
+            if got.dtype != dtype or not _close(got, want, tol):
+                problems.append(f"wkv {(b, t, c)} {dtype} != float64 reference")
+        # Gradients of all four inputs, float32 on the device vs float64 autograd on the CPU.
+        leaves = [a.detach().to(device, torch.float32).requires_grad_() for a in cpu64]
+        refs = [a.detach().clone().requires_grad_() for a in cpu64]
+        up = x["grad"].double()
+        got_g = torch.autograd.grad(tops.wkv(*leaves), leaves, up.to(device, torch.float32))
+        want_g = torch.autograd.grad(wkv_torch(*refs), refs, up)
+        for name, g, w in zip(("time_decay", "time_first", "k", "v"), got_g, want_g, strict=True):
+            if not _close(g, w, 1e-3):
+                problems.append(f"wkv {(b, t, c)} gradient of {name} != float64 reference")
+        # Chunked with the state == whole (forward).
+        args = [a.to(device, torch.float32) for a in cpu64]
+        state = tops.init_wkv_state(b, c, device=device)
+        cut = t // 3
+        y1, state = tops.wkv(args[0], args[1], args[2][:, :cut], args[3][:, :cut], state)
+        y2, _ = tops.wkv(args[0], args[1], args[2][:, cut:], args[3][:, cut:], state)
+        if not _close(torch.cat([y1, y2], 1), want, 1e-4):
+            problems.append(f"wkv {(b, t, c)} chunked with state != whole")
+    x = wkv_inputs(2, 2048, 32, seed=5)
+    k = (torch.rand(2, 2048, 32, generator=torch.Generator().manual_seed(5)) * 2000 - 1000).to(
+        device
+    )
+    y = tops.wkv(x["time_decay"].to(device), x["time_first"].to(device), k, x["v"].to(device))
+    assert isinstance(y, torch.Tensor)
+    if not bool(torch.isfinite(y).all()):
+        problems.append("wkv with k ~ U(-1000, 1000) is not finite")
+    return problems
+
+
+def check_time_conv(device: torch.device) -> list[str]:
+    problems: list[str] = []
+    gen = torch.Generator().manual_seed(2)
+    for b, c, t, length in ((3, 5, 37, 37), (2, 7, 50, 9), (1, 3, 8, 20)):
+        w = torch.randn(c, length, generator=gen, dtype=torch.float64)
+        k = torch.randn(b, c, t, generator=gen, dtype=torch.float64)
+        up = torch.randn(b, c, t, generator=gen, dtype=torch.float64)
+        refs = [w.clone().requires_grad_(), k.clone().requires_grad_()]
+        want = conv1d_peer(*refs)
+        want_g = torch.autograd.grad(want, refs, up)
+        leaves = [a.to(device, torch.float32).requires_grad_() for a in (w, k)]
+        got = tops.time_conv(*leaves)
+        if not _close(got, want, 1e-5):
+            problems.append(f"time_conv {(b, c, t, length)} != float64 conv1d")
+        got_g = torch.autograd.grad(got, leaves, up.to(device, torch.float32))
+        for name, g, r in zip(("w", "k"), got_g, want_g, strict=True):
+            if not _close(g, r, 1e-5):
+                problems.append(f"time_conv {(b, c, t, length)} gradient of {name} != conv1d")
+    return problems
+
+
+def check_side_stream(device: torch.device) -> list[str]:
+    """Both ops on a side stream, right after a matmul on that stream makes their input."""
+    if device.type != "cuda":
+        return []
+    problems: list[str] = []
+    a = torch.randn(8192, 8192, device=device)
+    s = torch.cuda.Stream(device)
+    x = wkv_inputs(4, 64, 128, seed=9)
+    td, tf = x["time_decay"].to(device), x["time_first"].to(device)
+    for i in range(3):
+        with torch.cuda.stream(s):
+            big = a @ a
+            k = big[:256, :128].reshape(4, 64, 128) * (1e-3 * (i + 1))
+            y = tops.wkv(td, tf, k, k)
+            kc = k.transpose(1, 2).contiguous()
+            conv = tops.time_conv(k[0, :, :64].T.contiguous(), kc)
+            y_seen, conv_seen = y.clone(), conv.clone()
+        s.synchronize()
+        k64 = k.double().cpu()
+        if not _close(y_seen, wkv_torch(td.double().cpu(), tf.double().cpu(), k64, k64), 1e-4):
+            problems.append(f"round {i}: wkv on a side stream != reference")
+        w64 = k64[0, :, :64].T
+        if not _close(conv_seen, conv1d_peer(w64, k64.transpose(1, 2)), 1e-4):
+            problems.append(f"round {i}: time_conv on a side stream != reference")
+    return problems
+
+
+def timing(device: torch.device, quick: bool, repeats: int) -> dict[str, Any]:
+    sync = (lambda: torch.cuda.synchronize(device)) if device.type == "cuda" else (lambda: None)
+    gen = torch.Generator().manual_seed(0)
+    rows: list[dict[str, Any]] = []
+    lines: list[str] = []
+    conv_shape = (4, 64, 128) if quick or device.type == "cpu" else (32, 768, 768)
+    wkv_shapes = [(2, 64, 64)] if quick or device.type == "cpu" else [(8, 512, 512), (1, 4096, 768)]
+    # fmt: off
+    work: list[tuple[str, list[Peer], int | None]] = []
+
+    def pair(title: str, fns: tuple[Any, Any], labels: tuple[str, str], args: list[Any],
+             grad: torch.Tensor, flops: int | None) -> None:
+        # The same op forward, then forward+backward (3x the forward's FLOPs).
+        for kind, make in (("fwd", lambda f: _forward(f, args)),
+                           ("fwd+bwd", lambda f: _forward_backward(f, args, grad))):
+            peers = [Peer(key, label, make(fn), key)
+                     for key, label, fn in zip(("tipad", "torch"), labels, fns, strict=True)]
+            n = None if flops is None else flops * (1 if kind == "fwd" else 3)
+            work.append((f"{title} {kind}", peers, n))
+
+    b, c, t = conv_shape
+    w = (torch.randn(c, t, generator=gen) / t**0.5).to(device)
+    k = torch.randn(b, c, t, generator=gen).to(device)
+    up = torch.randn(b, c, t, generator=gen).to(device)
+    pair(f"time_conv {conv_shape}", (tops.time_conv, conv1d_peer),
+         ("tipad time_conv", "F.conv1d(groups=C)"), [w, k], up, time_conv_flops(b, c, t, t))
+    for shape in wkv_shapes:
+        x = {n: v.to(device) for n, v in wkv_inputs(*shape, seed=1).items()}
+        xs = [x[n] for n in ("time_decay", "time_first", "k", "v")]
+        pair(f"wkv {shape}", (tops.wkv, wkv_torch), ("tipad wkv", "torch eager loop"), xs,
+             x["grad"], None)
+    # fmt: on
+    for title, peers, n_flops in work:
+        ms = measure(peers, repeats=repeats, warmup=1, min_sample_s=0.005, sync=sync)
+        tipad_s, torch_s = ms[0].stats.median_s, ms[1].stats.median_s
+        row = {
+            "workload": title,
+            "peers": [m.to_json() for m in ms],
+            "speedup_vs_torch": torch_s / tipad_s,
+        }
+        if n_flops is not None:
+            row["tipad_gflops"] = n_flops / tipad_s / 1e9
+        rows.append(row)
+        lines.append(
+            f"  {title:34s} tipad {format_ms(tipad_s):>9s}  torch {format_ms(torch_s):>9s}  "
+            f"{torch_s / tipad_s:6.2f}x"
+            + (f"  {row['tipad_gflops']:.0f} GFLOP/s" if n_flops is not None else "")
+        )
+    return {"workloads": rows, "table": "\n".join(lines)}
+
+
+def run(device: torch.device, quick: bool, repeats: int, with_timing: bool) -> dict[str, Any]:
+    """The whole section: ``{"ok", "status", "problems", "timing"}``."""
+    t0 = time.perf_counter()
+    problems = check_wkv(device, quick) + check_time_conv(device) + check_side_stream(device)
+    result: dict[str, Any] = {
+        "ok": not problems,
+        "status": "FAIL" if problems else "pass",
+        "problems": problems,
+    }
+    if with_timing:
+        result["timing"] = timing(device, quick, repeats)
+    result["wall_s"] = time.perf_counter() - t0
+    return result
