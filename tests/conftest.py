@@ -6,8 +6,10 @@ modules import them explicitly; this file only holds pytest wiring.
 
 from __future__ import annotations
 
+import contextlib
 import os
 from collections.abc import Iterator
+from typing import Any
 
 import pytest
 
@@ -48,3 +50,21 @@ def _kernel_only(request: pytest.FixtureRequest, monkeypatch: pytest.MonkeyPatch
         ):
             monkeypatch.setattr(_fallback, name, refuse)
     yield
+
+
+@pytest.fixture
+def launches(monkeypatch: pytest.MonkeyPatch) -> list[str]:
+    """Records every kernel launch: the family of every ``_runtime.session`` entered."""
+    from tipad_transforms import _runtime
+
+    log: list[str] = []
+    real = _runtime.session
+
+    @contextlib.contextmanager
+    def counting(device: Any, family: str, build: Any) -> Iterator[Any]:
+        log.append(family)
+        with real(device, family, build) as kernels:
+            yield kernels
+
+    monkeypatch.setattr(_runtime, "session", counting)
+    return log

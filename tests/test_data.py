@@ -24,28 +24,12 @@ from torchvision import tv_tensors
 from torchvision.transforms.v2 import functional as tvF
 
 import tipad_transforms.functional as F
-from tipad_transforms import BrickPad, _runtime
+from tipad_transforms import BrickPad
 from tipad_transforms.data import DeviceLoader, GPUCollate, PadCollate, _loader
 
 SIZES = [(5, 7), (9, 4), (6, 11), (3, 3), (9, 11)]
 BRICK_TILE = {c: F.make_brick_texture(channels=c) for c in (1, 3)}
 BRICK_STAGGER = F.running_bond_stagger()
-
-
-@pytest.fixture
-def launches(monkeypatch: pytest.MonkeyPatch) -> list[str]:
-    """Records every kernel launch (every ``_runtime.session`` entered)."""
-    log: list[str] = []
-    real = _runtime.session
-
-    @contextlib.contextmanager
-    def counting(device: torch.device, family: str, build: Any) -> Iterator[Any]:
-        log.append(family)
-        with real(device, family, build) as kernels:
-            yield kernels
-
-    monkeypatch.setattr(_runtime, "session", counting)
-    return log
 
 
 def _gen(seed: int = 0) -> torch.Generator:

@@ -6,35 +6,15 @@ from a generator with the same seed), and the kernel launches are counted.
 
 from __future__ import annotations
 
-import contextlib
-from collections.abc import Iterator
-from typing import Any
-
 import pytest
 import torch
 from reference import assert_bitwise_equal, random_image, texture_pad_ref
 from torchvision import tv_tensors
 
 import tipad_transforms.functional as F
-from tipad_transforms import BrickPad, TexturePad, _runtime
+from tipad_transforms import BrickPad, TexturePad
 
 BRICK = {"brick_size": (4, 6), "mortar": 2, "bricks_per_tile": 2, "courses": 2}
-
-
-@pytest.fixture
-def launches(monkeypatch: pytest.MonkeyPatch) -> list[str]:
-    """Records every kernel launch (every ``_runtime.session`` entered)."""
-    log: list[str] = []
-    real = _runtime.session
-
-    @contextlib.contextmanager
-    def counting(device: torch.device, family: str, build: Any) -> Iterator[Any]:
-        log.append(family)
-        with real(device, family, build) as kernels:
-            yield kernels
-
-    monkeypatch.setattr(_runtime, "session", counting)
-    return log
 
 
 def _brick_tile(channels: int) -> torch.Tensor:
