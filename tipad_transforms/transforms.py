@@ -30,7 +30,16 @@ from torchvision.transforms import v2
 from torchvision.transforms.v2 import functional as tvF
 
 from . import functional as F
+from ._checks import (
+    Number,
+    check_flag,
+    check_generator,
+    check_mask_fill,
+    check_offset,
+    check_stagger,
+)
 from ._geometry import image_channels, parse_padding
+from ._seeding import worker_generator
 from .functional._brick import brick_channels
 from .functional._pad import Padding, _texture_bank, as_bank
 from .functional._pil import pil_apply
@@ -38,49 +47,6 @@ from .functional._pil import pil_apply
 __all__ = ["BrickPad", "TexturePad"]
 
 Offset = int | Sequence[int]
-Number = int | float | bool
-
-
-def _is_int(value: Any) -> bool:
-    return isinstance(value, int) and not isinstance(value, bool)
-
-
-def _check_stagger(stagger: Any) -> int:
-    if not _is_int(stagger):
-        raise TypeError(f"stagger must be an int, got {type(stagger).__name__}")
-    return int(stagger)
-
-
-def _check_offset(offset: Any) -> tuple[int, int]:
-    if _is_int(offset):
-        return int(offset), int(offset)
-    if isinstance(offset, Sequence) and not isinstance(offset, str):
-        if not all(_is_int(v) for v in offset):
-            raise TypeError(f"offset must be an int or a pair of ints (oy, ox), got {offset!r}")
-        if len(offset) != 2:
-            raise ValueError(f"offset must be a pair (oy, ox), got {len(offset)} values")
-        return int(offset[0]), int(offset[1])
-    raise TypeError(
-        f"offset must be an int or a pair of ints (oy, ox), got {type(offset).__name__}"
-    )
-
-
-def _check_flag(value: Any, name: str) -> bool:
-    if not isinstance(value, bool):
-        raise TypeError(f"{name} must be a bool, got {type(value).__name__}")
-    return value
-
-
-def _check_mask_fill(mask_fill: Any) -> Number:
-    if not isinstance(mask_fill, (int, float, bool)):
-        raise TypeError(f"mask_fill must be a number, got {type(mask_fill).__name__}")
-    return mask_fill
-
-
-def _check_generator(generator: Any) -> torch.Generator | None:
-    if generator is not None and not isinstance(generator, torch.Generator):
-        raise TypeError(f"generator must be a torch.Generator or None, got {type(generator)}")
-    return generator
 
 
 def _is_pure_tensor(inpt: Any) -> bool:
@@ -136,17 +102,17 @@ class _TexturedPad(v2.Transform):
     ) -> None:
         super().__init__()
         self.padding: list[int] = list(parse_padding(padding))
-        self.stagger: int = _check_stagger(stagger)
-        self.offset: tuple[int, int] = _check_offset(offset)
-        self.random_offset: bool = _check_flag(random_offset, "random_offset")
+        self.stagger: int = check_stagger(stagger)
+        self.offset: tuple[int, int] = check_offset(offset)
+        self.random_offset: bool = check_flag(random_offset, "random_offset")
         if self.random_offset and self.offset != (0, 0):
             raise ValueError(
                 f"offset must be (0, 0) when random_offset=True (the offset is drawn), "
                 f"got {self.offset}"
             )
-        self.same_on_batch: bool = _check_flag(same_on_batch, "same_on_batch")
-        self.mask_fill: Number = _check_mask_fill(mask_fill)
-        self.generator: torch.Generator | None = _check_generator(generator)
+        self.same_on_batch: bool = check_flag(same_on_batch, "same_on_batch")
+        self.mask_fill: Number = check_mask_fill(mask_fill)
+        self.generator: torch.Generator | None = check_generator(generator)
         # Converted copies of the texture, by (dtype, device) of the images seen.
         self._texture_cache: dict[tuple[Any, ...], tuple[torch.Tensor, torch.Tensor]] = {}
 
@@ -163,9 +129,6 @@ class _TexturedPad(v2.Transform):
     # -- torchvision hooks ----------------------------------------------------------------
 
     def _randint(self, high: int, shape: tuple[int, ...]) -> torch.Tensor:
-        # Imported here: the data package builds on this module.
-        from .data._seeding import worker_generator
-
         generator = worker_generator(self.generator)
         device = generator.device if generator is not None else None
         return torch.randint(high, shape, generator=generator, device=device)

@@ -15,35 +15,30 @@ import torch
 from torchvision import tv_tensors
 
 from .. import functional as F
+from .._checks import Number, check_flag, check_generator, check_mask_fill, check_stagger, is_int
 from .._geometry import check_mode
+from .._seeding import worker_generator
 from ..functional._brick import brick_channels
 from ..functional._pad import Fill, _brick_tile, _texture_bank, as_bank
-from ..transforms import _check_flag, _check_generator, _check_mask_fill, _check_stagger
 from ._device import Transforms, apply_transforms, check_device, check_transforms, cuda_guard
 from ._samples import REGION_KEY, read_samples
-from ._seeding import worker_generator
 from ._targets import Canvas, collate_field
 
 __all__ = ["GPUCollate", "PadCollate"]
 
 PLACEMENTS = ("top_left", "center", "random")
-Number = int | float | bool
-
-
-def _is_int(value: Any) -> bool:
-    return isinstance(value, int) and not isinstance(value, bool)
 
 
 def _check_pair(value: Any, name: str) -> tuple[int, int] | None:
     """None, an int ``s`` (``(s, s)``) or a pair of ints, each >= 1."""
     if value is None:
         return None
-    pair = [value, value] if _is_int(value) else value
+    pair = [value, value] if is_int(value) else value
     if (
         isinstance(pair, (str, bytes))
         or not isinstance(pair, Sequence)
         or len(pair) != 2
-        or not all(_is_int(v) for v in pair)
+        or not all(is_int(v) for v in pair)
     ):
         raise TypeError(f"{name} must be None, an int or a pair of ints (H, W), got {value!r}")
     if min(pair) < 1:
@@ -114,7 +109,7 @@ class PadCollate:
         generator: ``torch.Generator`` for the draws (placement, offsets); default torch's
             global RNG. Inside DataLoader workers the draws come from a generator derived from it
             and the worker's seed, so they differ between workers and epochs and repeat with the
-            same seeds (``tipad_transforms.data._seeding``).
+            same seeds (``tipad_transforms._seeding``).
 
     Samples and what comes back (``B`` samples, canvas ``(H, W)``): each sample is an image
     (tensor ``(C, h, w)``, or ``(h, w)`` for all samples, becoming ``C = 1``; ``tv_tensors.Image``;
@@ -195,11 +190,11 @@ class PadCollate:
             raise ValueError(f"stagger is for mode='texture', got mode={mode!r}")
         if stagger is None:
             stagger = F.running_bond_stagger() if texture is None and self.mode == "texture" else 0
-        self.stagger = _check_stagger(stagger)
+        self.stagger = check_stagger(stagger)
         self.fill = _check_fill(fill)
-        self.mask_fill: Number = _check_mask_fill(mask_fill)
-        self.random_offset = _check_flag(random_offset, "random_offset")
-        self.generator = _check_generator(generator)
+        self.mask_fill: Number = check_mask_fill(mask_fill)
+        self.random_offset = check_flag(random_offset, "random_offset")
+        self.generator = check_generator(generator)
         tile = self.texture
         if tile is None:
             tile = _brick_tile(torch.uint8, torch.device("cpu"))
