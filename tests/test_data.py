@@ -500,6 +500,47 @@ def test_repr() -> None:
 # GPUCollate
 
 
+def test_targets_follow_a_device_side_pad() -> None:
+    # PadCollate's regions, boxes, keypoints and masks, then BrickPad on the device batch:
+    # every target must still describe the real image in the grown canvas.
+    samples = [
+        {
+            "image": tv_tensors.Image(random_image((3, h, w), torch.uint8, seed=i)),
+            "boxes": _boxes(i, h, w, n=2),
+            "points": tv_tensors.KeyPoints([[0, 0], [w - 1, h - 1]], canvas_size=(h, w)),
+            "mask": _mask(i, (h, w)),
+            "label": i,
+        }
+        for i, (h, w) in enumerate(SIZES[:3])
+    ]  # fmt: skip
+    as_tuples = [tuple(s.values()) for s in samples]
+    pad = BrickPad((3, 5, 1, 2), mask_fill=7)  # left 3, top 5, right 1, bottom 2
+    for batch_samples in (as_tuples, samples):
+        base = PadCollate(placement="random", generator=_gen(4))(batch_samples)
+        (got,) = DeviceLoader([base], "cpu", pad)
+        get = (lambda b, k, i: b[k]) if isinstance(got, dict) else (lambda b, k, i: b[i])
+        regions = get(got, "region", -1)
+        assert torch.equal(regions, get(base, "region", -1) + torch.tensor([5, 3, 0, 0]))
+        images, masks = get(got, "image", 0), get(got, "mask", 3)
+        assert images.shape[-2:] == masks.shape[-2:] == (base_size := images.shape[-2:])
+        for i, sample in enumerate(samples):
+            top, left, h, w = regions[i].tolist()
+            real = images[i, :, top : top + h, left : left + w].as_subclass(torch.Tensor)
+            assert_bitwise_equal(real, sample["image"].as_subclass(torch.Tensor))
+            assert_bitwise_equal(masks[i, top : top + h, left : left + w], sample["mask"])
+            assert int(masks[i, 0, 0]) == 7 and int(masks[i, -1, -1]) == 7
+            box = get(got, "boxes", 1)[i]
+            shift = torch.tensor([left, top, left, top])
+            assert box.canvas_size == tuple(base_size)
+            assert torch.equal(box.as_subclass(torch.Tensor), sample["boxes"] + shift)
+            points = get(got, "points", 2)[i]
+            assert points.tolist() == [[left, top], [left + w - 1, top + h - 1]]
+    # Other transforms see the image only: nothing else moves.
+    plain = PadCollate()(as_tuples)
+    (same,) = DeviceLoader([plain], "cpu", lambda x: x + 1)
+    assert torch.equal(same[-1], plain[-1]) and same[1][0] is plain[1][0]
+
+
 def test_gpu_collate_on_cpu_equals_pad_collate_then_transforms() -> None:
     samples = [(image, i) for i, image in enumerate(_images())]
     pad = BrickPad(2, random_offset=True, generator=_gen(6))
@@ -508,7 +549,8 @@ def test_gpu_collate_on_cpu_equals_pad_collate_then_transforms() -> None:
     base = PadCollate(placement="random", generator=_gen(1))(samples)
     want = BrickPad(2, random_offset=True, generator=_gen(6))(base[0])
     assert_bitwise_equal(images, want)
-    assert torch.equal(labels, base[1]) and torch.equal(regions, base[2])
+    assert torch.equal(labels, base[1])
+    assert torch.equal(regions, base[2] + torch.tensor([2, 2, 0, 0]))  # the pad moved them
 
 
 def test_gpu_collate_in_forked_worker_names_the_fix() -> None:
@@ -566,7 +608,8 @@ def test_device_loader_cpu_applies_transforms_to_the_image_batch() -> None:
         count = 0
         for (images, labels, regions), raw in zip(dl, loader, strict=True):
             assert_bitwise_equal(images, replay(raw[0]))
-            assert torch.equal(labels, raw[1]) and torch.equal(regions, raw[2])
+            assert torch.equal(labels, raw[1])
+            assert torch.equal(regions, raw[2] + torch.tensor([2, 2, 0, 0]))
             count += 1
         assert count == 3, epoch
 

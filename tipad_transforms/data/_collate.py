@@ -376,8 +376,9 @@ class GPUCollate(PadCollate):
         device: where to build the batch (``"cuda"``: the current CUDA device).
         transforms: a callable or a sequence of callables applied in order to the padded image
             batch ``(B, C, H, W)`` on the device, e.g. ``BrickPad(8, random_offset=True)`` (one
-            draw per sample, one launch) or ``v2.Normalize``. They see the image batch only:
-            regions, boxes and masks are not updated by them.
+            draw per sample, one launch) or ``v2.Normalize``. After a tipad padding transform the
+            regions, boxes, keypoints and masks follow the grown canvas; other transforms see
+            the image batch only.
         **kwargs: ``PadCollate``'s arguments.
 
     Returns: as ``PadCollate``, every tensor on ``device``.
@@ -396,9 +397,8 @@ class GPUCollate(PadCollate):
 
     def __call__(self, samples: Sequence[Any], *, params: dict[str, Any] | None = None) -> Any:
         cuda_guard(self.device, type(self).__name__)
-        batch = self._collate(samples, params)
-        batch.images = apply_transforms(batch.images, self.transforms)
-        return batch.assemble()
+        # Transforms run on the assembled batch, so a padding transform's targets follow it.
+        return apply_transforms(self._collate(samples, params).assemble(), self.transforms)
 
     def _repr_parts(self) -> list[str]:
         parts = [f"device={str(self.device)!r}", *super()._repr_parts()]

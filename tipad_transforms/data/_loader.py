@@ -33,8 +33,11 @@ class DeviceLoader:
     Each batch has every tensor moved to ``device`` (through tuples, lists and dicts; tv_tensors
     keep their type), then ``transforms`` applied in order to its image batch: the batch itself
     if it is a tensor, else the first ``tv_tensors.Image``, else a dict's ``"image"`` key, else
-    the first plain tensor (for ``PadCollate``'s batches: the padded images). Transforms see the
-    image batch only (boxes, masks and regions are not updated by them).
+    the first plain tensor (for ``PadCollate``'s batches: the padded images). After a tipad
+    padding transform (``BrickPad``, ``TexturePad``) the rest of a ``PadCollate`` batch follows
+    the grown canvas: regions (the ``"region"`` key, else the last element: an int64 ``(B, 4)``
+    tensor) move by ``(top, left)``, boxes and keypoints shift, masks get ``mask_fill``. Other
+    transforms see the image batch only.
 
     On CUDA with ``prefetch=True``, batch ``k + 1`` is copied on a side stream
     (``non_blocking=True``, which overlaps with compute when the DataLoader pins memory:
