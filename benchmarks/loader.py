@@ -260,8 +260,8 @@ def check_first_batch(p: Pipeline, batch: Any, images: list[torch.Tensor], size:
         left, top, _, _ = centre_padding(h, w, size)
         if regions is not None:
             rt, rl, rh, rw = regions[i].tolist()
-            # Regions are PadCollate's: device transforms (c's BrickPad) do not update them.
-            if (rh, rw) != (h, w) or (rt, rl) != (top, left):
+            # c's device-side BrickPad moves the regions along with the images.
+            if (rh, rw) != (h, w) or (rt, rl) != (top + border, left + border):
                 raise AssertionError(f"{p.key}: region {regions[i].tolist()} for {(h, w)} image")
         y, x = top + border, left + border
         if not torch.equal(imgs[i, :, y : y + h, x : x + w].cpu(), images[i]):

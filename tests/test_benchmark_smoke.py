@@ -1,0 +1,40 @@
+"""The benchmark scripts still run and their own cross-checks pass (smoke runs, not timings).
+
+Each script checks its peers' results before timing them (bit-equal canvases, images where the
+regions say, RWKV results within tolerance) and exits non-zero when a check fails; these runs
+catch a script that drifted from the package, not a slow kernel.
+"""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+BENCH = Path(__file__).resolve().parent.parent / "benchmarks"
+
+
+def _run(script: str, out: Path, *args: str) -> dict[str, object]:
+    cmd = [sys.executable, str(BENCH / script), "--quick", "--out", str(out), *args]
+    done = subprocess.run(cmd, capture_output=True, text=True, timeout=300)
+    assert done.returncode == 0, done.stdout[-2000:] + done.stderr[-3000:]
+    (result,) = out.glob("*.json")
+    return dict(json.loads(result.read_text()))
+
+
+@pytest.mark.slow
+def test_loader_benchmark_pipelines_check_their_batches(tmp_path: Path) -> None:
+    report = _run("loader.py", tmp_path, "--peers", "a", "b", "c", "--repeats", "1")
+    pipelines = report["pipelines"]
+    assert isinstance(pipelines, list)
+    assert [p["key"] for p in pipelines] == ["a", "b", "c"]
+    assert all(str(p["check"]).startswith("first batch:") for p in pipelines)
+
+
+@pytest.mark.slow
+def test_rwkv_benchmark_cross_checks_the_ops(tmp_path: Path) -> None:
+    report = _run("rwkv.py", tmp_path, "--repeats", "1")
+    assert report["errors"] == [] and report["workloads"]
