@@ -40,6 +40,16 @@ from typing import Any
 
 import torch
 
+# Every script imports this module before tipad_transforms, so this runs first: quiet Taichi
+# (also in workers and subprocesses, which inherit the environment), and measure this checkout's
+# package even where it is not pip-installed (e.g. a GPU machine).
+os.environ.setdefault("TI_SKIP_VERSION_CHECK", "ON")
+os.environ.setdefault("ENABLE_TAICHI_HEADER_PRINT", "0")
+REPO = Path(__file__).resolve().parent.parent
+if str(REPO) not in sys.path:
+    sys.path.insert(1, str(REPO))
+
+
 __all__ = [
     "CompileTimeout",
     "Deadline",
@@ -57,8 +67,6 @@ __all__ = [
     "time_limit",
     "write_json",
 ]
-
-REPO = Path(__file__).resolve().parent.parent
 
 
 @dataclass

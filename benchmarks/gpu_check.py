@@ -45,11 +45,6 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-os.environ.setdefault("TI_SKIP_VERSION_CHECK", "ON")
-os.environ.setdefault("ENABLE_TAICHI_HEADER_PRINT", "0")
-# Measure this checkout's package even where it is not pip-installed (e.g. a GPU machine).
-sys.path.insert(1, str(Path(__file__).resolve().parent.parent))
-
 import gpu_data
 import gpu_rwkv
 import torch

@@ -37,12 +37,6 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-# Quiet Taichi, here and in the spawned workers (they inherit the environment).
-os.environ.setdefault("TI_SKIP_VERSION_CHECK", "ON")
-os.environ.setdefault("ENABLE_TAICHI_HEADER_PRINT", "0")
-# Measure this checkout's package even where it is not pip-installed (e.g. a GPU machine).
-sys.path.insert(1, str(Path(__file__).resolve().parent.parent))
-
 import torch
 from _common import Stats, format_table, machine_info, runtime_sha, write_json
 from torch.utils.data import DataLoader, Dataset, default_collate

@@ -23,12 +23,6 @@ import time
 from pathlib import Path
 from typing import Any
 
-# Quiet Taichi (also for the first-call subprocesses, which inherit the environment).
-os.environ.setdefault("TI_SKIP_VERSION_CHECK", "ON")
-os.environ.setdefault("ENABLE_TAICHI_HEADER_PRINT", "0")
-# Measure this checkout's package even where it is not pip-installed (e.g. a GPU machine).
-sys.path.insert(1, str(Path(__file__).resolve().parent.parent))
-
 import torch
 from _common import (
     Deadline,

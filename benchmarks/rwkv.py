@@ -31,11 +31,6 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-os.environ.setdefault("TI_SKIP_VERSION_CHECK", "ON")
-os.environ.setdefault("ENABLE_TAICHI_HEADER_PRINT", "0")
-# Measure this checkout's package even where it is not pip-installed.
-sys.path.insert(1, str(Path(__file__).resolve().parent.parent))
-
 import torch
 import torch.nn.functional as F
 from _common import (
