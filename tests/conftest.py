@@ -61,9 +61,9 @@ def launches(monkeypatch: pytest.MonkeyPatch) -> list[str]:
     real = _runtime.session
 
     @contextlib.contextmanager
-    def counting(device: Any, family: str, build: Any) -> Iterator[Any]:
+    def counting(device: Any, family: str, build: Any, tensors: Any = ()) -> Iterator[Any]:
         log.append(family)
-        with real(device, family, build) as kernels:
+        with real(device, family, build, tensors) as kernels:
             yield kernels
 
     monkeypatch.setattr(_runtime, "session", counting)

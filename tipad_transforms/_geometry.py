@@ -29,9 +29,6 @@ MODES: tuple[str, ...] = ("constant", "edge", "reflect", "symmetric", "circular"
 MODE_CODES: dict[str, int] = {name: code for code, name in enumerate(MODES)}
 _ALIASES = {"replicate": "edge", "wrap": "circular"}
 
-# Taichi indexes ndarrays with 32-bit integers.
-MAX_ELEMENTS = 2**31 - 1
-
 
 def image_channels(shape: Sequence[int]) -> int:
     """``C`` of an image of ``shape`` ``(..., C, H, W)``; 1 for an ``(H, W)`` image."""

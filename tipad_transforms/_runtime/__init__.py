@@ -27,6 +27,7 @@ from typing import Any
 import torch
 
 __all__ = [
+    "MAX_ELEMENTS",
     "RuntimeUnavailable",
     "launch_pad",
     "launch_pad_stack",
@@ -41,7 +42,11 @@ __all__ = [
 
 
 class RuntimeUnavailable(RuntimeError):
-    """The Taichi runtime of this process cannot serve a tensor on this device."""
+    """The Taichi runtime of this process cannot serve this launch (device, process, size)."""
+
+
+#: Taichi indexes ndarrays with 32-bit integers: a launch with a larger tensor is refused.
+MAX_ELEMENTS = 2**31 - 1
 
 
 _lock = threading.RLock()
@@ -160,15 +165,23 @@ def _ensure(device: torch.device) -> Any:
 
 @contextlib.contextmanager
 def session(
-    device: torch.device, family: str, build: Callable[[Any], dict[str, Any]]
+    device: torch.device,
+    family: str,
+    build: Callable[[Any], dict[str, Any]],
+    tensors: tuple[torch.Tensor, ...] = (),
 ) -> Iterator[dict[str, Any]]:
     """Hold the runtime for launches on ``device``: yields the kernels of ``family``.
 
-    Under the lock (the first call picks the arch, so two threads must not both pick; Taichi
-    launches are not thread safe), after ``refusal`` (raises ``RuntimeUnavailable``), with the
-    launches ordered with torch's current CUDA stream. ``build(ti)`` makes the family's kernels
-    the first time; Taichi compiles each on its first launch per dtype.
+    Refuses (``RuntimeUnavailable``) a launch over ``tensors`` when one holds more than
+    ``MAX_ELEMENTS``. Under the lock (the first call picks the arch, so two threads must not
+    both pick; Taichi launches are not thread safe), after ``refusal`` (raises
+    ``RuntimeUnavailable``), with the launches ordered with torch's current CUDA stream.
+    ``build(ti)`` makes the family's kernels the first time; Taichi compiles each on its first
+    launch per dtype.
     """
+    largest = max((t.numel() for t in tensors), default=0)
+    if largest > MAX_ELEMENTS:
+        raise RuntimeUnavailable(f"more than {MAX_ELEMENTS} elements in one call")
     with _lock:
         reason = refusal(device)
         if reason is not None:

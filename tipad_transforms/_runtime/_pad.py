@@ -396,7 +396,7 @@ def _launch(
     shared with steps ``(0, C*H*W)``, or one per sample with steps ``(_RECORD, 0)``) and their
     index maps, laid out as ``meta`` expects; the rest as in ``launch_pad``."""
     n, c, out_h, out_w = canvas.shape
-    with rt.session(canvas.device, "pad", _build_kernels) as kernels:
+    with rt.session(canvas.device, "pad", _build_kernels, (image, canvas, texture)) as kernels:
         if canvas.numel() == 0:
             return
         if mode == "constant":  # a 1x1 texture per channel, lattice at the origin

@@ -155,7 +155,7 @@ def launch_time_conv(
     ``(channels, n_out)``, each output summed over the batch. ``offset`` is ``off``. Raises
     ``RuntimeUnavailable`` when ``refusal(device)`` gives a reason.
     """
-    with rt.session(y.device, "time_conv", _build_kernels) as kernels:
+    with rt.session(y.device, "time_conv", _build_kernels, (a, x, y)) as kernels:
         if y.numel() == 0:
             return
         if x.numel() == 0:  # batch == 0 with sum_batch: an empty sum

@@ -307,7 +307,7 @@ def launch_wkv_forward(
     Raises ``RuntimeUnavailable`` when ``refusal(device)`` gives a reason.
     """
     save = states.shape[2] == k.shape[1] + 1 and k.shape[1] > 0
-    with rt.session(k.device, "wkv", _build_kernels) as kernels:
+    with rt.session(k.device, "wkv", _build_kernels, (k, states)) as kernels:
         lanes, fast, packed = _switches(k)
         params = torch.cat([w, u, state.reshape(-1)])
         kernels["forward_packed" if packed else "forward"](
@@ -336,7 +336,7 @@ def launch_wkv_backward(
     and ``u`` ``(B, C)`` each (the caller sums them over B), then the gradient of the initial
     state ``(B, 3, C)``.
     """
-    with rt.session(k.device, "wkv", _build_kernels) as kernels:
+    with rt.session(k.device, "wkv", _build_kernels, (k, states)) as kernels:
         lanes, fast, packed = _switches(k)
         params = torch.cat([w, u, gstate.reshape(-1)])
         kernels["backward_packed" if packed else "backward"](

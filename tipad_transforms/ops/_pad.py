@@ -11,61 +11,15 @@ ops with fake implementations and registered autograd, they trace under
 
 from __future__ import annotations
 
-import os
-import sys
-import types
-import warnings
-from collections.abc import Callable
 from typing import Any
 
 import torch
 
 from .. import _fallback, _runtime
-from .._geometry import MAX_ELEMENTS, MODE_CODES, PadGeometry, check_bank_index
+from .._geometry import MODE_CODES, PadGeometry, check_bank_index
+from ._route import kernel_ran
 
 __all__ = ["pad", "pad_backward", "pad_out", "pad_stack", "pad_stack_backward"]
-
-_warned: set[tuple[str, str]] = set()
-# Frames of these packages sit between the user's call and the op's implementation, how many
-# depends on the path taken (functional, transform, torch.compile, autograd).
-_SITE = os.path.dirname(os.path.dirname(torch.__file__ or ""))
-_INTERNAL = (
-    os.path.dirname(os.path.dirname(__file__)) + os.sep,  # tipad_transforms
-    os.path.join(_SITE, "torch") + os.sep,
-    os.path.join(_SITE, "torchvision") + os.sep,
-)
-
-
-def _user_stacklevel() -> int:
-    """``stacklevel`` for a warning issued by our caller that points at the user's code."""
-    frame: types.FrameType | None = sys._getframe(1)  # level 1: the caller of warnings.warn
-    level = 1
-    while frame is not None and frame.f_code.co_filename.startswith(_INTERNAL):
-        frame, level = frame.f_back, level + 1
-    return level
-
-
-def _kernel(launch: Callable[..., None], *tensors: torch.Tensor, **kwargs: Any) -> str | None:
-    """Run a Taichi launcher; return why it could not run (the caller takes the torch route)."""
-    if max(t.numel() for t in tensors) > MAX_ELEMENTS:
-        return f"more than {MAX_ELEMENTS} elements in one call"
-    try:
-        launch(**kwargs)
-    except _runtime.RuntimeUnavailable as refused:
-        return str(refused)
-    return None
-
-
-def _warn_once(reason: str, what: str = "padding") -> None:
-    """Warn once per (operation, reason) that ``what`` takes the torch route, at the user's line."""
-    if (what, reason) not in _warned:
-        _warned.add((what, reason))
-        warnings.warn(
-            f"tipad_transforms: the Taichi kernel cannot run here ({reason}); {what} with the "
-            "slower torch route instead",
-            RuntimeWarning,
-            stacklevel=_user_stacklevel(),
-        )
 
 
 def _run(
@@ -83,10 +37,7 @@ def _run(
     args: dict[str, Any] = dict(
         texture=texture, fill=fill, offset=offset, texture_index=texture_index, stagger=stagger
     )
-    reason = _kernel(_runtime.launch_pad, canvas, image, texture, geometry=g, mode=mode,
-                     image=image, canvas=canvas, **args)  # fmt: skip
-    if reason is not None:
-        _warn_once(reason)
+    if not kernel_ran("padding", lambda: _runtime.launch_pad(g, mode, image, canvas, **args)):
         canvas.copy_(_fallback.pad(g, mode, image, **args))
 
 
@@ -204,13 +155,12 @@ def pad_backward(
     tex = texture.detach().contiguous()
     grad_x = canvas_grad.new_zeros(g.n, g.c, g.h, g.w)
     grad_tex = canvas_grad.new_zeros(tex.shape)
-    reason = _kernel(_runtime.launch_pad, canvas_grad, tex, geometry=g, mode=mode,
-                     image=grad_x, canvas=canvas_grad, texture=grad_tex,
-                     fill=canvas_grad.new_zeros(0), offset=offset.contiguous(),
-                     texture_index=texture_index.contiguous(), stagger=stagger,
-                     backward=True)  # fmt: skip
-    if reason is not None:
-        _warn_once(reason)
+    launch = lambda: _runtime.launch_pad(  # noqa: E731
+        g, mode, grad_x, canvas_grad, texture=grad_tex, fill=canvas_grad.new_zeros(0),
+        offset=offset.contiguous(), texture_index=texture_index.contiguous(), stagger=stagger,
+        backward=True,
+    )  # fmt: skip
+    if not kernel_ran("padding", launch):
         grad_x, grad_tex = _fallback.pad_backward(
             canvas_grad,
             g,
@@ -346,10 +296,7 @@ def pad_stack(
         texture_index=texture_index.contiguous(),
         stagger=stagger,
     )
-    reason = _kernel(_runtime.launch_pad_stack, out, flat, tex, sizes=table, mode=mode,
-                     images=flat, canvas=out, **args)  # fmt: skip
-    if reason is not None:
-        _warn_once(reason)
+    if not kernel_ran("padding", lambda: _runtime.launch_pad_stack(table, mode, flat, out, **args)):
         out.copy_(_fallback.pad_stack(table, mode, flat, out.shape, **args))
     return out
 
@@ -382,11 +329,11 @@ def pad_stack_backward(
     lattice: dict[str, Any] = dict(
         offset=offset.contiguous(), texture_index=texture_index.contiguous(), stagger=stagger
     )
-    reason = _kernel(_runtime.launch_pad_stack, canvas_grad, tex, sizes=table, mode=mode,
-                     images=grad_images, canvas=canvas_grad, texture=grad_tex,
-                     fill=canvas_grad.new_zeros(0), backward=True, **lattice)  # fmt: skip
-    if reason is not None:
-        _warn_once(reason)
+    launch = lambda: _runtime.launch_pad_stack(  # noqa: E731
+        table, mode, grad_images, canvas_grad, texture=grad_tex, fill=canvas_grad.new_zeros(0),
+        backward=True, **lattice,
+    )  # fmt: skip
+    if not kernel_ran("padding", launch):
         grad_images, grad_tex = _fallback.pad_stack_backward(
             canvas_grad, table, mode, acc, texture=tex, **lattice
         )

@@ -17,9 +17,8 @@ from typing import Any
 import torch
 
 from .. import _fallback, _runtime
-from .._geometry import MAX_ELEMENTS
 from ._common import check_float
-from ._pad import _warn_once
+from ._route import kernel_ran
 
 __all__ = ["time_conv", "time_conv_backward", "time_conv_forward"]
 
@@ -51,17 +50,6 @@ def _check(w: Any, k: Any, eps: Any) -> None:
         raise TypeError(f"eps must be a real number, got {type(eps).__name__} {eps!r}")
 
 
-def _kernel(*tensors: torch.Tensor, **launch: Any) -> str | None:
-    """Run the Taichi kernel; return why it could not run (the caller takes the torch route)."""
-    if max(t.numel() for t in tensors) > MAX_ELEMENTS:
-        return f"more than {MAX_ELEMENTS} elements in one call"
-    try:
-        _runtime.launch_time_conv(*tensors, **launch)
-    except _runtime.RuntimeUnavailable as refused:
-        return str(refused)
-    return None
-
-
 def _operand(t: torch.Tensor, dtype: torch.dtype) -> torch.Tensor:
     return t.detach().to(dtype).contiguous()
 
@@ -75,9 +63,9 @@ def time_conv_forward(w: torch.Tensor, k: torch.Tensor, eps: float) -> torch.Ten
     ww, kk = _operand(w, m), _operand(k, m)
     b, c, t = k.shape
     out = kk.new_empty(b, c, t)
-    reason = _kernel(ww, kk, out, batch=b, channels=c, length=t, offset=w.shape[1] - 1, eps=eps)
-    if reason is not None:
-        _warn_once(reason, "computing time_conv")
+    shape = dict(batch=b, channels=c, length=t)
+    if not kernel_ran("computing time_conv", lambda: _runtime.launch_time_conv(
+        ww, kk, out, offset=w.shape[1] - 1, eps=eps, **shape)):  # fmt: skip
         out = _fallback.time_conv(ww, kk, eps)
     return out.to(torch.promote_types(w.dtype, k.dtype))
 
@@ -105,15 +93,15 @@ def time_conv_backward(
     dw = g.new_zeros(c, length)
     dk = g.new_zeros(b, c, t)
     shape = dict(batch=b, channels=c, length=t)
-    reasons = []
+    ran = True
     if grad_k:
         w_flipped = _operand(w, m).flip(-1).contiguous()
-        reasons.append(_kernel(w_flipped, g, dk, offset=0, **shape))
-    if grad_w:
-        reasons.append(_kernel(g, _operand(k, m), dw, offset=length - 1, sum_batch=True, **shape))
-    reason = next((r for r in reasons if r is not None), None)
-    if reason is not None:  # refusals are per device: both kernels were refused
-        _warn_once(reason, "computing time_conv")
+        ran = kernel_ran("computing time_conv", lambda: _runtime.launch_time_conv(
+            w_flipped, g, dk, offset=0, **shape))  # fmt: skip
+    if grad_w and ran:
+        ran = kernel_ran("computing time_conv", lambda: _runtime.launch_time_conv(
+            g, _operand(k, m), dw, offset=length - 1, sum_batch=True, **shape))  # fmt: skip
+    if not ran:  # refusals are per device and size: the torch route gives both
         dw_fb, dk_fb = _fallback.time_conv_backward(g, _operand(w, m), _operand(k, m))
         dw, dk = (dw_fb if grad_w else dw), (dk_fb if grad_k else dk)
     return dw.to(w.dtype), dk.to(k.dtype)

@@ -12,15 +12,13 @@ Being custom ops with fake implementations and registered autograd, they trace u
 
 from __future__ import annotations
 
-from collections.abc import Callable
 from typing import Any
 
 import torch
 
 from .. import _fallback, _runtime
-from .._geometry import MAX_ELEMENTS
 from ._common import check_float
-from ._pad import _warn_once
+from ._route import kernel_ran
 
 __all__ = ["init_wkv_state", "wkv", "wkv_backward", "wkv_forward"]
 
@@ -95,17 +93,6 @@ def _check(time_decay: Any, time_first: Any, k: Any, v: Any, state: Any) -> tupl
     return b, t, c
 
 
-def _launch(launcher: Callable[..., None], *tensors: torch.Tensor) -> str | None:
-    """Run a kernel; return why it could not run (the caller takes the torch route)."""
-    if max(t.numel() for t in tensors) > MAX_ELEMENTS:
-        return f"more than {MAX_ELEMENTS} elements in one call"
-    try:
-        launcher(*tensors)
-    except _runtime.RuntimeUnavailable as refused:
-        return str(refused)
-    return None
-
-
 def _operands(
     time_decay: torch.Tensor,
     time_first: torch.Tensor,
@@ -143,9 +130,9 @@ def wkv_forward(
     if kk.numel() == 0:  # no step to take: the state passes through
         states.copy_(s.transpose(0, 1).unsqueeze(2))
     else:
-        reason = _launch(_runtime.launch_wkv_forward, w, u, kk, vv, s, y, states)
-        if reason is not None:
-            _warn_once(reason, "computing wkv")
+        if not kernel_ran(
+            "computing wkv", lambda: _runtime.launch_wkv_forward(w, u, kk, vv, s, y, states)
+        ):
             y, states = _fallback.wkv(w, u, kk, vv, s, save)
     new_state = states[:, :, -1].transpose(0, 1).to(state.dtype).clone(memory_format=_DENSE)
     return y.to(k.dtype), new_state, states
@@ -185,21 +172,19 @@ def wkv_backward(
         gw, gu = kk.new_zeros(b, c), kk.new_zeros(b, c)
         gk, gv, gs_in = kk.new_zeros(kk.shape), kk.new_zeros(kk.shape), gs
     else:
-        reason = None
         states = saved.detach()
+        ran = True
         if states.shape[2] != t + 1:
             states = kk.new_empty(3, b, t + 1, c)
-            reason = _launch(_runtime.launch_wkv_forward, w, u, kk, vv, s, kk.new_empty(b, t, c),
-                             states)  # fmt: skip
+            ran = kernel_ran("computing wkv", lambda: _runtime.launch_wkv_forward(
+                w, u, kk, vv, s, kk.new_empty(b, t, c), states))  # fmt: skip
         gk, gv, grads = kk.new_empty(kk.shape), kk.new_empty(kk.shape), kk.new_empty(5 * b * c)
-        if reason is None:
-            reason = _launch(_runtime.launch_wkv_backward, w, u, kk, vv,
-                             states.to(m).contiguous(), gy, gs, gk, gv, grads)  # fmt: skip
-        if reason is None:
+        ran = ran and kernel_ran("computing wkv", lambda: _runtime.launch_wkv_backward(
+            w, u, kk, vv, states.to(m).contiguous(), gy, gs, gk, gv, grads))  # fmt: skip
+        if ran:
             gw, gu = grads[: b * c].view(b, c), grads[b * c : 2 * b * c].view(b, c)
             gs_in = grads[2 * b * c :].view(b, 3, c)
         else:
-            _warn_once(reason, "computing wkv")
             gw, gu, gk, gv, gs_in = _fallback.wkv_backward(w, u, kk, vv, s, gy, gs)
     return (
         (gw.sum(0) * w).to(time_decay.dtype),

@@ -1,0 +1,67 @@
+"""Kernel or torch route: the one place an op decides, and warns once, where it runs.
+
+Every op tries its Taichi launcher first; the runtime seam refuses (``RuntimeUnavailable``) the
+cases it cannot serve (a forked worker, ``cuda:N > 0``, more elements than one launch can
+index, ...). The op then computes the same result with its torch route, and the user hears about
+it once per (operation, reason), at their own line of code.
+"""
+
+from __future__ import annotations
+
+import os
+import sys
+import types
+import warnings
+from collections.abc import Callable
+
+import torch
+
+from .. import _runtime
+
+__all__ = ["kernel_ran", "warn_once"]
+
+_warned: set[tuple[str, str]] = set()
+# Frames of these packages sit between the user's call and the op's implementation, how many
+# depends on the path taken (functional, transform, torch.compile, autograd, a DataLoader
+# worker's loop).
+_SITE = os.path.dirname(os.path.dirname(torch.__file__ or ""))
+_INTERNAL = (
+    os.path.dirname(os.path.dirname(__file__)) + os.sep,  # tipad_transforms
+    os.path.join(_SITE, "torch") + os.sep,
+    os.path.join(_SITE, "torchvision") + os.sep,
+)
+
+
+def _user_stacklevel() -> int:
+    """``stacklevel`` for a warning issued by our caller that points at the user's code."""
+    frame: types.FrameType | None = sys._getframe(1)  # level 1: the caller of warnings.warn
+    level = 1
+    while frame is not None and frame.f_code.co_filename.startswith(_INTERNAL):
+        frame, level = frame.f_back, level + 1
+    return level
+
+
+def warn_once(reason: str, what: str) -> None:
+    """Warn once per (``what``, ``reason``) that ``what`` takes the torch route."""
+    if (what, reason) not in _warned:
+        _warned.add((what, reason))
+        warnings.warn(
+            f"tipad_transforms: the Taichi kernel cannot run here ({reason}); {what} with the "
+            "slower torch route instead",
+            RuntimeWarning,
+            stacklevel=_user_stacklevel(),
+        )
+
+
+def kernel_ran(what: str, launch: Callable[[], object]) -> bool:
+    """Run ``launch`` (a call of a ``_runtime.launch_*``); False if the runtime refused it.
+
+    On False nothing was written and the caller computes the result on its torch route;
+    ``what`` names the operation in the one warning (e.g. ``"padding"``, ``"computing wkv"``).
+    """
+    try:
+        launch()
+    except _runtime.RuntimeUnavailable as refused:
+        warn_once(str(refused), what)
+        return False
+    return True
