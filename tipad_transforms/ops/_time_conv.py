@@ -63,7 +63,7 @@ def time_conv_forward(w: torch.Tensor, k: torch.Tensor, eps: float) -> torch.Ten
     ww, kk = _operand(w, m), _operand(k, m)
     b, c, t = k.shape
     out = kk.new_empty(b, c, t)
-    shape = dict(batch=b, channels=c, length=t)
+    shape: dict[str, Any] = dict(batch=b, channels=c, length=t)
     if not kernel_ran("computing time_conv", lambda: _runtime.launch_time_conv(
         ww, kk, out, offset=w.shape[1] - 1, eps=eps, **shape)):  # fmt: skip
         out = _fallback.time_conv(ww, kk, eps)
@@ -92,7 +92,7 @@ def time_conv_backward(
     g = _operand(grad, m)
     dw = g.new_zeros(c, length)
     dk = g.new_zeros(b, c, t)
-    shape = dict(batch=b, channels=c, length=t)
+    shape: dict[str, Any] = dict(batch=b, channels=c, length=t)
     ran = True
     if grad_k:
         w_flipped = _operand(w, m).flip(-1).contiguous()
