@@ -35,36 +35,41 @@ def image_channels(shape: Sequence[int]) -> int:
     return int(shape[-3]) if len(shape) >= 3 else 1
 
 
-def check_mode(mode: Any) -> str:
+def check_mode(mode: Any, name: str = "padding_mode") -> str:
     """Canonical name of a padding mode (``replicate`` -> ``edge``, ``wrap`` -> ``circular``)."""
     if not isinstance(mode, str):
-        raise TypeError(f"mode must be a str, got {type(mode).__name__}")
-    name = _ALIASES.get(mode, mode)
-    if name not in MODE_CODES or name == "texture":
+        raise TypeError(f"{name} must be a str, got {type(mode).__name__}")
+    canonical = _ALIASES.get(mode, mode)
+    if canonical not in MODE_CODES or canonical == "texture":
         allowed = ", ".join([*MODES[:-1], *_ALIASES])
-        raise ValueError(f"mode must be one of {allowed}; got {mode!r}")
-    return name
+        raise ValueError(f"{name} must be one of {allowed}; got {mode!r}")
+    return canonical
 
 
-def _as_int(value: Any, what: str) -> int:
+# One side's padding: what the kernel's 32-bit index arithmetic can place.
+_MAX_PAD = 2**31 - 1
+
+
+def _as_int(value: Any) -> int:
     if isinstance(value, bool) or not isinstance(value, (int, torch.SymInt)):
         if isinstance(value, torch.Tensor) and value.numel() == 1 and not value.is_floating_point():
             return int(value.item())
-        raise TypeError(f"{what} must contain ints, got {value!r} ({type(value).__name__})")
+        raise TypeError(f"padding must contain ints, got {value!r} ({type(value).__name__})")
     return int(value)
 
 
 def parse_padding(padding: int | Sequence[int]) -> tuple[int, int, int, int]:
     """Normalise torchvision's padding forms to ``(left, top, right, bottom)``.
 
-    ``p`` pads every side by ``p``; ``(lr, tb)`` pads left/right by ``lr`` and top/bottom by ``tb``;
-    ``(left, top, right, bottom)`` is taken as is. Raises ``TypeError`` for non-integers and
-    ``ValueError`` for negative values or a sequence of another length.
+    ``p`` pads every side by ``p``; ``(lr, tb)`` pads left/right by ``lr`` and top/bottom by
+    ``tb``; ``(left, top, right, bottom)`` is taken as is. Negative values crop (torchvision's
+    and ``torch.nn.functional.pad``'s meaning). Raises ``TypeError`` for non-integers and
+    ``ValueError`` for a sequence of another length or a value beyond ``2**31 - 1`` pixels.
     """
     if isinstance(padding, (int, torch.SymInt)) and not isinstance(padding, bool):
         values: list[int] = [int(padding)] * 4
     elif isinstance(padding, Sequence) and not isinstance(padding, str):
-        ints = [_as_int(p, "padding") for p in padding]
+        ints = [_as_int(p) for p in padding]
         if len(ints) == 1:
             values = ints * 4
         elif len(ints) == 2:
@@ -79,8 +84,10 @@ def parse_padding(padding: int | Sequence[int]) -> tuple[int, int, int, int]:
         raise TypeError(
             f"padding must be an int or a sequence of ints, got {type(padding).__name__}"
         )
-    if any(v < 0 for v in values):
-        raise ValueError(f"padding must be non-negative, got {tuple(values)}")
+    if not all(-_MAX_PAD <= v <= _MAX_PAD for v in values):
+        raise ValueError(
+            f"padding must lie in [-{_MAX_PAD}, {_MAX_PAD}] pixels per side, got {tuple(values)}"
+        )
     left, top, right, bottom = values
     return left, top, right, bottom
 

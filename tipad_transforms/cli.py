@@ -221,7 +221,7 @@ def _pad_files(args: argparse.Namespace) -> int:
         try:
             if args.mode is not None:
                 fill = args.fill if args.fill is None or len(args.fill) > 1 else args.fill[0]
-                result = pad(img, padding, args.mode, 0 if fill is None else fill)
+                result = pad(img, padding, fill=fill, padding_mode=args.mode)
             elif texture is not None:
                 stagger = args.stagger if args.stagger is not None else 0
                 result = texture_pad(img, padding, pil_texture(img, texture), stagger=stagger)
@@ -302,7 +302,7 @@ def _demo_columns(padding: int) -> list[_Column]:
         return out
 
     def standard(mode: str) -> Callable[[PIL.Image.Image], PIL.Image.Image]:
-        return lambda img: pad(img, padding, mode)
+        return lambda img: pad(img, padding, padding_mode=mode)
 
     return [
         _Column("BrickPad", "procedural running bond", brick),
@@ -483,7 +483,7 @@ def _timings(padding: int, runs: int, batch_size: int, device: str) -> list[_Tim
     brick_t, texture_t = BrickPad(padding), TexturePad(padding, stripes.contiguous())
 
     def standard(mode: str) -> Callable[[torch.Tensor], Any]:
-        return lambda x: pad(x, padding, mode)
+        return lambda x: pad(x, padding, padding_mode=mode)
 
     cases: list[tuple[str, Callable[[torch.Tensor], Any]]] = [
         ("BrickPad", brick_t),

@@ -1,56 +1,144 @@
-"""torchvision v2 transforms over the padding functionals: ``TexturePad`` and ``BrickPad``.
+"""torchvision v2 transforms over the padding functionals: ``Pad``, ``TexturePad``, ``BrickPad``.
 
-Both are thin ``torchvision.transforms.v2.Transform`` subclasses in torchvision's own style
-(``__init__`` validates and stores, ``make_params`` draws the randomness, ``transform`` calls the
-functional), with Kornia-style explicit parameters: ``make_params`` returns a plain dict that
-``transform(inpt, params)`` replays exactly, so one draw can be applied again to other inputs.
-
-What each input type gets, with padding ``(left, top, right, bottom)``:
-
-* PIL images, plain tensors, ``tv_tensors.Image`` and ``tv_tensors.Video``: the texture border
-  (``tipad_transforms.functional.texture_pad``). PIL images come back as PIL in their own mode,
-  tv_tensors as the same type. Plain tensors follow torchvision's rule: with an explicit image
-  or video in the sample they pass through untouched, otherwise the first one is the image.
-* ``tv_tensors.Mask``: a constant border of ``mask_fill`` (``tipad_transforms.functional.pad``).
-* ``tv_tensors.BoundingBoxes`` (every format, rotated ones included) and
-  ``tv_tensors.KeyPoints``: shifted by ``(left, top)``, ``canvas_size`` grown by the padding
-  (``torchvision.transforms.v2.functional.pad``, constant mode).
-* Anything else (other tv_tensors, numbers, strings, ...): passed through, as torchvision does.
+Thin ``torchvision.transforms.v2.Transform`` subclasses in torchvision's own style: ``__init__``
+validates and stores, ``make_params`` draws the randomness (Kornia-style explicit parameters: a
+plain dict that ``transform(inpt, params)`` replays exactly, on any input), and ``transform``
+is one call of the functional through ``_call_kernel``, which picks the functional's kernel for
+the input's type (``tipad_transforms.functional.register_kernel``). So a transform and its
+functional cannot disagree: what each input type gets is the functional's per-type rule
+(images padded, masks given a constant border, boxes and keypoints shifted, other tv_tensors
+passed through), and plain tensors follow torchvision's rule (with an explicit image or video in
+the sample they pass through, otherwise the first one is the image).
 """
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+import functools
+import inspect
+from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
 import PIL.Image
 import torch
 from torchvision import tv_tensors
 from torchvision.transforms import v2
-from torchvision.transforms.v2 import functional as tvF
 
 from . import functional as F
-from ._checks import (
-    Number,
-    check_flag,
-    check_generator,
-    check_mask_fill,
-    check_offset,
-    check_stagger,
-)
-from ._geometry import image_channels, parse_padding
+from ._checks import Number, check_flag, check_generator, check_int, check_number, check_offset
+from ._geometry import check_mode, parse_padding
 from ._seeding import worker_generator
-from .functional._brick import brick_channels
-from .functional._pad import Padding, _texture_bank, as_bank
-from .functional._pil import pil_apply
+from .functional._brick import brick_options, brick_tile_size
+from .functional._convert import Fill, as_bank
+from .functional._registry import get_kernel
 
-__all__ = ["BrickPad", "TexturePad"]
+__all__ = ["BrickPad", "Pad", "TexturePad"]
 
+Padding = int | Sequence[int]
 Offset = int | Sequence[int]
 
 
-def _is_pure_tensor(inpt: Any) -> bool:
-    return isinstance(inpt, torch.Tensor) and not isinstance(inpt, tv_tensors.TVTensor)
+class _Transform(v2.Transform):
+    """tipad's transforms: torchvision's ``Transform`` with tipad's kernel registry and
+    constructor errors that list the options."""
+
+    def __init_subclass__(cls, **kwargs: Any) -> None:
+        super().__init_subclass__(**kwargs)
+        init = cls.__dict__.get("__init__")
+        if init is None:
+            return
+        signature = inspect.signature(init)
+        names = [p for p in signature.parameters if p != "self"]
+        names = [p for p in names if signature.parameters[p].kind != inspect.Parameter.VAR_KEYWORD]
+
+        @functools.wraps(init)
+        def checked(self: Any, *args: Any, **kw: Any) -> None:
+            try:
+                signature.bind(self, *args, **kw)
+            except TypeError as exc:
+                raise TypeError(f"{cls.__name__}(): {exc}; it takes {', '.join(names)}") from None
+            init(self, *args, **kw)
+
+        cls.__init__ = checked  # type: ignore[method-assign]
+
+    def _call_kernel(self, functional: Callable[..., Any], inpt: Any, *args: Any, **kw: Any) -> Any:
+        return get_kernel(functional, type(inpt), allow_passthrough=True)(inpt, *args, **kw)
+
+
+def _fill_for(fill: Any, inpt: Any) -> Any:
+    """torchvision's per-type fill: a dict is looked up by the input's type, ``"others"`` as
+    the default; anything else applies to every input."""
+    if not isinstance(fill, Mapping):
+        return fill
+    for cls in type(inpt).__mro__:
+        if cls in fill:
+            return fill[cls]
+    return fill.get("others", 0)
+
+
+def _check_fill(fill: Any) -> Any:
+    values = fill.values() if isinstance(fill, Mapping) else [fill]
+    for value in values:
+        ok = (
+            value is None
+            or isinstance(value, (int, float, bool))
+            or (
+                isinstance(value, Sequence)
+                and not isinstance(value, str)
+                and all(isinstance(v, (int, float, bool)) for v in value)
+            )
+        )
+        if not ok:
+            raise TypeError(
+                "fill must be a number, a sequence of numbers, None or a dict of those per "
+                f"input type, got {fill!r}"
+            )
+    return fill
+
+
+class Pad(_Transform):
+    """Pad images, videos and masks with a standard mode; shift boxes and keypoints.
+
+    ``torchvision.transforms.v2.Pad`` on tipad's engine (``functional.pad``): the same
+    arguments and results, plus ``"circular"`` and padding larger than the image in every mode,
+    integer images padded exactly (torchvision casts them through float32 for reflect/edge).
+
+    Args:
+        padding: ``p``, ``(lr, tb)`` or ``(left, top, right, bottom)`` pixels (negative values
+            crop).
+        fill: constant mode's value: a number, one per channel, or a dict per input type
+            (``{tv_tensors.Image: 127, tv_tensors.Mask: 255}``, ``"others"`` as the default),
+            converted to each input's dtype as torchvision converts it.
+        padding_mode: ``"constant"``, ``"edge"``, ``"reflect"``, ``"symmetric"`` or
+            ``"circular"`` (aliases ``"replicate"``, ``"wrap"``).
+
+    Raises:
+        TypeError / ValueError naming the argument, at construction.
+
+    Example:
+        >>> import torch
+        >>> from tipad_transforms.transforms import Pad
+        >>> Pad([1, 2], padding_mode="reflect")(torch.arange(4.0).reshape(1, 1, 4))
+        tensor([[[1., 0., 1., 2., 3., 2.],
+                 [1., 0., 1., 2., 3., 2.],
+                 [1., 0., 1., 2., 3., 2.],
+                 [1., 0., 1., 2., 3., 2.],
+                 [1., 0., 1., 2., 3., 2.]]])
+    """
+
+    def __init__(
+        self, padding: Padding, fill: Fill | dict[Any, Fill] = 0, padding_mode: str = "constant"
+    ) -> None:
+        super().__init__()
+        self.padding: list[int] = list(parse_padding(padding))
+        self.fill = _check_fill(fill)
+        self.padding_mode: str = check_mode(padding_mode)
+
+    def transform(self, inpt: Any, params: dict[str, Any]) -> Any:
+        fill = _fill_for(self.fill, inpt)
+        return self._call_kernel(F.pad, inpt, self.padding, fill, self.padding_mode)
+
+    def extra_repr(self) -> str:
+        return f"padding={self.padding}, fill={self.fill!r}, padding_mode={self.padding_mode!r}"
 
 
 def _sample_shape(flat_inputs: list[Any]) -> tuple[int, ...]:
@@ -65,7 +153,9 @@ def _sample_shape(flat_inputs: list[Any]) -> tuple[int, ...]:
             shapes.add(())
         elif isinstance(inpt, tv_tensors.Video):
             shapes.add(tuple(inpt.shape[:-4]))
-        elif isinstance(inpt, tv_tensors.Image) or _is_pure_tensor(inpt):
+        elif isinstance(inpt, tv_tensors.Image) or (
+            isinstance(inpt, torch.Tensor) and not isinstance(inpt, tv_tensors.TVTensor)
+        ):
             shapes.add(tuple(inpt.shape[:-3]))
     if len(shapes) > 1:
         raise ValueError(
@@ -75,19 +165,8 @@ def _sample_shape(flat_inputs: list[Any]) -> tuple[int, ...]:
     return shapes.pop() if shapes else ()
 
 
-def _per_clip(value: Any, video: bool, trailing: int) -> Any:
-    """Per-clip params ``(*S, *trailing dims)`` of a video -> ``(*S, 1, ...)``, one per frame.
-
-    Inserting the time dim lets the functional broadcast one draw over the clip's frames; params
-    without sample dims (a fixed ``(2,)`` offset, an int index) broadcast as they are.
-    """
-    if video and isinstance(value, torch.Tensor) and value.dim() > trailing:
-        return value.unsqueeze(value.dim() - trailing)
-    return value
-
-
-class _TexturedPad(v2.Transform):
-    """Shared machinery: argument checks, parameter draws, per-type dispatch."""
+class _TexturedPad(_Transform):
+    """Shared arguments and parameter draws of ``TexturePad`` and ``BrickPad``."""
 
     def __init__(
         self,
@@ -102,7 +181,7 @@ class _TexturedPad(v2.Transform):
     ) -> None:
         super().__init__()
         self.padding: list[int] = list(parse_padding(padding))
-        self.stagger: int = check_stagger(stagger)
+        self.stagger: int = check_int(stagger, "stagger")
         self.offset: tuple[int, int] = check_offset(offset)
         self.random_offset: bool = check_flag(random_offset, "random_offset")
         if self.random_offset and self.offset != (0, 0):
@@ -111,22 +190,13 @@ class _TexturedPad(v2.Transform):
                 f"got {self.offset}"
             )
         self.same_on_batch: bool = check_flag(same_on_batch, "same_on_batch")
-        self.mask_fill: Number = check_mask_fill(mask_fill)
+        self.mask_fill: Number = check_number(mask_fill, "mask_fill")
         self.generator: torch.Generator | None = check_generator(generator)
-        # Converted copies of the texture, by (dtype, device) of the images seen.
-        self._texture_cache: dict[tuple[Any, ...], tuple[torch.Tensor, torch.Tensor]] = {}
-
-    # -- subclass hooks -------------------------------------------------------------------
 
     @property
     def tile_size(self) -> tuple[int, int]:
         """``(th, tw)`` of the texture tile: random offsets are drawn in ``[0, th) x [0, tw)``."""
         raise NotImplementedError
-
-    def _pad_image(self, image: torch.Tensor, params: dict[str, Any]) -> torch.Tensor:
-        raise NotImplementedError
-
-    # -- torchvision hooks ----------------------------------------------------------------
 
     def _randint(self, high: int, shape: tuple[int, ...]) -> torch.Tensor:
         generator = worker_generator(self.generator)
@@ -138,71 +208,20 @@ class _TexturedPad(v2.Transform):
         return () if self.same_on_batch else _sample_shape(flat_inputs)
 
     def make_params(self, flat_inputs: list[Any]) -> dict[str, Any]:
-        """Draw this call's parameters: ``{"offset": int64 tensor (*S, 2) or (2,)}``.
+        """Draw this call's parameters: ``{"offset": (oy, ox) tuple or int64 tensor (*S, 2)}``.
 
-        ``S`` is the leading (batch) shape of the call's images (``()`` for one image); with
-        ``random_offset`` each sample gets its own ``(oy, ox)`` in ``[0, th) x [0, tw)``, drawn
-        from ``generator`` or torch's global RNG (``transform`` pads them all in one launch);
-        with ``same_on_batch`` one ``(2,)`` draw serves every sample. Nothing is drawn otherwise.
+        ``S`` is the leading (batch) shape of the call's images (``()`` for one image; clips for
+        a video); with ``random_offset`` each sample gets its own ``(oy, ox)`` in ``[0, th) x
+        [0, tw)``, drawn from ``generator`` or torch's global RNG (``transform`` pads them all in
+        one launch); with ``same_on_batch`` one ``(2,)`` draw serves every sample. Nothing is
+        drawn otherwise.
         """
         if not self.random_offset:
-            return {"offset": torch.tensor(self.offset, dtype=torch.int64)}
+            return {"offset": self.offset}
         shape = self._draw_shape(flat_inputs)
         th, tw = self.tile_size
         offset = torch.stack([self._randint(th, shape), self._randint(tw, shape)], dim=-1)
         return {"offset": offset}
-
-    def transform(self, inpt: Any, params: dict[str, Any]) -> Any:
-        """Pad one input with ``params`` (from ``make_params`` or stored from an earlier call)."""
-        if isinstance(inpt, (tv_tensors.BoundingBoxes, tv_tensors.KeyPoints)):
-            return tvF.pad(inpt, padding=self.padding, padding_mode="constant")
-        if isinstance(inpt, tv_tensors.Mask):
-            padded = F.pad(inpt, self.padding, "constant", self.mask_fill)
-            return tv_tensors.wrap(padded, like=inpt)
-        if isinstance(inpt, PIL.Image.Image):
-            return pil_apply(inpt, lambda t: self._pad_image(t, params))
-        if isinstance(inpt, tv_tensors.TVTensor) and not isinstance(
-            inpt, (tv_tensors.Image, tv_tensors.Video)
-        ):
-            return inpt
-        return self._pad_image(inpt, params)
-
-    # -- texture conversion cache ---------------------------------------------------------
-
-    def _converted(self, texture: torch.Tensor, image: torch.Tensor) -> torch.Tensor:
-        """``texture`` in ``image``'s dtype and device, converted once per (dtype, device).
-
-        Conversion (and its range check, a host sync on CUDA) is the functional's own; the
-        cache is skipped for textures that need gradients, and invalidated when the texture is
-        modified in place (its version counter moves).
-        """
-        if texture.requires_grad or (
-            texture.dtype == image.dtype and texture.device == image.device
-        ):
-            return texture
-        try:
-            version = texture._version
-        except RuntimeError:  # inference tensors have no version counter: do not cache
-            return texture
-        # id: a reassigned `texture` attribute (or BrickPad's other tile) is another entry. The
-        # entry keeps the texture alive, so its id cannot be reused by a new tensor meanwhile.
-        cache_key = (id(texture), version, image.dtype, image.device)
-        entry = self._texture_cache.get(cache_key)
-        if entry is None:
-            channels = image_channels(texture.shape)
-            converted = _texture_bank(texture, image, channels).reshape(texture.shape)
-            if len(self._texture_cache) >= 8:
-                self._texture_cache.clear()
-            entry = self._texture_cache[cache_key] = (texture, converted)
-        return entry[1]
-
-    def __getstate__(self) -> dict[str, Any]:
-        # Do not ship cached device copies (possibly CUDA) to DataLoader workers.
-        state = self.__dict__.copy()
-        state["_texture_cache"] = {}
-        return state
-
-    # -- repr -----------------------------------------------------------------------------
 
     def _repr_tail(self, *extra: str) -> list[str]:
         parts = []
@@ -223,13 +242,15 @@ class TexturePad(_TexturedPad):
     """Pad images with a tiled texture; shift boxes and keypoints; pad masks with ``mask_fill``.
 
     Args:
-        padding: ``p``, ``(lr, tb)`` or ``(left, top, right, bottom)`` pixels, non-negative.
+        padding: ``p``, ``(lr, tb)`` or ``(left, top, right, bottom)`` pixels (negative
+            values crop).
         texture: a tile ``(th, tw)`` (broadcast to every channel) or ``(C, th, tw)``, or a bank
             ``(K, C, th, tw)`` of same-size tiles; any real dtype, any device. Stored by
             reference (like a module stores its tensors, so a learned texture keeps its
             gradient); converted per call to the image's dtype and device, with torchvision's
             scaling: a float texture for an integer image holds values in ``[0, 1]``.
-            Conversions are cached per (dtype, device) while the texture is not modified.
+            Conversions are cached (``functional.texture_pad``'s cache) while the texture is not
+            modified.
         stagger: horizontal shift, in pixels, of each successive row of tiles.
         offset: fixed ``(oy, ox)`` shift of the tile lattice (an int shifts both).
         random_offset: draw an ``(oy, ox)`` in ``[0, th) x [0, tw)`` for every sample (every
@@ -302,9 +323,8 @@ class TexturePad(_TexturedPad):
             mask_fill=mask_fill,
             generator=generator,
         )
-        as_bank(texture)  # validates now, so a bad texture fails at construction
+        bank = as_bank(texture).shape[0]  # validates now, so a bad texture fails here
         self.texture = texture
-        bank = int(texture.shape[0]) if texture.dim() == 4 else 1
         if isinstance(texture_index, str):
             if texture_index != "random":
                 raise ValueError(
@@ -315,13 +335,12 @@ class TexturePad(_TexturedPad):
                     'texture_index="random" needs a bank texture of shape (K, C, th, tw), '
                     f"got {tuple(texture.shape)}"
                 )
-        elif isinstance(texture_index, int) and not isinstance(texture_index, bool):
-            if not 0 <= texture_index < bank:
-                raise ValueError(f"texture_index must be in [0, {bank}), got {texture_index}")
         elif texture_index is not None:
-            raise TypeError(
-                f'texture_index must be None, an int or "random", got {type(texture_index)}'
-            )
+            if isinstance(texture_index, bool) or not isinstance(texture_index, int):
+                raise TypeError(
+                    f'texture_index must be None, an int or "random", got {type(texture_index)}'
+                )
+            check_int(texture_index, "texture_index", minimum=0, maximum=bank - 1)
         self.texture_index = texture_index
 
     @property
@@ -338,16 +357,13 @@ class TexturePad(_TexturedPad):
             params["texture_index"] = self.texture_index
         return params
 
-    def _pad_image(self, image: torch.Tensor, params: dict[str, Any]) -> torch.Tensor:
-        video = isinstance(image, tv_tensors.Video) and image.dim() >= 4
-        return F.texture_pad(
-            image,
-            self.padding,
-            self._converted(self.texture, image),
-            stagger=self.stagger,
-            offset=_per_clip(params["offset"], video, 1),
-            texture_index=_per_clip(params.get("texture_index"), video, 0),
-        )
+    def transform(self, inpt: Any, params: dict[str, Any]) -> Any:
+        """Pad one input with ``params`` (from ``make_params`` or stored from an earlier call)."""
+        return self._call_kernel(
+            F.texture_pad, inpt, self.padding, self.texture, stagger=self.stagger,
+            offset=params["offset"], texture_index=params.get("texture_index"),
+            mask_fill=self.mask_fill,
+        )  # fmt: skip
 
     def extra_repr(self) -> str:
         t = self.texture
@@ -362,6 +378,10 @@ class TexturePad(_TexturedPad):
         return ", ".join(parts)
 
 
+_BRICK_PAD_ARGS = ("padding", "stagger", "offset", "random_offset", "same_on_batch", "mask_fill",
+                   "generator")  # fmt: skip
+
+
 class BrickPad(_TexturedPad):
     """Pad images with a procedural brick wall; shift boxes and keypoints; pad masks.
 
@@ -369,18 +389,20 @@ class BrickPad(_TexturedPad):
     the output equals ``tipad_transforms.functional.brick_pad(x, padding, **brick)``. Like
     ``brick_pad``, the tile's channels follow ``functional.brick_channels`` (grey, grey + alpha,
     RGB, RGB + alpha for 1-4 channel images; grey broadcast otherwise) unless ``brick`` sets
-    ``channels``. Tiles are built once (the RGB one at construction, others on first use) and their
-    dtype/device conversions cached, so a call costs one kernel launch.
+    ``channels``. The transform calls ``brick_pad`` itself, whose tiles are rendered and converted
+    once per options, dtype and device, so a call costs one kernel launch.
 
     Args:
-        padding: ``p``, ``(lr, tb)`` or ``(left, top, right, bottom)`` pixels, non-negative.
+        padding: ``p``, ``(lr, tb)`` or ``(left, top, right, bottom)`` pixels (negative values
+            crop).
         stagger: horizontal shift of each successive row of tiles; default
             ``running_bond_stagger(**brick)``, which continues the tile's running bond.
         offset, random_offset, same_on_batch, mask_fill, generator: as in ``TexturePad`` (random
             offsets lie in ``[0, th) x [0, tw)`` of the brick tile, see ``tile_size``).
         **brick: keyword arguments of ``make_brick_texture`` (``brick_size``, ``mortar``,
             ``bricks_per_tile``, ``courses``, colours, ``seed``, ...); their errors (TypeError /
-            ValueError naming the option) are raised at construction.
+            ValueError naming the option) are raised at construction; an unknown keyword is a
+            TypeError that lists the options.
 
     Params: ``{"offset": int64 tensor (2,) or (*S, 2)}``, replayable as in ``TexturePad``.
 
@@ -407,6 +429,8 @@ class BrickPad(_TexturedPad):
         generator: torch.Generator | None = None,
         **brick: Any,
     ) -> None:
+        brick_options(brick, "BrickPad", _BRICK_PAD_ARGS)
+        F.make_brick_texture(**brick)  # bad options fail now (the render is cached)
         if stagger is None:
             stagger = F.running_bond_stagger(**brick)
         super().__init__(
@@ -419,38 +443,17 @@ class BrickPad(_TexturedPad):
             generator=generator,
         )
         self.brick_options: dict[str, Any] = dict(brick)
-        # Tiles by the channel count they serve (None: the one tile of an explicit `channels`).
-        # The 3-channel one is built now so that bad brick options fail at construction.
-        self._tiles: dict[int | None, torch.Tensor] = {}
-        self._tile_for(3)
 
     @property
     def tile_size(self) -> tuple[int, int]:
-        tile = next(iter(self._tiles.values()))
-        return int(tile.shape[-2]), int(tile.shape[-1])
+        return brick_tile_size(**self.brick_options)
 
-    def _tile_for(self, channels: int) -> torch.Tensor:
-        """The tile for an image of ``channels`` channels."""
-        # brick_pad's rule: explicit `channels` wins, else F.brick_channels(channels).
-        key = None if "channels" in self.brick_options else brick_channels(channels)
-        tile = self._tiles.get(key)
-        if tile is None:
-            options = dict(self.brick_options)
-            if key is not None:
-                options["channels"] = key
-            tile = self._tiles[key] = F.make_brick_texture(**options)
-        return tile
-
-    def _pad_image(self, image: torch.Tensor, params: dict[str, Any]) -> torch.Tensor:
-        video = isinstance(image, tv_tensors.Video) and image.dim() >= 4
-        tile = self._tile_for(image_channels(image.shape))
-        return F.texture_pad(
-            image,
-            self.padding,
-            self._converted(tile, image),
-            stagger=self.stagger,
-            offset=_per_clip(params["offset"], video, 1),
-        )
+    def transform(self, inpt: Any, params: dict[str, Any]) -> Any:
+        """Pad one input with ``params`` (from ``make_params`` or stored from an earlier call)."""
+        return self._call_kernel(
+            F.brick_pad, inpt, self.padding, stagger=self.stagger, offset=params["offset"],
+            mask_fill=self.mask_fill, **self.brick_options,
+        )  # fmt: skip
 
     def extra_repr(self) -> str:
         parts = [f"padding={self.padding}", f"stagger={self.stagger}", *self._repr_tail()]

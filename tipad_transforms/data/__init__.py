@@ -2,8 +2,8 @@
 
 * ``PadCollate``: ``collate_fn`` that pads every image of a batch to one size (batch maximum,
   fixed, or rounded up to a multiple) with the brick wall, any texture or a standard mode, at a
-  per-sample placement, in one kernel launch; shifts boxes/keypoints, pads masks and returns
-  where each real image lies. Runs in DataLoader workers.
+  per-sample placement, in one kernel launch; shifts boxes/keypoints, pads masks and, asked,
+  returns where each real image lies (``Regions``). Runs in DataLoader workers.
 * ``GPUCollate``: the same, building the batch on a CUDA device (``num_workers=0``).
 * ``DeviceLoader``: wraps a DataLoader, copies batches to the device ahead of use on a side
   stream and applies batch transforms there.
@@ -11,5 +11,6 @@
 
 from ._collate import GPUCollate, PadCollate
 from ._loader import DeviceLoader
+from ._regions import Regions
 
-__all__ = ["DeviceLoader", "GPUCollate", "PadCollate"]
+__all__ = ["DeviceLoader", "GPUCollate", "PadCollate", "Regions"]

@@ -15,12 +15,14 @@ import torch
 from torchvision import tv_tensors
 
 from .. import functional as F
-from .._checks import Number, check_flag, check_generator, check_mask_fill, check_stagger, is_int
+from .._checks import Number, check_flag, check_generator, check_int, check_number, is_int
 from .._geometry import check_mode
 from .._seeding import worker_generator
-from ..functional._brick import brick_channels
-from ..functional._pad import Fill, _brick_tile, _texture_bank, as_bank
+from ..functional._brick import brick_channels, brick_tile_size
+from ..functional._convert import Fill, as_bank
+from ..functional._pad import brick_tile
 from ._device import Transforms, apply_transforms, check_device, check_transforms, cuda_guard
+from ._regions import Regions
 from ._samples import REGION_KEY, read_samples
 from ._targets import Canvas, collate_field
 
@@ -64,18 +66,22 @@ class _Batch:
     slot: Any
     like: Any
     images: torch.Tensor
-    regions: torch.Tensor
+    regions: Regions | None
     fields: dict[Any, Any]
 
     def assemble(self) -> Any:
+        """``default_collate``'s structure; the regions added (last, or under ``"region"``)
+        when they were asked for."""
+        extra = [] if self.regions is None else [self.regions]
         if self.kind == "image":
-            return self.images, self.regions
+            return (self.images, *extra) if extra else self.images
         if self.kind == "mapping":
             out = {k: self.images if k == self.slot else self.fields[k] for k in self.like}
-            out[REGION_KEY] = self.regions
+            if extra:
+                out[REGION_KEY] = extra[0]
             return out
         values = [self.images if j == self.slot else self.fields[j] for j in range(len(self.like))]
-        return [*values, self.regions]
+        return [*values, *extra]
 
 
 class PadCollate:
@@ -94,18 +100,19 @@ class PadCollate:
             ``(mh, mw)``), e.g. 32 for detectors.
         placement: where each image lies in its canvas: ``"top_left"``, ``"center"`` (the extra
             pixel of an odd margin goes right/bottom) or ``"random"`` (uniform per sample).
-        texture: the tile for ``mode="texture"``: ``(th, tw)``, ``(C, th, tw)`` or a one-texture
-            bank ``(1, C, th, tw)``, converted to the images' dtype as ``functional.texture_pad``
-            does. ``None``: ``functional.brick_pad``'s brick wall (tile chosen per dtype and
-            channel count, running-bond stagger).
-        mode: ``"texture"`` or a standard mode of ``functional.pad`` (``"constant"`` with
-            ``fill``, ``"edge"``, ``"reflect"``, ``"symmetric"``, ``"circular"``).
+        texture: the tile for ``padding_mode="texture"``: ``(th, tw)``, ``(C, th, tw)`` or a
+            one-texture bank ``(1, C, th, tw)``, converted to the images' dtype as
+            ``functional.texture_pad`` does. ``None``: ``functional.brick_pad``'s brick wall
+            (tile chosen per dtype and channel count, running-bond stagger).
+        padding_mode: ``"texture"`` or a standard mode of ``functional.pad`` (``"constant"``
+            with ``fill``, ``"edge"``, ``"reflect"``, ``"symmetric"``, ``"circular"``).
         stagger: the texture's row stagger; default the brick wall's running bond, or 0 for a
             given ``texture``. Texture mode only.
         fill: constant mode's value (a number, or one per channel).
         mask_fill: border value of ``tv_tensors.Mask`` targets (e.g. 255 for "ignore").
         random_offset: texture mode: draw a lattice offset ``(oy, ox)`` in ``[0, th) x [0, tw)``
             per sample, as ``BrickPad(random_offset=True)`` does. Ignored by standard modes.
+        return_regions: also return where each real image lies (see below).
         generator: ``torch.Generator`` for the draws (placement, offsets); default torch's
             global RNG. Inside DataLoader workers the draws come from a generator derived from it
             and the worker's seed, so they differ between workers and epochs and repeat with the
@@ -120,16 +127,19 @@ class PadCollate:
 
     * the image replaced by the padded batch ``(B, C, H, W)`` (a ``tv_tensors.Image`` if the
       samples held ``tv_tensors.Image``), same dtype and device as the images;
-    * ``regions``, ``(B, 4)`` int64 ``(top, left, h, w)``: where each real image lies in its
-      canvas (``images[i, :, top:top+h, left:left+w]`` is image ``i``), so a loss can mask the
-      padding. Bare images give ``(images, regions)``; tuples/lists give a list with
-      ``regions`` appended; dicts get it under the key ``"region"``;
     * ``tv_tensors.BoundingBoxes``/``KeyPoints``: a list per sample, each shifted by its own
       sample's ``(left, top)`` with ``canvas_size`` ``(H, W)``;
     * ``tv_tensors.Mask``: padded with ``mask_fill`` at its sample's placement and stacked; a
       dict holding boxes or keypoints (torchvision's detection target) stays a list of
       per-sample dicts, its masks padded but not stacked;
     * anything else: ``default_collate``.
+
+    With ``return_regions=True`` the batch also says where each real image lies in its canvas:
+    a ``Regions`` ``(B, 4)`` int64 tensor of ``(top, left, h, w)`` (``images[i, :, top:top+h,
+    left:left+w]`` is image ``i``), so a loss can mask the padding. Bare images give
+    ``(images, regions)``; tuples/lists get it appended; dicts get it under the key
+    ``"region"``. ``Regions`` follow a pad applied later on the batch (``DeviceLoader``,
+    ``GPUCollate`` transforms).
 
     ``make_params(sizes)`` draws a batch's parameters; ``collate(samples, params=...)``
     replays them exactly.
@@ -147,9 +157,12 @@ class PadCollate:
         >>> collate = PadCollate(multiple=8, placement="center")
         >>> samples = [(torch.zeros(3, 20, 30, dtype=torch.uint8), 0),
         ...            (torch.zeros(3, 25, 10, dtype=torch.uint8), 1)]
-        >>> images, labels, regions = collate(samples)
-        >>> tuple(images.shape), labels.tolist(), regions.tolist()
-        ((2, 3, 32, 32), [0, 1], [[6, 1, 20, 30], [3, 11, 25, 10]])
+        >>> images, labels = collate(samples)
+        >>> tuple(images.shape), labels.tolist()
+        ((2, 3, 32, 32), [0, 1])
+        >>> images, labels, regions = PadCollate(multiple=8, return_regions=True)(samples)
+        >>> regions.tolist()
+        [[6, 1, 20, 30], [3, 11, 25, 10]]
     """
 
     def __init__(
@@ -159,11 +172,12 @@ class PadCollate:
         multiple: int | tuple[int, int] | None = None,
         placement: str = "center",
         texture: torch.Tensor | None = None,
-        mode: str = "texture",
+        padding_mode: str = "texture",
         stagger: int | None = None,
         fill: Fill = 0,
         mask_fill: Number = 0,
         random_offset: bool = True,
+        return_regions: bool = False,
         generator: torch.Generator | None = None,
     ) -> None:
         self.size = _check_pair(size, "size")
@@ -175,10 +189,12 @@ class PadCollate:
         if not isinstance(placement, str) or placement not in PLACEMENTS:
             raise ValueError(f"placement must be one of {PLACEMENTS}, got {placement!r}")
         self.placement = placement
-        self.mode = "texture" if mode == "texture" else check_mode(mode)
+        self.padding_mode = "texture" if padding_mode == "texture" else check_mode(padding_mode)
         if texture is not None:
-            if self.mode != "texture":
-                raise ValueError(f"texture is for mode='texture', got mode={mode!r}")
+            if self.padding_mode != "texture":
+                raise ValueError(
+                    f"texture is for padding_mode='texture', got padding_mode={padding_mode!r}"
+                )
             bank = as_bank(texture)
             if bank.shape[0] != 1:
                 raise ValueError(
@@ -186,23 +202,26 @@ class PadCollate:
                     f"of shape {tuple(texture.shape)}"
                 )
         self.texture = texture
-        if stagger is not None and self.mode != "texture":
-            raise ValueError(f"stagger is for mode='texture', got mode={mode!r}")
+        textured = self.padding_mode == "texture"
+        if stagger is not None and not textured:
+            raise ValueError(
+                f"stagger is for padding_mode='texture', got padding_mode={padding_mode!r}"
+            )
         if stagger is None:
-            stagger = F.running_bond_stagger() if texture is None and self.mode == "texture" else 0
-        self.stagger = check_stagger(stagger)
+            stagger = F.running_bond_stagger() if texture is None and textured else 0
+        self.stagger = check_int(stagger, "stagger")
         self.fill = _check_fill(fill)
-        self.mask_fill: Number = check_mask_fill(mask_fill)
+        self.mask_fill: Number = check_number(mask_fill, "mask_fill")
         self.random_offset = check_flag(random_offset, "random_offset")
+        self.return_regions = check_flag(return_regions, "return_regions")
         self.generator = check_generator(generator)
-        tile = self.texture
-        if tile is None:
-            tile = _brick_tile(torch.uint8, torch.device("cpu"))
-        self.tile_size: tuple[int, int] = (int(tile.shape[-2]), int(tile.shape[-1]))
+        self.tile_size: tuple[int, int] = (
+            brick_tile_size()
+            if texture is None
+            else (int(texture.shape[-2]), int(texture.shape[-1]))
+        )
         # Where the batch is built: None keeps the samples' device (GPUCollate sets its own).
         self._device: torch.device | None = None
-        # The texture converted to the images' dtype/device (its range check syncs on CUDA).
-        self._converted: dict[tuple[Any, ...], torch.Tensor] = {}
 
     # -- parameters -----------------------------------------------------------------------
 
@@ -244,7 +263,7 @@ class PadCollate:
             placement = slack // 2
         else:
             placement = self._draw(gen, n) % (slack + 1)
-        if self.mode == "texture" and self.random_offset:
+        if self.padding_mode == "texture" and self.random_offset:
             offset = self._draw(gen, n) % torch.tensor(self.tile_size)
         else:
             offset = torch.zeros(n, 2, dtype=torch.int64)
@@ -272,21 +291,26 @@ class PadCollate:
         if self._device is not None:
             # One host-to-device copy per sample; everything after runs on the device.
             images = [im.to(self._device, non_blocking=True) for im in images]
-        if self.mode == "texture":
+        if self.padding_mode == "texture":
             padded = F.pad_stack(
                 images,
                 size,
                 placement,
-                "texture",
+                padding_mode="texture",
                 texture=self._texture_for(images[0]),
                 stagger=self.stagger,
                 offset=offset,
             )
         else:
-            padded = F.pad_stack(images, size, placement, self.mode, self.fill)
+            padded = F.pad_stack(
+                images, size, placement, fill=self.fill, padding_mode=self.padding_mode
+            )
         if read.tv_image:
             padded = tv_tensors.Image(padded)
-        regions = torch.cat([placement, torch.tensor(sizes, dtype=torch.int64)], dim=1)
+        regions = None
+        if self.return_regions:
+            table = torch.cat([placement, torch.tensor(sizes, dtype=torch.int64)], dim=1)
+            regions = Regions(table, device=padded.device)
         canvas = Canvas(size, placement, sizes, self.mask_fill, self._device)
         like = read.containers[0]
         if read.kind == "image":
@@ -297,38 +321,23 @@ class PadCollate:
         fields = {
             k: collate_field([c[k] for c in read.containers], canvas, f"[{k!r}]") for k in slots
         }
-        return _Batch(read.kind, read.slot, like, padded, regions.to(padded.device), fields)
+        return _Batch(read.kind, read.slot, like, padded, regions, fields)
 
     def _texture_for(self, image: torch.Tensor) -> torch.Tensor:
-        """The tile for ``image``'s batch, in its dtype and on its device."""
-        channels = int(image.shape[0])
-        if self.texture is None:
-            return _brick_tile(image.dtype, image.device, channels=brick_channels(channels))
-        try:
-            version = self.texture._version
-        except RuntimeError:  # an inference tensor has no version counter: convert every time
-            return _texture_bank(self.texture, image, channels)
-        key = (image.dtype, image.device, channels, version)
-        tile = self._converted.get(key)
-        if tile is None:
-            if len(self._converted) >= 8:
-                self._converted.clear()
-            tile = self._converted[key] = _texture_bank(self.texture.detach(), image, channels)
-        return tile
-
-    def __getstate__(self) -> dict[str, Any]:
-        # Do not ship converted (possibly CUDA) copies to DataLoader workers.
-        state = self.__dict__.copy()
-        state["_converted"] = {}
-        return state
+        """The texture for ``image``'s batch: the given one (``pad_stack`` converts it, cached)
+        or ``brick_pad``'s brick tile for the image's dtype, device and channels."""
+        if self.texture is not None:
+            return self.texture.detach()
+        channels = brick_channels(int(image.shape[0]))
+        return brick_tile(image.dtype, image.device, channels=channels)
 
     def _repr_parts(self) -> list[str]:
         parts = [
             f"size={self.size}" if self.multiple is None else f"multiple={self.multiple}",
             f"placement={self.placement!r}",
-            f"mode={self.mode!r}",
+            f"padding_mode={self.padding_mode!r}",
         ]
-        if self.mode == "texture":
+        if self.padding_mode == "texture":
             t = self.texture
             parts.append(
                 "texture=brick"
@@ -336,10 +345,12 @@ class PadCollate:
                 else f"texture=Tensor(shape={list(t.shape)}, dtype={t.dtype})"
             )
             parts += [f"stagger={self.stagger}", f"random_offset={self.random_offset}"]
-        elif self.mode == "constant":
+        elif self.padding_mode == "constant":
             parts.append(f"fill={self.fill!r}")
         if self.mask_fill != 0:
             parts.append(f"mask_fill={self.mask_fill!r}")
+        if self.return_regions:
+            parts.append("return_regions=True")
         if self.generator is not None:
             parts.append(f"generator=torch.Generator(device={self.generator.device})")
         return parts
@@ -376,9 +387,8 @@ class GPUCollate(PadCollate):
         device: where to build the batch (``"cuda"``: the current CUDA device).
         transforms: a callable or a sequence of callables applied in order to the padded image
             batch ``(B, C, H, W)`` on the device, e.g. ``BrickPad(8, random_offset=True)`` (one
-            draw per sample, one launch) or ``v2.Normalize``. After a tipad padding transform the
-            regions, boxes, keypoints and masks follow the grown canvas; other transforms see
-            the image batch only.
+            draw per sample, one launch) or ``v2.Normalize``; see ``DeviceLoader`` for how a
+            transform sees the batch.
         **kwargs: ``PadCollate``'s arguments.
 
     Returns: as ``PadCollate``, every tensor on ``device``.
@@ -392,6 +402,11 @@ class GPUCollate(PadCollate):
     ) -> None:
         super().__init__(**kwargs)
         self.device = check_device(device)
+        if self.device.type == "cuda" and not torch.cuda.is_available():
+            raise RuntimeError(
+                f"device {self.device} was requested but CUDA is not available; pass "
+                "device='cpu' on this machine (the same code runs on the CPU)"
+            )
         self.transforms = check_transforms(transforms)
         self._device = self.device
 

@@ -3,16 +3,15 @@ and the guard against building CUDA batches where CUDA cannot run."""
 
 from __future__ import annotations
 
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Sequence
 from typing import Any
 
 import torch
 from torch.utils.data import get_worker_info
 from torchvision import tv_tensors
+from torchvision.transforms import v2
 
-from ..transforms import _TexturedPad
-from ._samples import REGION_KEY
-from ._tree import apply_to_image, image_slot, is_container, is_plain_tensor, rebuild
+from ._tree import apply_to_image, image_slot, is_container, is_plain_tensor, replace
 
 __all__ = [
     "Transforms",
@@ -20,7 +19,6 @@ __all__ = [
     "check_device",
     "check_transforms",
     "cuda_guard",
-    "follow_padding",
 ]
 
 Transforms = Callable[[Any], Any] | Sequence[Callable[[Any], Any]] | None
@@ -56,56 +54,38 @@ def check_transforms(transforms: Transforms) -> tuple[Callable[[Any], Any], ...]
 
 
 def apply_transforms(batch: Any, transforms: tuple[Callable[[Any], Any], ...]) -> Any:
-    """``batch`` with ``transforms`` applied in order to its image (``_tree``'s rule).
+    """``batch`` with ``transforms`` applied in order.
 
-    A tipad padding transform (``BrickPad``, ``TexturePad``) grows the canvas, so the rest of
-    a ``PadCollate`` batch follows it: the regions move by ``(top, left)``, boxes and keypoints
-    are shifted and their ``canvas_size`` grown, masks get the border of ``mask_fill``. Other
-    transforms see the image only.
+    A torchvision v2 transform (tipad's included) gets the whole batch structure, with the
+    image batch (``_tree``'s rule) as a ``tv_tensors.Image``: each element then gets what the
+    transform does to its type, so after a pad the ``Regions``, boxes, keypoints and masks of a
+    ``PadCollate`` batch follow the grown canvas, and plain tensors (labels) pass through. The
+    image comes back in its own type. Any other callable gets the image batch alone.
     """
     for t in transforms:
-        batch = apply_to_image(batch, t)
-        if isinstance(t, _TexturedPad):
-            batch = follow_padding(batch, t)
+        if isinstance(t, v2.Transform):
+            batch = _transform_structure(batch, t)
+        else:
+            batch = apply_to_image(batch, t)
     return batch
 
 
-def follow_padding(batch: Any, t: _TexturedPad) -> Any:
-    """The targets of a ``PadCollate`` batch after ``t`` padded its image batch."""
-    left, top = t.padding[0], t.padding[1]
-    slot = image_slot(batch) if is_container(batch) else None
-
-    def targets(value: Any) -> Any:
-        if isinstance(value, (tv_tensors.BoundingBoxes, tv_tensors.KeyPoints, tv_tensors.Mask)):
-            return t.transform(value, {})  # these types read no random parameters
-        if isinstance(value, Mapping):
-            return {k: targets(v) for k, v in value.items()}
-        if isinstance(value, (list, tuple)):
-            return rebuild(value, [targets(v) for v in value])
-        return value
-
+def _transform_structure(batch: Any, t: v2.Transform) -> Any:
+    plain = is_plain_tensor(batch)
+    if plain or not is_container(batch):
+        images = tv_tensors.Image(batch) if plain else batch
+        out = t(images)
+        return out.as_subclass(torch.Tensor) if plain else out
+    slot = image_slot(batch)
     if slot is None:
-        return batch
-    items = dict(batch) if isinstance(batch, Mapping) else dict(enumerate(batch))
-    for key, value in items.items():
-        if key != slot:
-            items[key] = targets(value)
-    # Regions: under "region" in a dict batch, else the last element of a tuple/list batch,
-    # an int64 (B, 4) tensor of (top, left, height, width).
-    where = REGION_KEY if isinstance(batch, Mapping) else len(items) - 1
-    regions = items.get(where)
-    if (
-        where != slot
-        and isinstance(regions, torch.Tensor)
-        and is_plain_tensor(regions)
-        and regions.dtype == torch.int64
-        and regions.dim() == 2
-        and regions.shape[-1] == 4
-    ):
-        items[where] = regions + regions.new_tensor([top, left, 0, 0])
-    if isinstance(batch, Mapping):
-        return items
-    return rebuild(batch, [items[i] for i in range(len(items))])
+        raise TypeError(
+            f"found no image in the batch ({type(batch).__name__}): give a tensor, or a "
+            "tuple/list/dict holding a tv_tensors.Image, an 'image' key or a plain tensor"
+        )
+    image = batch[slot]
+    wrapped = is_plain_tensor(image)
+    out = t(replace(batch, slot, tv_tensors.Image(image) if wrapped else image))
+    return replace(out, slot, out[slot].as_subclass(torch.Tensor)) if wrapped else out
 
 
 def cuda_guard(device: torch.device, who: str) -> None:

@@ -156,7 +156,7 @@ def _pad_masks(masks: list[Any], canvas: Canvas, path: str) -> list[tv_tensors.M
     out_h, out_w = canvas.size
     if images:
         try:
-            padded = F.pad_stack(images, canvas.size, where, "constant", canvas.mask_fill)
+            padded = F.pad_stack(images, canvas.size, where, fill=canvas.mask_fill)
         except ValueError as exc:
             raise ValueError(
                 f"cannot pad samples[*]{path} with mask_fill={canvas.mask_fill!r}: {exc}"

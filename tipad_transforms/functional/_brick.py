@@ -16,7 +16,7 @@ from typing import Any
 import torch
 import torch.nn.functional as nnF
 
-__all__ = ["brick_channels", "make_brick_texture", "running_bond_stagger"]
+__all__ = ["brick_channels", "brick_options", "make_brick_texture", "running_bond_stagger"]
 
 # ITU-R BT.601 luma, as PIL's convert("L") uses.
 _LUMA = (0.299, 0.587, 0.114)
@@ -223,6 +223,35 @@ def make_brick_texture(
         tile = torch.cat([tile, torch.ones_like(tile[:1])])
     # A copy always: the cached tile must never reach the caller.
     return tile.clamp(0.0, 1.0).to(dtype=dtype, device=device, copy=True)
+
+
+# make_brick_texture's options that a brick pad forwards (dtype/device follow the image).
+BRICK_OPTIONS = (
+    "brick_size", "mortar", "bricks_per_tile", "courses", "brick_color", "mortar_color",
+    "shade_variation", "hue_variation", "noise", "channels", "seed",
+)  # fmt: skip
+
+
+def brick_options(options: dict[str, Any], who: str, takes: tuple[str, ...] = ()) -> dict[str, Any]:
+    """``options`` if each is a ``make_brick_texture`` option, else TypeError naming ``who``
+    and listing what it takes (its own arguments ``takes``, then the brick options)."""
+    unknown = [name for name in options if name not in BRICK_OPTIONS]
+    if unknown:
+        own = f"{', '.join(takes)} and " if takes else ""
+        raise TypeError(
+            f"{who}() got an unexpected keyword argument {unknown[0]!r}; it takes {own}the "
+            f"brick options {', '.join(BRICK_OPTIONS)}"
+        )
+    return options
+
+
+def brick_tile_size(**options: Any) -> tuple[int, int]:
+    """``(th, tw)`` of ``make_brick_texture(**options)``, without rendering it."""
+    bh, bw = _brick_size(options.get("brick_size", (16, 50)))
+    m = _positive_int(options.get("mortar", 3), "mortar", 0)
+    per_tile = _positive_int(options.get("bricks_per_tile", 5), "bricks_per_tile")
+    n_courses = _positive_int(options.get("courses", 4), "courses")
+    return n_courses * (bh + m), per_tile * (bw + m)
 
 
 def running_bond_stagger(

@@ -14,8 +14,11 @@ from typing import Any
 import torch
 
 from .. import ops
-from .._geometry import check_bank_index, check_mode, image_channels
-from ._pad import Fill, _check_image, _fill_tensor, _per_sample, _texture_bank
+from .._checks import check_int
+from .._geometry import check_mode, image_channels
+from ._convert import Fill
+from ._launch import Border, check_size
+from ._pad import check_image
 
 __all__ = ["pad_stack"]
 
@@ -27,7 +30,7 @@ def _images(images: Any) -> list[torch.Tensor]:
     for i, im in enumerate(images):
         if not isinstance(im, torch.Tensor):
             raise TypeError(f"images[{i}] must be a torch.Tensor, got {type(im).__name__}")
-        im = _check_image(im)
+        im = check_image(im, f"images[{i}]")
         if im.dim() != 3:
             raise ValueError(f"images[{i}] must be (C, H, W), got shape {tuple(im.shape)}")
         first = checked[0] if checked else im
@@ -76,28 +79,12 @@ def _sizes(images: list[torch.Tensor], where: torch.Tensor, mode: str, size: Any
     return torch.cat([shapes, where], 1)
 
 
-def _lattice(
-    offset: Any, texture_index: Any, bank: torch.Tensor, stagger: int, n: int
-) -> tuple[torch.Tensor, torch.Tensor, int]:
-    """Per-sample ``(N, 2)`` offsets and ``(N,)`` bank indices, int64, and the stagger, reduced
-    as ``texture_pad`` reduces them (the pattern's periods) and the indices checked."""
-    offsets = _per_sample(offset, (n,), (2,), "offset")
-    index = _per_sample(texture_index, (n,), (), "texture_index").clamp(-1, 2**31 - 1)
-    th, tw = bank.shape[-2:]
-    check_bank_index(bank.shape[0], index)
-    return (
-        offsets.remainder(torch.tensor([th * tw, tw], device=offsets.device)),
-        index,
-        stagger % tw,
-    )
-
-
 def pad_stack(
     images: Sequence[torch.Tensor],
     size: Sequence[int],
     placement: torch.Tensor,
-    mode: str = "constant",
     fill: Fill = 0,
+    padding_mode: str = "constant",
     *,
     texture: torch.Tensor | None = None,
     stagger: int = 0,
@@ -114,9 +101,10 @@ def pad_stack(
         size: ``(H, W)`` of every canvas; each image must fit at its placement.
         placement: ``(N, 2)`` int tensor of ``(top, left)``: where image ``i``'s top-left pixel
             lands in canvas ``i``.
-        mode: ``"texture"`` (needs ``texture``) or a standard mode of ``functional.pad``
-            (which needs non-empty images; texture and constant modes take empty ones).
         fill: constant mode's value, as in ``functional.pad``.
+        padding_mode: ``"texture"`` (needs ``texture``) or a standard mode of
+            ``functional.pad`` (which needs non-empty images; texture and constant modes take
+            empty ones).
         texture, stagger, offset, texture_index: as in ``functional.texture_pad``, with
             ``offset`` ``(2,)`` or ``(N, 2)`` and ``texture_index`` an int or ``(N,)``: the
             lattice is anchored at each image's own top-left pixel.
@@ -131,31 +119,21 @@ def pad_stack(
     """
     checked = _images(images)
     n, x = len(checked), checked[0]
-    name = "texture" if mode == "texture" else check_mode(mode)
-    sizes = _sizes(checked, _placement(placement, n), name, size)
+    mode = "texture" if padding_mode == "texture" else check_mode(padding_mode)
+    sizes = _sizes(checked, _placement(placement, n), mode, size)
     channels = image_channels(x.shape)
-    empty = x.new_empty(0)
-    fill_t = _fill_tensor(fill, x, channels) if name == "constant" else empty
-    bank = empty
-    offsets, index = torch.zeros(n, 2, dtype=torch.int64), torch.zeros(n, dtype=torch.int64)
-    if name == "texture":
+    check_size([n, channels, *size], x.element_size())
+    if mode == "texture":
         if texture is None:
-            raise ValueError("mode='texture' needs a texture")
-        if isinstance(stagger, bool) or not isinstance(stagger, int):
-            raise TypeError(f"stagger must be an int, got {type(stagger).__name__}")
-        bank = _texture_bank(texture, x, channels)
-        offsets, index, stagger = _lattice(
-            offset, 0 if texture_index is None else texture_index, bank, stagger, n
-        )
+            raise ValueError("padding_mode='texture' needs a texture")
+        border = Border.textured(
+            texture, x, (n,), channels, stagger=check_int(stagger, "stagger"), offset=offset,
+            texture_index=texture_index,
+        )  # fmt: skip
+    else:
+        border = Border.standard(mode, fill, x, n, channels)
     packed = torch.cat([im.reshape(-1) for im in checked])
     return ops.pad_stack(
-        packed,
-        sizes,
-        [channels, *size],
-        name,
-        fill_t,
-        bank,
-        offsets.to(device=x.device, dtype=torch.int32),
-        index.to(device=x.device, dtype=torch.int32),
-        stagger,
-    )
+        packed, sizes, [channels, *size], border.mode, border.fill, border.texture,
+        border.offset, border.texture_index, border.stagger,
+    )  # fmt: skip

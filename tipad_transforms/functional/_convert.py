@@ -1,0 +1,225 @@
+"""User values -> the op's canonical tensors: fills, texture banks, per-sample integers.
+
+Fills follow ``torchvision.transforms.v2.functional.pad`` exactly: a scalar is converted as
+``torch.nn.functional.pad(..., value=float(fill))`` converts it (20.2 -> 20 on uint8, 255 ->
+True on bool, an out-of-range value is an error), a per-channel sequence as ``torch.tensor(fill,
+dtype=image.dtype)`` does (which wraps integers: 300 -> 44 on uint8). One difference, where tipad
+is exact and torchvision is not: an integer fill on an integer image is not cast through
+float64, so ``2**53 + 1`` stays ``2**53 + 1`` on int64.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Sequence
+from typing import Any
+
+import torch
+from torchvision.transforms.v2 import functional as tvF
+
+from .._checks import INT64_MAX, is_int
+
+__all__ = ["Fill", "as_bank", "fill_values", "per_sample", "scale_texture", "texture_bank"]
+
+Fill = int | float | bool | Sequence[int | float | bool] | None
+
+_NUMBER = (int, float, bool)
+# Recent conversions, keyed by what determines them; bounded, cleared when full.
+_FILLS: dict[tuple[Any, ...], torch.Tensor] = {}
+_BANKS: dict[tuple[Any, ...], tuple[torch.Tensor, torch.Tensor]] = {}
+_CACHE_SIZE = 16
+
+
+def _scalar(value: int | float | bool, dtype: torch.dtype, name: str) -> torch.Tensor:
+    """One fill value converted as torchvision's constant padding converts it."""
+    exact = is_int(value) and not dtype.is_floating_point and dtype != torch.bool
+    try:
+        # fill_ is the conversion constant_pad_nd applies (range-checked, truncating floats).
+        return torch.empty(1, dtype=dtype).fill_(value if exact else float(value))
+    except RuntimeError:
+        info = torch.iinfo(dtype) if not dtype.is_floating_point else torch.finfo(dtype)
+        raise ValueError(
+            f"{name}={value!r} cannot be converted to {dtype} (it holds [{info.min}, {info.max}])"
+        ) from None
+
+
+def fill_values(fill: Any, dtype: torch.dtype, channels: int, name: str = "fill") -> torch.Tensor:
+    """``fill`` as a ``(channels,)`` CPU tensor of ``dtype`` (see the module docstring).
+
+    ``None`` means 0, a number or a one-element sequence is used for every channel, a sequence
+    of ``channels`` numbers gives one per channel. Raises TypeError/ValueError naming ``name``.
+    """
+    if fill is None:
+        fill = 0
+    if isinstance(fill, Sequence) and not isinstance(fill, str) and len(fill) == 1:
+        fill = fill[0]
+    key = (fill if isinstance(fill, _NUMBER) else tuple(fill) if _is_numbers(fill) else None,
+           type(fill), dtype, channels, name)  # fmt: skip
+    hit = _FILLS.get(key) if key[0] is not None else None
+    if hit is not None:
+        return hit
+    if isinstance(fill, _NUMBER):
+        values = _scalar(fill, dtype, name).expand(channels)
+    elif _is_numbers(fill):
+        if len(fill) != channels:
+            raise ValueError(f"{name} must have 1 or {channels} (channel) values, got {len(fill)}")
+        try:
+            values = torch.tensor(list(fill), dtype=dtype)
+        except (RuntimeError, OverflowError) as exc:
+            raise ValueError(
+                f"{name}={list(fill)!r} cannot be converted to {dtype}: {exc}"
+            ) from None
+    else:
+        raise TypeError(
+            f"{name} must be a number, a sequence of numbers or None, got {type(fill).__name__}"
+        )
+    values = values.contiguous()
+    if len(_FILLS) >= _CACHE_SIZE:
+        _FILLS.clear()
+    _FILLS[key] = values
+    return values
+
+
+def _is_numbers(value: Any) -> bool:
+    return (
+        isinstance(value, Sequence)
+        and not isinstance(value, str)
+        and all(isinstance(v, _NUMBER) for v in value)
+    )
+
+
+def as_bank(texture: Any) -> torch.Tensor:
+    """A user texture as a ``(K, C, th, tw)`` view, or TypeError/ValueError naming ``texture``."""
+    if not isinstance(texture, torch.Tensor):
+        raise TypeError(f"texture must be a torch.Tensor, got {type(texture).__name__}")
+    if texture.is_complex():
+        raise TypeError(f"texture must be real, got dtype {texture.dtype}")
+    if texture.dim() == 2:
+        bank = texture[None, None]
+    elif texture.dim() == 3:
+        bank = texture[None]
+    elif texture.dim() == 4:
+        bank = texture
+    else:
+        raise ValueError(
+            f"texture must have shape (th, tw), (C, th, tw) or (K, C, th, tw), "
+            f"got {tuple(texture.shape)}"
+        )
+    if bank.numel() == 0:
+        raise ValueError(f"texture must not be empty, got shape {tuple(texture.shape)}")
+    if type(bank) is not torch.Tensor:
+        # Dynamo cannot trace as_subclass(torch.Tensor) on a plain tensor (fullgraph break).
+        bank = bank.as_subclass(torch.Tensor)
+    return bank
+
+
+def texture_bank(
+    texture: Any, dtype: torch.dtype, device: torch.device, channels: int
+) -> torch.Tensor:
+    """User texture -> ``(K, Ct, th, tw)`` of ``dtype`` on ``device``, ``Ct`` in {1, channels}.
+
+    Float textures for integer images hold ``[0, 1]`` and are scaled as torchvision's
+    ``to_dtype(scale=True)``; bool images take 0/1 textures. A conversion is cached (keyed by
+    the texture's memory and version counter, so an in-place change is seen) unless the texture
+    needs gradients: one texture used on every call is converted once per dtype and device.
+    """
+    bank = as_bank(texture)
+    ct = bank.shape[1]
+    if ct not in (1, channels):
+        raise ValueError(
+            f"texture has {ct} channels; the image has {channels}: give 1 (broadcast) "
+            f"or {channels} texture channels"
+        )
+    if bank.dtype == dtype and bank.device == device:
+        return bank
+    if bank.requires_grad or bank.is_inference() or torch.compiler.is_compiling():
+        return _convert_bank(bank, dtype, device)
+    key = (bank.untyped_storage().data_ptr(), bank.storage_offset(), tuple(bank.shape),
+           bank.stride(), bank.dtype, bank.device, bank._version, dtype, device)  # fmt: skip
+    hit = _BANKS.get(key)
+    if hit is not None:
+        return hit[1]
+    converted = _convert_bank(bank, dtype, device)
+    if len(_BANKS) >= _CACHE_SIZE:
+        _BANKS.clear()
+    # The entry holds the texture, so its memory cannot be reused by another one meanwhile.
+    _BANKS[key] = (bank, converted)
+    return converted
+
+
+def _convert_bank(bank: torch.Tensor, dtype: torch.dtype, device: torch.device) -> torch.Tensor:
+    bank = bank.to(device)
+    if bank.dtype == dtype:
+        return bank
+    if dtype == torch.bool or bank.dtype == torch.bool:
+        if dtype == torch.bool and not bool(((bank == 0) | (bank == 1)).all()):
+            raise ValueError("texture for a bool image must be 0/1 or False/True")
+        return bank.to(dtype)
+    if bank.is_floating_point() and not dtype.is_floating_point:
+        # torchvision's convention: float images hold [0, 1], integer images the dtype's range.
+        lo, hi = torch.aminmax(bank.detach())
+        if not (float(lo) >= 0.0 and float(hi) <= 1.0):  # NaN fails too
+            raise ValueError(
+                f"a float texture for a {dtype} image must hold values in [0, 1] (they are "
+                f"scaled to the dtype's range), got [{float(lo):g}, {float(hi):g}]"
+            )
+    return scale_texture(bank, dtype)
+
+
+def scale_texture(bank: torch.Tensor, dtype: torch.dtype) -> torch.Tensor:
+    """torchvision's ``to_dtype(scale=True)`` for a (non-bool) texture, minus its failures."""
+    if bank.dtype == dtype:
+        return bank
+    if bank.is_floating_point() and not dtype.is_floating_point:
+        if dtype in (torch.int32, torch.int64):
+            # torchvision refuses these; scale the same way (v * (max + 1 - 1e-3), truncated)
+            # in float64, where 1.0 may round up to max + 1: saturate it rather than wrap.
+            info = torch.iinfo(dtype)
+            scaled = (bank.double() * (info.max + 1.0 - 1e-3)).floor()
+            top = scaled >= float(info.max)
+            return scaled.masked_fill(top, 0).to(dtype).masked_fill(top, info.max)
+        if bank.dtype in (torch.float16, torch.bfloat16):
+            # In half precision max + 1 - 1e-3 rounds to max + 1, so torchvision would turn 1.0
+            # into 0 (uint8) or the minimum (int8, int16): scale in float32 instead.
+            bank = bank.float()
+    elif dtype in (torch.float16, torch.bfloat16) and not bank.is_floating_point():
+        # An int32/int64 texture's maximum overflows half precision before the division
+        # (max -> inf): scale in float32, then round once.
+        return tvF.to_dtype(bank, torch.float32, scale=True).to(dtype)
+    return tvF.to_dtype(bank, dtype, scale=True)
+
+
+def per_sample(value: Any, lead: tuple[int, ...], last: tuple[int, ...], name: str) -> torch.Tensor:
+    """``value`` (int(s) or an int tensor of ``lead_prefix + last``) as ``(N, *last)`` int64."""
+    if isinstance(value, torch.Tensor):
+        t = value.detach()
+        if t.is_floating_point() or t.is_complex() or t.dtype == torch.bool:
+            raise TypeError(f"{name} must hold integers, got dtype {t.dtype}")
+    elif is_int(value):
+        t = torch.tensor(_in_int64(value, name))
+    elif isinstance(value, Sequence) and not isinstance(value, str) and all(map(is_int, value)):
+        t = torch.tensor([_in_int64(v, name) for v in value], dtype=torch.long)
+    else:
+        raise TypeError(
+            f"{name} must be an int, a sequence of ints or an int tensor, got {value!r}"
+        )
+    try:
+        t = (
+            t.to(torch.int64).broadcast_to((*lead, *last))
+            if t.dim() <= len(lead) + len(last)
+            else t
+        )
+        if tuple(t.shape) != (*lead, *last):
+            raise RuntimeError
+    except RuntimeError:
+        raise ValueError(
+            f"{name} must broadcast to {(*lead, *last)} (one per sample of the leading dims), "
+            f"got shape {tuple(value.shape) if isinstance(value, torch.Tensor) else value!r}"
+        ) from None
+    return t.reshape(math.prod(lead), *last)
+
+
+def _in_int64(value: int, name: str) -> int:
+    if not -INT64_MAX - 1 <= value <= INT64_MAX:
+        raise ValueError(f"{name} must fit in 64 bits, got {value}")
+    return value

@@ -1,0 +1,97 @@
+"""Per-type dispatch of the functionals: one registry, torchvision's rules.
+
+Each functional (``texture_pad``, ``brick_pad``, ``pad``) looks up a kernel by the type of its
+input, walking the type's MRO as ``torchvision.transforms.v2.functional`` does:
+
+* ``torch.Tensor`` (plain), ``tv_tensors.Image``, ``tv_tensors.Video``: the padding op; the
+  tv_tensors come back as their own type.
+* ``PIL.Image.Image`` (and its subclasses): a PIL kernel, returning an image of the same mode.
+* ``tv_tensors.Mask``: a constant border (the mask fill), the type kept.
+* ``tv_tensors.BoundingBoxes``, ``tv_tensors.KeyPoints``: shifted by ``(left, top)``, with
+  ``canvas_size`` grown.
+* Any other tv_tensor: passed through unchanged, as torchvision does. Other objects (numbers,
+  strings) raise TypeError from a functional and pass through a transform.
+
+A new input type is one ``register_kernel`` call per functional, in one file.
+"""
+
+from __future__ import annotations
+
+import functools
+from collections.abc import Callable
+from typing import Any, TypeVar
+
+import torch
+from torchvision import tv_tensors
+
+__all__ = ["get_kernel", "register_kernel"]
+
+K = TypeVar("K", bound=Callable[..., Any])
+
+_REGISTRY: dict[Callable[..., Any], dict[type, Callable[..., Any]]] = {}
+
+
+def _passthrough(inpt: Any, *args: Any, **kwargs: Any) -> Any:
+    return inpt
+
+
+def _tv_tensor_wrapper(kernel: Callable[..., Any]) -> Callable[..., Any]:
+    """Run ``kernel`` on the plain tensor of a tv_tensor; re-wrap its result as the input type."""
+
+    @functools.wraps(kernel)
+    def wrapper(inpt: tv_tensors.TVTensor, *args: Any, **kwargs: Any) -> Any:
+        return tv_tensors.wrap(kernel(inpt.as_subclass(torch.Tensor), *args, **kwargs), like=inpt)
+
+    return wrapper
+
+
+def register_kernel(
+    functional: Callable[..., Any], input_type: type, *, wrap: bool | None = None
+) -> Callable[[K], K]:
+    """Register ``kernel`` as what ``functional`` runs for inputs of ``input_type``.
+
+    Use as a decorator: ``@register_kernel(F.brick_pad, MyTVTensor)``. The kernel takes the
+    input first, then the functional's own arguments (it may ignore those it does not need:
+    a mask kernel ignores the texture). For a ``tv_tensors.TVTensor`` subclass the kernel
+    receives a plain tensor and its result is wrapped back into the input's type (metadata
+    such as ``canvas_size`` kept), unless ``wrap=False``, for kernels that handle the
+    tv_tensor themselves (boxes that must update their ``canvas_size``).
+
+    Raises:
+        TypeError: ``input_type`` is not a class.
+    """
+    if not isinstance(input_type, type):
+        raise TypeError(f"input_type must be a class, got {type(input_type).__name__}")
+    if wrap is None:
+        wrap = issubclass(input_type, tv_tensors.TVTensor)
+
+    def decorator(kernel: K) -> K:
+        entry = _tv_tensor_wrapper(kernel) if wrap else kernel
+        _REGISTRY.setdefault(functional, {})[input_type] = entry
+        return kernel
+
+    return decorator
+
+
+def get_kernel(
+    functional: Callable[..., Any], input_type: type, *, allow_passthrough: bool = False
+) -> Callable[..., Any]:
+    """The kernel ``functional`` runs for ``input_type`` (torchvision's ``_get_kernel`` rules).
+
+    The first class of ``input_type``'s MRO with a kernel wins, up to ``TVTensor``: a tv_tensor
+    type without one of its own passes through. Other types without a kernel pass through with
+    ``allow_passthrough`` (what a transform does) and raise TypeError otherwise.
+    """
+    registry = _REGISTRY.get(functional, {})
+    for cls in input_type.__mro__:
+        if cls in registry:
+            return registry[cls]
+        if cls is tv_tensors.TVTensor:
+            return _passthrough
+    if allow_passthrough:
+        return _passthrough
+    name = getattr(functional, "__name__", repr(functional))
+    raise TypeError(
+        f"{name}() takes a torch.Tensor, a tv_tensor or a PIL image as its first argument, "
+        f"got {input_type.__name__}"
+    )
