@@ -338,7 +338,7 @@ def _call(
     case: Case, x: torch.Tensor, kw: dict[str, Any], out: torch.Tensor | None
 ) -> torch.Tensor:
     if case.op == "pad":
-        return TF.pad(x, case.padding, kw["mode"], kw.get("fill", 0), out=out)
+        return TF.pad(x, case.padding, out=out, padding_mode=kw["mode"], fill=kw.get("fill", 0))
     if case.op == "texture_pad":
         return TF.texture_pad(
             x,
@@ -587,10 +587,10 @@ def stream_check(device: torch.device, reps: int) -> dict[str, Any]:
             y = TF.texture_pad(x, (9, 7, 5, 3), tile, stagger=11, offset=(i, 2 * i))
             y_seen = y.clone()  # consumed on s at once: must see the finished canvas
             out = torch.empty(16, 3, 74, 78, device=device)
-            TF.pad(x, (7, 5, 7, 5), "reflect", out=out)
+            TF.pad(x, (7, 5, 7, 5), out=out, padding_mode="reflect")
             out_seen = out.clone()
             xg = x.detach().requires_grad_()
-            (TF.pad(xg, 6, "symmetric") * 2).sum().backward()
+            (TF.pad(xg, 6, padding_mode="symmetric") * 2).sum().backward()
             assert xg.grad is not None
             grad_seen = xg.grad.clone()
         s.synchronize()

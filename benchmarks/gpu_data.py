@@ -81,11 +81,7 @@ def check_pad_stack(device: torch.device, quick: bool) -> list[str]:
                 kw = {"fill": torch.tensor(values).to(dtype)}
                 call = {"fill": values}
             got = TF.pad_stack(
-                [x.to(device) for x in images],
-                size,
-                where.to(device),
-                mode,
-                **call,
+                [x.to(device) for x in images], size, where.to(device), **call, padding_mode=mode
             )
             want = _expected(images, size, where, mode, **kw)
             if not bits_equal(got.cpu(), want):
@@ -94,7 +90,7 @@ def check_pad_stack(device: torch.device, quick: bool) -> list[str]:
     images = _images(5, 4, 20, torch.float32, gen)
     where = torch.tensor([[1, 2]] * len(images))
     xs = [x.to(device).requires_grad_() for x in images]
-    out = TF.pad_stack(xs, (24, 24), where.to(device), "reflect")
+    out = TF.pad_stack(xs, (24, 24), where.to(device), padding_mode="reflect")
     up = torch.rand(out.shape, generator=gen)
     (out * up.to(device)).sum().backward()
     refs = [x.double().requires_grad_() for x in images]
@@ -111,18 +107,22 @@ def check_collate_and_loader(device: torch.device) -> list[str]:
     problems: list[str] = []
     gen = torch.Generator().manual_seed(3)
     samples = [(x, i) for i, x in enumerate(_images(12, 10, 60, torch.uint8, gen))]
-    cpu = PadCollate(placement="random", multiple=8)
+    cpu = PadCollate(placement="random", multiple=8, return_regions=True)
     params = cpu.make_params([tuple(x.shape[-2:]) for x, _ in samples])
     want = cpu(samples, params=params)
     if device.type == "cuda":
-        got = GPUCollate(device, placement="random", multiple=8)(samples, params=params)
+        got = GPUCollate(device, placement="random", multiple=8, return_regions=True)(
+            samples, params=params
+        )
         for g, w in zip(got, want, strict=True):
             if isinstance(w, torch.Tensor) and not bits_equal(g.cpu(), w):
                 problems.append("GPUCollate != PadCollate on the CPU with the same draw")
     # DeviceLoader: each batch arrives while the consumer's stream is busy with a matmul; the
     # batch transform (a replayable brick_pad) must see the copied batch, not stale memory.
     batches = [samples[i : i + 4] for i in range(0, len(samples), 4)]
-    collate = PadCollate(random_offset=False)  # deterministic: the check recomputes it
+    collate = PadCollate(
+        random_offset=False, return_regions=True
+    )  # deterministic: the check recomputes it
     brick: Callable[[torch.Tensor], torch.Tensor] = functools.partial(TF.brick_pad, padding=6)
     loader = DeviceLoader([collate(b) for b in batches], device, transforms=brick)
     side = torch.cuda.Stream(device) if device.type == "cuda" else None
@@ -164,7 +164,7 @@ def timing(device: torch.device, repeats: int) -> dict[str, Any]:
         )
 
     def tipad(mode: str) -> Callable[[], torch.Tensor]:
-        return lambda: TF.pad_stack(images, (224, 224), where_d, mode)
+        return lambda: TF.pad_stack(images, (224, 224), where_d, padding_mode=mode)
 
     peers = [
         Peer("stack-reflect", "tipad pad_stack reflect", tipad("reflect"), "reflect"),

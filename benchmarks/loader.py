@@ -7,7 +7,7 @@ Same images, same worker count, same start method, same batch size, for every pi
 * ``a``   torchvision today: every sample padded to the common size by ``v2.Pad`` (reflect) in
           the dataset's transform, inside the workers, then ``default_collate`` stacks them;
 * ``b``   ``PadCollate`` (brick wall) as the ``collate_fn``: one launch per batch, in the workers;
-* ``b-reflect`` the same with ``mode="reflect"``: the same canvases as ``a``, bit for bit (checked);
+* ``b-reflect`` the same with ``padding_mode="reflect"``: the same canvases as ``a``, bit for bit (checked);
 * ``a-brick`` ``a`` plus c's augmentation done per sample: ``BrickPad(16, random_offset=True)``
           on every image in the dataset's transform (one call per image, in the workers);
 * ``c``   ``PadCollate`` in the workers plus ``DeviceLoader`` running ``BrickPad(16,
@@ -59,7 +59,7 @@ NOTES = [
     "shuffle=False (the first batch of every pipeline is checked against the source images).",
     "a: v2.Pad(reflect) per sample in Dataset.__getitem__ (torchvision casts uint8 to float "
     "and back for reflect), default_collate stacks into shared memory. b: PadCollate(size) "
-    "brick wall, one kernel launch per batch. b-reflect: PadCollate(size, mode='reflect'), "
+    "brick wall, one kernel launch per batch. b-reflect: PadCollate(size, padding_mode='reflect'), "
     "canvases bit-equal to a's. c: b's collate plus DeviceLoader(transforms=BrickPad(16, "
     "random_offset=True)) on the device: per-sample offsets, one launch per batch, output "
     "(B, 3, max-side + 32, max-side + 32). a-brick: a's transform followed by the same "
@@ -214,12 +214,18 @@ def build_pipelines(
         "b": Pipeline(
             "b",
             "b: PadCollate (brick wall)",
-            wrap(DataLoader(plain, collate_fn=PadCollate(size), **common)),
+            wrap(DataLoader(plain, collate_fn=PadCollate(size, return_regions=True), **common)),
         ),
         "b-reflect": Pipeline(
             "b-reflect",
-            "b-reflect: PadCollate(mode='reflect')",
-            wrap(DataLoader(plain, collate_fn=PadCollate(size, mode="reflect"), **common)),
+            "b-reflect: PadCollate(padding_mode='reflect')",
+            wrap(
+                DataLoader(
+                    plain,
+                    collate_fn=PadCollate(size, padding_mode="reflect", return_regions=True),
+                    **common,
+                )
+            ),
         ),
         "a-brick": Pipeline(
             "a-brick",
@@ -230,7 +236,7 @@ def build_pipelines(
             "c",
             f"c: PadCollate + DeviceLoader(BrickPad({DEVICE_PAD}))",
             wrap(
-                DataLoader(plain, collate_fn=PadCollate(size), **common),
+                DataLoader(plain, collate_fn=PadCollate(size, return_regions=True), **common),
                 BrickPad(DEVICE_PAD, random_offset=True),
             ),
         ),

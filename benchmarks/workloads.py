@@ -209,12 +209,15 @@ def batch_workload(
             textured.append(Peer("torch.gather_compiled", "torch gather (compiled)", fn, "texture"))
     standard = [
         Peer(
-            "tipad.pad_reflect", "tipad pad reflect", lambda: TF.pad(x, pad, "reflect"), "reflect"
+            "tipad.pad_reflect",
+            "tipad pad reflect",
+            lambda: TF.pad(x, pad, padding_mode="reflect"),
+            "reflect",
         ),
         Peer(
             "tipad.pad_reflect_out",
             "tipad pad reflect",
-            lambda: TF.pad(x, pad, "reflect", out=bufs[4]),
+            lambda: TF.pad(x, pad, out=bufs[4], padding_mode="reflect"),
             "reflect",
             "out=",
         ),
@@ -224,11 +227,13 @@ def batch_workload(
             lambda: tvF.pad(x, [pad], padding_mode="reflect"),
             "reflect",
         ),
-        Peer("tipad.pad_edge", "tipad pad edge", lambda: TF.pad(x, pad, "edge"), "edge"),
+        Peer(
+            "tipad.pad_edge", "tipad pad edge", lambda: TF.pad(x, pad, padding_mode="edge"), "edge"
+        ),
         Peer(
             "tipad.pad_edge_out",
             "tipad pad edge",
-            lambda: TF.pad(x, pad, "edge", out=bufs[5]),
+            lambda: TF.pad(x, pad, out=bufs[5], padding_mode="edge"),
             "edge",
             "out=",
         ),

@@ -188,7 +188,7 @@ def fig_hero() -> None:
         ("input (192×192)", F.pad(img, pad, fill=255)),
         ("brick_pad / BrickPad", F.brick_pad(img, pad)),
         ("texture_pad, any tile", F.texture_pad(img, pad, dots_texture(), offset=(5, 9))),
-        ('pad(mode="reflect")', F.pad(img, pad, "reflect")),
+        ('pad(mode="reflect")', F.pad(img, pad, padding_mode="reflect")),
     ]
     fig, axes = plt.subplots(1, 4, figsize=(12.4, 3.5))
     for ax, (title, t) in zip(axes, panels, strict=True):
@@ -204,11 +204,14 @@ def fig_modes() -> None:
     tile = dots_texture(16)
     modes: list[tuple[str, torch.Tensor]] = [
         ("input", F.pad(img, pad, fill=255)),
-        ("constant (fill=(40, 40, 40))", F.pad(img, pad, "constant", fill=(40, 40, 40))),
-        ("edge (replicate)", F.pad(img, pad, "edge")),
-        ("reflect", F.pad(img, pad, "reflect")),
-        ("symmetric", F.pad(img, pad, "symmetric")),
-        ("circular (wrap)", F.pad(img, pad, "circular")),
+        (
+            "constant (fill=(40, 40, 40))",
+            F.pad(img, pad, fill=(40, 40, 40), padding_mode="constant"),
+        ),
+        ("edge (replicate)", F.pad(img, pad, padding_mode="edge")),
+        ("reflect", F.pad(img, pad, padding_mode="reflect")),
+        ("symmetric", F.pad(img, pad, padding_mode="symmetric")),
+        ("circular (wrap)", F.pad(img, pad, padding_mode="circular")),
         ("texture_pad (16×16 tile)", F.texture_pad(img, pad, tile)),
         ("brick_pad", F.brick_pad(img, pad, brick_size=(10, 22), mortar=2, bricks_per_tile=4)),
     ]
@@ -390,7 +393,7 @@ def fig_large_padding() -> None:
     fig, ax = plt.subplots(figsize=(10.5, 3.3))
     n = 4 + 2 * pad
     for r, mode in enumerate(modes):
-        values = F.pad(row, (pad, 0), mode)[0].tolist()
+        values = F.pad(row, (pad, 0), padding_mode=mode)[0].tolist()
         for c, value in enumerate(values):
             inside = pad <= c < pad + 4
             ax.add_patch(
@@ -497,7 +500,7 @@ def fig_padded_batch() -> None:
     def seeded(seed: int) -> torch.Generator:
         return torch.Generator().manual_seed(seed)
 
-    grey, _, regions = PadCollate(placement="top_left", mode="constant", fill=200)(samples)
+    grey, _, regions = PadCollate(placement="top_left", padding_mode="constant", fill=200)(samples)
     walled, _, walled_regions = PadCollate(generator=seeded(1))(samples)
     randomly, _, random_regions = PadCollate(multiple=32, placement="random", generator=seeded(2))(
         samples

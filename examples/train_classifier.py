@@ -8,7 +8,7 @@ differ in size, and the pipeline is the one this package is for:
 
 1. DataLoader workers (``forkserver`` or ``spawn``: they run the Taichi kernel) resize samples;
    ``PadCollate`` pads the whole batch to its largest image (rounded up to a multiple of 8) in
-   one launch, each image at a random place on a brick wall: ``(images, labels, regions)``;
+   one launch, each image at a random place on a brick wall: ``(images, labels)``;
 2. ``DeviceLoader`` moves each batch to the device (a side stream on CUDA) and runs
    ``BrickPad(4, random_offset=True)`` there: every sample gets its own lattice offset, the
    whole batch one launch; then scales to float.
@@ -121,7 +121,7 @@ def evaluate(model: nn.Module, loader: Any) -> float:
     model.eval()
     correct = total = 0
     with torch.no_grad():
-        for images, labels, _regions in loader:
+        for images, labels in loader:
             correct += int((model(images).argmax(1) == labels).sum())
             total += len(labels)
     return correct / total
@@ -207,7 +207,7 @@ def main(argv: list[str] | None = None) -> None:
         model.train()
         loss_sum = correct = seen = 0.0
         shape: tuple[int, ...] = ()
-        for batch, target, _regions in train_loader:
+        for batch, target in train_loader:
             logits = model(batch)
             loss = loss_fn(logits, target)
             optimizer.zero_grad(set_to_none=True)

@@ -33,7 +33,7 @@ def _f64(shape: tuple[int, ...], seed: int) -> torch.Tensor:
 @pytest.mark.parametrize("mode", STANDARD_MODES)
 def test_gradcheck_standard_modes(mode: str, padding: tuple[int, ...]) -> None:
     x = _f64((2, 2, 3), seed=1)
-    assert torch.autograd.gradcheck(lambda t: F.pad(t, padding, mode, 0.5), (x,))
+    assert torch.autograd.gradcheck(lambda t: F.pad(t, padding, padding_mode=mode, fill=0.5), (x,))
 
 
 @pytest.mark.parametrize("padding", [SMALL, LARGE])
@@ -76,7 +76,7 @@ def _grads(out: torch.Tensor, inputs: tuple[torch.Tensor, ...], seed: int) -> tu
 @pytest.mark.parametrize("mode", STANDARD_MODES)
 def test_float32_grads_match_reference(mode: str) -> None:
     x = random_image((2, 3, 3, 4), torch.float32, seed=8).requires_grad_()
-    got = _grads(F.pad(x, (9, 2, 6, 11), mode, 1.0), (x,), seed=9)[0]
+    got = _grads(F.pad(x, (9, 2, 6, 11), padding_mode=mode, fill=1.0), (x,), seed=9)[0]
     want = _grads(pad_ref(x, (9, 2, 6, 11), mode, 1.0, differentiable=True), (x,), seed=9)[0]
     assert got.dtype == torch.float32
     torch.testing.assert_close(got, want)
@@ -121,7 +121,7 @@ def test_half_grads(dtype: torch.dtype) -> None:
     torch.testing.assert_close(got[0].float(), want[0].to(dtype).float())
     torch.testing.assert_close(got[1].float(), want[1].to(dtype).float())
     # And a standard mode.
-    gx = _grads(F.pad(x, (5, 1, 0, 6), "symmetric"), (x,), seed=19)[0]
+    gx = _grads(F.pad(x, (5, 1, 0, 6), padding_mode="symmetric"), (x,), seed=19)[0]
     ref = pad_ref(x32, (5, 1, 0, 6), "symmetric", differentiable=True)
     upstream = random_image(tuple(ref.shape), dtype, seed=19).float()
     torch.testing.assert_close(
@@ -138,7 +138,7 @@ def test_only_requested_grads() -> None:
     # Each texture pixel is read by the border pixels that map to it: count them.
     want = torch.autograd.grad(texture_pad_ref(x, 2, tex, differentiable=True).sum(), tex)[0]
     assert_bitwise_equal(gt, want)
-    y = F.pad(x, 2, "reflect")
+    y = F.pad(x, 2, padding_mode="reflect")
     assert not y.requires_grad
 
 
@@ -241,7 +241,7 @@ def test_compile_texture_pad_with_bank_and_per_sample_params() -> None:
 @pytest.mark.parametrize("mode", STANDARD_MODES)
 def test_compile_pad(mode: str) -> None:
     def fn(x: torch.Tensor) -> torch.Tensor:
-        return F.pad(x, (7, 1, 2, 6), mode, fill=[1, 2, 3]) + 1
+        return F.pad(x, (7, 1, 2, 6), fill=[1, 2, 3], padding_mode=mode) + 1
 
     _compiled_matches_eager(fn, random_image((2, 3, 4, 5), torch.float32, seed=28))
 
@@ -255,7 +255,7 @@ def test_compile_brick_pad_uint8() -> None:
 
 def test_compile_out() -> None:
     def fn(x: torch.Tensor, out: torch.Tensor) -> torch.Tensor:
-        F.pad(x, 2, "reflect", out=out)
+        F.pad(x, 2, out=out, padding_mode="reflect")
         return out
 
     x = random_image((3, 4, 5), torch.uint8, seed=30)
@@ -268,7 +268,9 @@ def test_compile_out() -> None:
 
 def test_compile_backward() -> None:
     def fn(x: torch.Tensor, tex: torch.Tensor) -> torch.Tensor:
-        return (F.texture_pad(x, 3, tex, stagger=1) ** 2).sum() + F.pad(x, 4, "wrap").sum()
+        return (F.texture_pad(x, 3, tex, stagger=1) ** 2).sum() + F.pad(
+            x, 4, padding_mode="wrap"
+        ).sum()
 
     x = random_image((2, 3, 4), torch.float64, seed=31).requires_grad_()
     tex = random_image((2, 2, 3), torch.float64, seed=32).requires_grad_()
@@ -294,7 +296,7 @@ def test_compile_inductor() -> None:
 def test_compile_dynamic_shapes() -> None:
     def fn(x: torch.Tensor, tex: torch.Tensor) -> torch.Tensor:
         return F.texture_pad(x, (1, 2, 3, 4), tex, stagger=2, offset=(1, 2)) + F.pad(
-            x, (1, 2, 3, 4), "reflect"
+            x, (1, 2, 3, 4), padding_mode="reflect"
         )
 
     torch._dynamo.reset()

@@ -96,8 +96,8 @@ TEX = torch.rand(3, 4, 5, generator=_gen(11))
 MODES: list[tuple[str, dict[str, Any]]] = [
     ("brick", {}),
     ("texture", {"texture": TEX, "stagger": 2}),
-    ("reflect", {"mode": "reflect"}),
-    ("constant", {"mode": "constant", "fill": [7, 8, 9]}),
+    ("reflect", {"padding_mode": "reflect"}),
+    ("constant", {"padding_mode": "constant", "fill": [7, 8, 9]}),
 ]
 
 
@@ -110,7 +110,9 @@ def test_bare_images_match_reference(
     multiple = 8 if placement == "center" else None
 
     def make() -> PadCollate:
-        return PadCollate(multiple=multiple, placement=placement, generator=_gen(3), **kwargs)
+        return PadCollate(
+            multiple=multiple, placement=placement, generator=_gen(3), **kwargs, return_regions=True
+        )
 
     samples = _images(dtype)
     params = make().make_params(SIZES)  # the draws the call below makes (same seed)
@@ -122,7 +124,7 @@ def test_bare_images_match_reference(
     _check_placements(regions, size, placement)
     assert torch.equal(regions[:, :2], params["placement"])
     offset = params["offset"]
-    if "mode" in kwargs:
+    if "padding_mode" in kwargs:
         assert not offset.any()
     else:
         th, tw = (4, 5) if "texture" in kwargs else BRICK_TILE[3].shape[-2:]
@@ -133,7 +135,7 @@ def test_bare_images_match_reference(
             image,
             regions[i].tolist(),
             size,
-            mode=kwargs.get("mode", "texture"),
+            mode=kwargs.get("padding_mode", "texture"),
             texture=kwargs.get("texture"),
             stagger=kwargs.get("stagger"),
             offset=offset[i],
@@ -144,8 +146,10 @@ def test_bare_images_match_reference(
 
 def test_brick_default_equals_brick_pad_per_sample() -> None:
     samples = _images(torch.uint8, channels=1)
-    c = PadCollate(placement="random", generator=_gen(5))
-    params = PadCollate(placement="random", generator=_gen(5)).make_params(SIZES)
+    c = PadCollate(placement="random", generator=_gen(5), return_regions=True)
+    params = PadCollate(placement="random", generator=_gen(5), return_regions=True).make_params(
+        SIZES
+    )
     images, regions = c(samples)
     for i, image in enumerate(samples):
         padding = _padding(regions[i].tolist(), tuple(images.shape[-2:]))
@@ -154,18 +158,20 @@ def test_brick_default_equals_brick_pad_per_sample() -> None:
 
 def test_random_offset_false_and_fixed_size() -> None:
     samples = _images(torch.float32)
-    images, regions = PadCollate((12, 15), random_offset=False)(samples)
+    images, regions = PadCollate((12, 15), random_offset=False, return_regions=True)(samples)
     assert images.shape == (5, 3, 12, 15)
     _check_placements(regions, (12, 15), "center")
     for i, image in enumerate(samples):
         assert_bitwise_equal(images[i], _expected(image, regions[i].tolist(), (12, 15)))
-    square = PadCollate(16, placement="top_left")(samples)[0]
+    square = PadCollate(16, placement="top_left", return_regions=True)(samples)[0]
     assert square.shape == (5, 3, 16, 16)
 
 
 def test_texture_changes_and_inference_textures_are_seen() -> None:
     tex = torch.rand(3, 4, 4, generator=_gen(1))
-    c = PadCollate((6, 7), texture=tex, random_offset=False, placement="top_left")
+    c = PadCollate(
+        (6, 7), texture=tex, random_offset=False, placement="top_left", return_regions=True
+    )
     image = random_image((3, 2, 3), torch.float32, seed=2)
     before = c([image])[0]
     tex.mul_(0.5)  # in place: the converted copy must not be reused
@@ -174,13 +180,17 @@ def test_texture_changes_and_inference_textures_are_seen() -> None:
     assert not torch.equal(before, after)
     with torch.inference_mode():
         frozen = torch.rand(3, 4, 4, generator=_gen(3))
-    got = PadCollate((6, 7), texture=frozen, random_offset=False, placement="top_left")([image])
+    got = PadCollate(
+        (6, 7), texture=frozen, random_offset=False, placement="top_left", return_regions=True
+    )([image])
     assert_bitwise_equal(got[0][0], _expected(image, [0, 0, 2, 3], (6, 7), texture=frozen))
 
 
 def test_two_dim_images_become_one_channel() -> None:
     samples = [random_image((h, w), torch.int16, seed=i) for i, (h, w) in enumerate(SIZES)]
-    images, regions = PadCollate(placement="top_left", random_offset=False)(samples)
+    images, regions = PadCollate(placement="top_left", random_offset=False, return_regions=True)(
+        samples
+    )
     assert images.shape == (5, 1, 9, 11)
     for i, image in enumerate(samples):
         assert_bitwise_equal(images[i], _expected(image[None], regions[i].tolist(), (9, 11)))
@@ -189,7 +199,7 @@ def test_two_dim_images_become_one_channel() -> None:
 def test_pil_and_tv_images() -> None:
     arrays = _images(torch.uint8)
     pil = [tvF.to_pil_image(a) for a in arrays]
-    c = PadCollate(placement="top_left", random_offset=False)
+    c = PadCollate(placement="top_left", random_offset=False, return_regions=True)
     from_pil, _ = c(pil)
     assert type(from_pil) is torch.Tensor and from_pil.dtype == torch.uint8
     assert_bitwise_equal(from_pil, c(arrays)[0])
@@ -229,8 +239,12 @@ def test_tuple_samples_with_every_target_type(launches: list[str]) -> None:
                 f"name{i}",
             )
         )
-    c = PadCollate(multiple=4, placement="random", mask_fill=255, generator=_gen(9))
-    offsets = PadCollate(multiple=4, placement="random", generator=_gen(9)).make_params(SIZES)
+    c = PadCollate(
+        multiple=4, placement="random", mask_fill=255, generator=_gen(9), return_regions=True
+    )
+    offsets = PadCollate(
+        multiple=4, placement="random", generator=_gen(9), return_regions=True
+    ).make_params(SIZES)
     launches.clear()
     out = c(samples)
     assert launches == ["pad", "pad"], "one launch for the images, one for the masks"
@@ -272,7 +286,9 @@ def test_detection_dicts_stay_per_sample(launches: list[str]) -> None:
         }
         samples.append((random_image((3, h, w), torch.float32, seed=i), target))
     launches.clear()
-    images, targets, regions = PadCollate(placement="random", generator=_gen(1))(samples)
+    images, targets, regions = PadCollate(
+        placement="random", generator=_gen(1), return_regions=True
+    )(samples)
     assert launches == ["pad", "pad"]
     assert images.shape == (5, 3, 9, 11)
     assert isinstance(targets, list) and len(targets) == 5
@@ -296,7 +312,7 @@ def test_dict_samples_get_a_region_key() -> None:
         {"label": i, "image": random_image((3, h, w), torch.uint8, seed=i), "w": torch.ones(2)}
         for i, (h, w) in enumerate(SIZES)
     ]
-    out = PadCollate(placement="center", random_offset=False)(samples)
+    out = PadCollate(placement="center", random_offset=False, return_regions=True)(samples)
     assert list(out) == ["label", "image", "w", "region"]
     assert out["image"].shape == (5, 3, 9, 11)
     assert out["label"].tolist() == [0, 1, 2, 3, 4]
@@ -310,13 +326,13 @@ def test_dict_samples_get_a_region_key() -> None:
 
 def test_reproducible_with_generator_and_global_seed() -> None:
     samples = _images()
-    a = PadCollate(placement="random", generator=_gen(4))
-    b = PadCollate(placement="random", generator=_gen(4))
+    a = PadCollate(placement="random", generator=_gen(4), return_regions=True)
+    b = PadCollate(placement="random", generator=_gen(4), return_regions=True)
     first, again = a(samples), b(samples)
     assert_bitwise_equal(first[0], again[0])
     assert torch.equal(first[1], again[1])
     assert not torch.equal(a(samples)[0], first[0]), "a second call drew the same parameters"
-    g = PadCollate(placement="random")
+    g = PadCollate(placement="random", return_regions=True)
     torch.manual_seed(3)
     one = g(samples)
     torch.manual_seed(3)
@@ -325,11 +341,13 @@ def test_reproducible_with_generator_and_global_seed() -> None:
 
 def test_params_replay_and_pickle() -> None:
     samples = _images()
-    c = PadCollate(placement="random", generator=_gen(2))
+    c = PadCollate(placement="random", generator=_gen(2), return_regions=True)
     params = c.make_params(SIZES)
     first = c(samples, params=params)
     assert_bitwise_equal(c(samples, params=params)[0], first[0])
-    clone = pickle.loads(pickle.dumps(PadCollate(placement="random", generator=_gen(2))))
+    clone = pickle.loads(
+        pickle.dumps(PadCollate(placement="random", generator=_gen(2), return_regions=True))
+    )
     assert_bitwise_equal(clone(samples)[0], first[0])
     with pytest.raises(ValueError, match="params"):
         c(samples, params={"size": (9, 11)})
@@ -339,7 +357,7 @@ def test_params_replay_and_pickle() -> None:
 
 @pytest.mark.parametrize("mode", ["texture", "edge"])
 def test_one_launch_per_batch(mode: str, launches: list[str]) -> None:
-    c = PadCollate(mode=mode, placement="random", generator=_gen(0))
+    c = PadCollate(padding_mode=mode, placement="random", generator=_gen(0), return_regions=True)
     c(_images())  # warm up (tile conversion, compile)
     launches.clear()
     c(_images(seed=7))
@@ -348,11 +366,11 @@ def test_one_launch_per_batch(mode: str, launches: list[str]) -> None:
 
 def test_dataloader_with_pin_memory() -> None:
     data = [(image, i) for i, image in enumerate(_images())]
-    collate = PadCollate(placement="random", generator=_gen(8))
+    collate = PadCollate(placement="random", generator=_gen(8), return_regions=True)
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")  # "pin_memory ... no accelerator" on CPU-only machines
         batches = list(DataLoader(data, batch_size=2, pin_memory=True, collate_fn=collate))
-    replay = PadCollate(placement="random", generator=_gen(8))
+    replay = PadCollate(placement="random", generator=_gen(8), return_regions=True)
     assert len(batches) == 3
     for k, (images, labels, regions) in enumerate(batches):
         want = replay(data[2 * k : 2 * k + 2])
@@ -454,10 +472,10 @@ BAD_ARGS: list[tuple[Callable[[], Any], type[Exception], str]] = [
     (lambda: PadCollate(multiple=(8, 8, 8)), TypeError, "multiple"),  # type: ignore[arg-type]
     (lambda: PadCollate((8, 8), multiple=4), ValueError, "size or multiple"),
     (lambda: PadCollate(placement="middle"), ValueError, "placement"),
-    (lambda: PadCollate(mode="mirror"), ValueError, "mode"),
-    (lambda: PadCollate(mode=3), TypeError, "mode"),  # type: ignore[arg-type]
-    (lambda: PadCollate(mode="edge", texture=TEX), ValueError, "texture"),
-    (lambda: PadCollate(mode="edge", stagger=2), ValueError, "stagger"),
+    (lambda: PadCollate(padding_mode="mirror"), ValueError, "mode"),
+    (lambda: PadCollate(padding_mode=3), TypeError, "mode"),  # type: ignore[arg-type]
+    (lambda: PadCollate(padding_mode="edge", texture=TEX), ValueError, "texture"),
+    (lambda: PadCollate(padding_mode="edge", stagger=2), ValueError, "stagger"),
     (lambda: PadCollate(texture=torch.rand(2, 3, 4, 4)), ValueError, "texture"),
     (lambda: PadCollate(texture=[1, 2]), TypeError, "texture"),  # type: ignore[arg-type]
     (lambda: PadCollate(stagger=1.5), TypeError, "stagger"),  # type: ignore[arg-type]
@@ -482,7 +500,7 @@ def test_bad_arguments(make: Callable[[], Any], exc: type[Exception], match: str
 
 def test_bad_fill_and_mask_fill_at_call_time() -> None:
     with pytest.raises(ValueError, match="fill"):
-        PadCollate(mode="constant", fill=300)([_img(3, 2, 2)])
+        PadCollate(padding_mode="constant", fill=300)([_img(3, 2, 2)])
     samples = [(_img(3, 2, 2), tv_tensors.Mask(_img(2, 2)))]
     with pytest.raises(ValueError, match="mask_fill"):
         PadCollate(mask_fill=-1)(samples)
@@ -490,9 +508,9 @@ def test_bad_fill_and_mask_fill_at_call_time() -> None:
 
 def test_repr() -> None:
     r = repr(PadCollate(multiple=32, placement="random", mask_fill=255))
-    assert r.startswith("PadCollate(multiple=(32, 32), placement='random', mode='texture'")
+    assert r.startswith("PadCollate(multiple=(32, 32), placement='random', padding_mode='texture'")
     assert "texture=brick" in r and "mask_fill=255" in r
-    assert "fill=0" in repr(PadCollate((8, 8), mode="constant"))
+    assert "fill=0" in repr(PadCollate((8, 8), padding_mode="constant"))
     assert repr(GPUCollate("cpu")).startswith("GPUCollate(device='cpu', size=None")
 
 
@@ -516,7 +534,7 @@ def test_targets_follow_a_device_side_pad() -> None:
     as_tuples = [tuple(s.values()) for s in samples]
     pad = BrickPad((3, 5, 1, 2), mask_fill=7)  # left 3, top 5, right 1, bottom 2
     for batch_samples in (as_tuples, samples):
-        base = PadCollate(placement="random", generator=_gen(4))(batch_samples)
+        base = PadCollate(placement="random", generator=_gen(4), return_regions=True)(batch_samples)
         (got,) = DeviceLoader([base], "cpu", pad)
         get = (lambda b, k, i: b[k]) if isinstance(got, dict) else (lambda b, k, i: b[i])
         regions = get(got, "region", -1)
@@ -536,7 +554,7 @@ def test_targets_follow_a_device_side_pad() -> None:
             points = get(got, "points", 2)[i]
             assert points.tolist() == [[left, top], [left + w - 1, top + h - 1]]
     # Other transforms see the image only: nothing else moves.
-    plain = PadCollate()(as_tuples)
+    plain = PadCollate(return_regions=True)(as_tuples)
     (same,) = DeviceLoader([plain], "cpu", lambda x: x + 1)
     assert torch.equal(same[-1], plain[-1]) and same[1][0] is plain[1][0]
 
@@ -544,22 +562,39 @@ def test_targets_follow_a_device_side_pad() -> None:
 def test_gpu_collate_on_cpu_equals_pad_collate_then_transforms() -> None:
     samples = [(image, i) for i, image in enumerate(_images())]
     pad = BrickPad(2, random_offset=True, generator=_gen(6))
-    gpu = GPUCollate("cpu", transforms=pad, placement="random", generator=_gen(1))
+    gpu = GPUCollate(
+        "cpu", transforms=pad, placement="random", generator=_gen(1), return_regions=True
+    )
     images, labels, regions = gpu(samples)
-    base = PadCollate(placement="random", generator=_gen(1))(samples)
+    base = PadCollate(placement="random", generator=_gen(1), return_regions=True)(samples)
     want = BrickPad(2, random_offset=True, generator=_gen(6))(base[0])
     assert_bitwise_equal(images, want)
     assert torch.equal(labels, base[1])
     assert torch.equal(regions, base[2] + torch.tensor([2, 2, 0, 0]))  # the pad moved them
 
 
-def test_gpu_collate_in_forked_worker_names_the_fix() -> None:
+def test_gpu_collate_for_cuda_fails_at_construction_without_cuda(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: False)
+    with pytest.raises(RuntimeError, match="CUDA is not available"):
+        GPUCollate("cuda")
+    GPUCollate("cpu")
+
+
+def _cuda_collate(monkeypatch: pytest.MonkeyPatch) -> GPUCollate:
+    # Built as on a CUDA machine; the guards under test refuse before any CUDA call.
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: True)
+    return GPUCollate("cuda", return_regions=True)
+
+
+def test_gpu_collate_in_forked_worker_names_the_fix(monkeypatch: pytest.MonkeyPatch) -> None:
     loader = DataLoader(
         _images(),
         batch_size=2,
         num_workers=1,
         multiprocessing_context="fork",
-        collate_fn=GPUCollate("cuda"),
+        collate_fn=_cuda_collate(monkeypatch),
         timeout=120,
     )
     with pytest.raises(RuntimeError, match="DeviceLoader") as info:
@@ -570,16 +605,16 @@ def test_gpu_collate_in_forked_worker_names_the_fix() -> None:
 def test_gpu_collate_after_cuda_fork_names_the_fix(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setattr(torch.cuda, "_is_in_bad_fork", lambda: True)
     with pytest.raises(RuntimeError, match=r"forked after CUDA started.*DeviceLoader"):
-        GPUCollate("cuda")(_images())
+        _cuda_collate(monkeypatch)(_images())
     # A CPU device never needs CUDA: no error.
-    GPUCollate("cpu")(_images())
+    GPUCollate("cpu", return_regions=True)(_images())
 
 
 @pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA device")
 def test_gpu_collate_on_cuda_equals_cpu() -> None:
     samples = [(image, _mask(i, image.shape[-2:])) for i, image in enumerate(_images())]
-    got = GPUCollate("cuda", placement="random", generator=_gen(1))(samples)
-    want = PadCollate(placement="random", generator=_gen(1))(samples)
+    got = GPUCollate("cuda", placement="random", generator=_gen(1), return_regions=True)(samples)
+    want = PadCollate(placement="random", generator=_gen(1), return_regions=True)(samples)
     for g, w in zip(got, want, strict=True):
         assert g.device.type == "cuda"
         assert_bitwise_equal(g, w)
@@ -594,7 +629,7 @@ def _dataloader(seed: int = 0, **kwargs: Any) -> DataLoader[Any]:
     return DataLoader(
         data,
         batch_size=2,
-        collate_fn=PadCollate(placement="top_left", random_offset=False),
+        collate_fn=PadCollate(placement="top_left", random_offset=False, return_regions=True),
         **kwargs,
     )
 

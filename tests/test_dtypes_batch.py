@@ -52,7 +52,7 @@ def test_bit_exact_for_every_dtype(dtype: torch.dtype, mode: str, padding: objec
         want = texture_pad_ref(x, padding, tex, stagger=4, offset=(1, -2))
     else:
         fill = [True, False, True] if dtype == torch.bool else [1, 2, 3]
-        got = F.pad(x, padding, mode, fill)
+        got = F.pad(x, padding, padding_mode=mode, fill=fill)
         want = pad_ref(x, padding, mode, fill)
     assert got.dtype == dtype and got.device == x.device
     assert_bitwise_equal(got, want)
@@ -68,7 +68,7 @@ def test_nan_payloads_and_negative_zero_survive(dtype: torch.dtype, mode: str) -
         want = texture_pad_ref(x, (4, 3, 10, 2), tex, stagger=2)
     else:
         fill = -0.0
-        got = F.pad(x, (4, 3, 10, 2), mode, fill)
+        got = F.pad(x, (4, 3, 10, 2), padding_mode=mode, fill=fill)
         want = pad_ref(x, (4, 3, 10, 2), mode, fill)
     assert_bitwise_equal(got, want)
     # The interior is the input itself, bit for bit.
@@ -88,7 +88,9 @@ def test_storage_offsets_and_odd_sizes(dtype: torch.dtype) -> None:
     F.texture_pad(x, (3, 4, 7, 0), tex, stagger=1, out=out)
     assert_bitwise_equal(out, texture_pad_ref(x, (3, 4, 7, 0), tex, stagger=1))
     assert_bitwise_equal(out_store[0], first)
-    assert_bitwise_equal(F.pad(x, (3, 4, 7, 0), "symmetric"), pad_ref(x, (3, 4, 7, 0), "symmetric"))
+    assert_bitwise_equal(
+        F.pad(x, (3, 4, 7, 0), padding_mode="symmetric"), pad_ref(x, (3, 4, 7, 0), "symmetric")
+    )
 
 
 # ---------------------------------------------------------------------------------------------
@@ -208,6 +210,6 @@ def test_batched_equals_per_sample_loop(dtype: torch.dtype) -> None:
             )
             assert_bitwise_equal(got[b, t], one)
     for mode in STANDARD_MODES:
-        batched = F.pad(x, (5, 1, 7, 2), mode)
+        batched = F.pad(x, (5, 1, 7, 2), padding_mode=mode)
         for b in range(3):
-            assert_bitwise_equal(batched[b], F.pad(x[b], (5, 1, 7, 2), mode))
+            assert_bitwise_equal(batched[b], F.pad(x[b], (5, 1, 7, 2), padding_mode=mode))

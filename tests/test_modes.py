@@ -49,7 +49,7 @@ LARGE_PADS = [(7, 0, 0, 0), (0, 11, 0, 0), (13, 9, 17, 12), 25]  # > size: numpy
 )
 def test_documented_rows(mode: str, row: list[int]) -> None:
     x = torch.tensor([[1, 2, 3, 4]], dtype=torch.int16)
-    got = F.pad(x, (2, 0), mode, fill=9)
+    got = F.pad(x, (2, 0), fill=9, padding_mode=mode)
     assert got.tolist() == [row]
 
 
@@ -65,7 +65,7 @@ def test_documented_rows(mode: str, row: list[int]) -> None:
 )
 def test_padding_larger_than_image_by_hand(mode: str, row: list[int]) -> None:
     x = torch.tensor([[1.0, 2, 3]])
-    assert F.pad(x, (5, 0), mode).tolist() == [row]
+    assert F.pad(x, (5, 0), padding_mode=mode).tolist() == [row]
 
 
 # ---------------------------------------------------------------------------------------------
@@ -79,13 +79,13 @@ def test_matches_torchvision(padding: object, mode: str, dtype: torch.dtype) -> 
     x = random_image((2, 3, 5, 6), dtype, seed=1)
     fill = 7 if mode == "constant" else 0
     want = tvF.pad(x, padding, fill=fill, padding_mode=mode)
-    assert_bitwise_equal(F.pad(x, padding, mode, fill), want)
+    assert_bitwise_equal(F.pad(x, padding, padding_mode=mode, fill=fill), want)
 
 
 def test_matches_torchvision_symmetric_at_image_size() -> None:
     x = random_image((3, 5, 6), seed=2)
     want = tvF.pad(x, [6, 5, 6, 5], padding_mode="symmetric")
-    assert_bitwise_equal(F.pad(x, (6, 5, 6, 5), "symmetric"), want)
+    assert_bitwise_equal(F.pad(x, (6, 5, 6, 5), padding_mode="symmetric"), want)
 
 
 @pytest.mark.parametrize(
@@ -105,7 +105,7 @@ def test_matches_torch_nn_functional_pad(
     for left, top, right, bottom in pads:
         kwargs = {"value": 3} if mode == "constant" else {}
         want = nnF.pad(x, (left, right, top, bottom), mode=torch_mode, **kwargs)
-        got = F.pad(x, (left, top, right, bottom), mode, fill=3)
+        got = F.pad(x, (left, top, right, bottom), fill=3, padding_mode=mode)
         assert_bitwise_equal(got, want)
 
 
@@ -113,7 +113,7 @@ def test_matches_torch_nn_functional_pad(
 @pytest.mark.parametrize("mode", STANDARD_MODES)
 def test_matches_numpy_pad(padding: object, mode: str) -> None:
     x = random_image((2, 3, 5, 6), torch.float32, seed=4)
-    got = F.pad(x, padding, mode, fill=-1.5)
+    got = F.pad(x, padding, fill=-1.5, padding_mode=mode)
     assert_bitwise_equal(got, numpy_pad(x, padding, mode, fill=-1.5))
     assert_bitwise_equal(got, pad_ref(x, padding, mode, fill=-1.5))
 
@@ -122,7 +122,7 @@ def test_matches_numpy_pad(padding: object, mode: str) -> None:
 @pytest.mark.parametrize("mode", ["edge", "reflect", "symmetric", "circular"])
 def test_tiny_images_with_large_padding(shape: tuple[int, int], mode: str) -> None:
     x = random_image((2, *shape), torch.int16, seed=5)
-    got = F.pad(x, (6, 5, 4, 7), mode)
+    got = F.pad(x, (6, 5, 4, 7), padding_mode=mode)
     assert_bitwise_equal(got, numpy_pad(x, (6, 5, 4, 7), mode))
 
 
@@ -130,15 +130,21 @@ def test_tiny_images_with_large_padding(shape: tuple[int, int], mode: str) -> No
 @pytest.mark.parametrize("shape", [(5, 6), (1, 5, 6), (3, 5, 6), (2, 3, 5, 6), (2, 2, 3, 5, 6)])
 def test_leading_dims(mode: str, shape: tuple[int, ...]) -> None:
     x = random_image(shape, torch.float32, seed=6)
-    got = F.pad(x, (3, 8, 2, 1), mode, fill=2)
+    got = F.pad(x, (3, 8, 2, 1), fill=2, padding_mode=mode)
     assert_bitwise_equal(got, pad_ref(x, (3, 8, 2, 1), mode, fill=2))
 
 
 def test_aliases() -> None:
     x = random_image((3, 4, 5), seed=7)
-    assert_bitwise_equal(F.pad(x, (2, 9), "replicate"), F.pad(x, (2, 9), "edge"))
-    assert_bitwise_equal(F.pad(x, (2, 9), "wrap"), F.pad(x, (2, 9), "circular"))
-    assert not torch.equal(F.pad(x, (2, 9), "wrap"), F.pad(x, (2, 9), "reflect"))
+    assert_bitwise_equal(
+        F.pad(x, (2, 9), padding_mode="replicate"), F.pad(x, (2, 9), padding_mode="edge")
+    )
+    assert_bitwise_equal(
+        F.pad(x, (2, 9), padding_mode="wrap"), F.pad(x, (2, 9), padding_mode="circular")
+    )
+    assert not torch.equal(
+        F.pad(x, (2, 9), padding_mode="wrap"), F.pad(x, (2, 9), padding_mode="reflect")
+    )
 
 
 # ---------------------------------------------------------------------------------------------
@@ -164,7 +170,7 @@ def test_aliases() -> None:
 )
 def test_constant_fill(dtype: torch.dtype, fill: object) -> None:
     x = random_image((2, 3, 4, 5), dtype, seed=8)
-    got = F.pad(x, (1, 2, 3, 4), "constant", fill)
+    got = F.pad(x, (1, 2, 3, 4), padding_mode="constant", fill=fill)
     assert_bitwise_equal(got, pad_ref(x, (1, 2, 3, 4), "constant", fill))
     values = fill_values(fill, 3, dtype)
     for c in range(3):
@@ -189,7 +195,9 @@ def test_negative_zero_fill_is_bit_exact() -> None:
 
 def test_fill_is_ignored_by_other_modes() -> None:
     x = random_image((3, 4, 4), torch.uint8, seed=10)
-    assert_bitwise_equal(F.pad(x, 2, "reflect", fill=[1, 2, 3]), F.pad(x, 2, "reflect"))
+    assert_bitwise_equal(
+        F.pad(x, 2, fill=[1, 2, 3], padding_mode="reflect"), F.pad(x, 2, padding_mode="reflect")
+    )
 
 
 # ---------------------------------------------------------------------------------------------
@@ -202,7 +210,7 @@ def test_out_is_fully_written(mode: str) -> None:
     want = pad_ref(x, (6, 1, 2, 7), mode, fill=0.5)
     for poison in (float("nan"), -1e300):
         out = torch.full(want.shape, poison, dtype=torch.float64)
-        assert F.pad(x, (6, 1, 2, 7), mode, 0.5, out=out) is out
+        assert F.pad(x, (6, 1, 2, 7), out=out, padding_mode=mode, fill=0.5) is out
         assert_bitwise_equal(out, want)
 
 
@@ -211,24 +219,24 @@ def test_inputs_unchanged_and_layouts_agree(mode: str) -> None:
     x = random_image((2, 3, 5, 6), torch.float32, seed=12)
     fill = torch.tensor([1.0, 2.0, 3.0])
     saved_x, saved_fill = x.clone(), fill.clone()
-    want = F.pad(x, (7, 2, 3, 8), mode, fill)
+    want = F.pad(x, (7, 2, 3, 8), padding_mode=mode, fill=fill)
     assert_bitwise_equal(x, saved_x)
     assert_bitwise_equal(fill, saved_fill)
     cl = x.to(memory_format=torch.channels_last)
-    assert_bitwise_equal(F.pad(cl, (7, 2, 3, 8), mode, fill), want)
+    assert_bitwise_equal(F.pad(cl, (7, 2, 3, 8), padding_mode=mode, fill=fill), want)
     strided = torch.stack([x, x + 1], dim=-2).flatten(-3, -2)[..., ::2, :]
     assert not strided.is_contiguous()
-    assert_bitwise_equal(F.pad(strided, (7, 2, 3, 8), mode, fill), want)
+    assert_bitwise_equal(F.pad(strided, (7, 2, 3, 8), padding_mode=mode, fill=fill), want)
 
 
 def test_tv_tensors_and_pil() -> None:
     video = tv_tensors.Video(random_image((2, 3, 4, 5), torch.uint8, seed=13))
-    got = F.pad(video, 2, "symmetric")
+    got = F.pad(video, 2, padding_mode="symmetric")
     assert type(got) is tv_tensors.Video
     assert_bitwise_equal(got.as_subclass(torch.Tensor), pad_ref(video, 2, "symmetric"))
     arr = random_image((5, 4), torch.uint8, seed=14).numpy()
     img = PIL.Image.fromarray(arr, mode="L")
-    padded = F.pad(img, (1, 2, 3, 4), "reflect")
+    padded = F.pad(img, (1, 2, 3, 4), padding_mode="reflect")
     assert isinstance(padded, PIL.Image.Image) and padded.mode == "L"
     np.testing.assert_array_equal(np.array(padded), np.pad(arr, ((2, 4), (1, 3)), "reflect"))
 
@@ -245,7 +253,7 @@ _EMPTY_SCRIPT = textwrap.dedent(
         x = torch.zeros(shape)
         cases.append(("constant", tuple(F.pad(x, (1, 2, 3, 4), fill=5.0).shape)))
         cases.append(("texture", tuple(F.texture_pad(x, 2, torch.rand(2, 3)).shape)))
-        cases.append(("reflect-0", tuple(F.pad(x, 0, "reflect").shape)))
+        cases.append(("reflect-0", tuple(F.pad(x, 0, padding_mode="reflect").shape)))
     y = F.pad(torch.zeros(3, 0, 4), (1, 2, 3, 4), fill=5.0)
     assert bool((y == 5).all()), y
     print(cases)
@@ -272,4 +280,4 @@ def test_empty_images() -> None:
 
 def test_non_constant_mode_on_empty_image_is_rejected() -> None:
     with pytest.raises(ValueError, match="non-empty image"):
-        F.pad(torch.zeros(3, 0, 4), 2, "reflect")
+        F.pad(torch.zeros(3, 0, 4), 2, padding_mode="reflect")

@@ -60,7 +60,7 @@ def _case(
         for i, (h, w, _, _) in enumerate(layout)
     ]
     placement = torch.tensor([[top, left] for _, _, top, left in layout])
-    kw: dict[str, Any] = {"mode": mode}
+    kw: dict[str, Any] = {"padding_mode": mode}
     if mode == "texture":
         gen = torch.Generator().manual_seed(seed + 1)
         kw.update(
@@ -82,7 +82,7 @@ def _reference(
 ) -> torch.Tensor:
     """Each image padded alone by the numpy reference, stacked."""
     out_h, out_w = SIZE
-    mode = kw.get("mode", "constant")
+    mode = kw.get("padding_mode", "constant")
     canvases = []
     for i, im in enumerate(images):
         top, left = placement[i].tolist()
@@ -252,7 +252,7 @@ def test_gradcheck(mode: str) -> None:
     )
     bank = torch.randn(2, 2, 2, 3, generator=gen, dtype=torch.float64).requires_grad_()
     placement = torch.tensor([[0, 2], [3, 0], [1, 3]])
-    kw: dict[str, Any] = {"mode": mode}
+    kw: dict[str, Any] = {"padding_mode": mode}
     if mode == "texture":
         kw.update(stagger=1, offset=torch.tensor([[1, -1], [0, 2], [3, 3]]), texture_index=1)
     elif mode == "constant":
@@ -342,7 +342,7 @@ def test_bad_inputs_name_the_argument_and_sample() -> None:
     with pytest.raises(ValueError, match=r"images\[2\] of size \(4, 5\) at placement \(9, 2\)"):
         F.pad_stack(im, (12, 12), torch.tensor([[0, 0], [1, 1], [9, 2]]))
     with pytest.raises(ValueError, match=r"images\[1\] is empty.*'edge'"):
-        F.pad_stack([im[0], im[1][:, :0], im[2]], (9, 9), at, "edge")
+        F.pad_stack([im[0], im[1][:, :0], im[2]], (9, 9), at, padding_mode="edge")
     with pytest.raises(ValueError, match=r"images\[1\]"):
         F.pad_stack([im[0], im[1].float(), im[2]], (9, 9), at)
     with pytest.raises(ValueError, match=r"images\[2\] must be \(C, H, W\)"):
@@ -356,13 +356,15 @@ def test_bad_inputs_name_the_argument_and_sample() -> None:
     with pytest.raises(ValueError, match="size must be"):
         F.pad_stack(im, (9, -1), at)
     with pytest.raises(ValueError, match="texture_index must lie in"):
-        F.pad_stack(im, (9, 9), at, "texture", texture=im[0][:, :2], texture_index=1)
+        F.pad_stack(im, (9, 9), at, texture=im[0][:, :2], texture_index=1, padding_mode="texture")
     with pytest.raises(ValueError, match="offset must broadcast"):
-        F.pad_stack(im, (9, 9), at, "texture", texture=im[0], offset=torch.zeros(2, 2).long())
+        F.pad_stack(
+            im, (9, 9), at, texture=im[0], offset=torch.zeros(2, 2).long(), padding_mode="texture"
+        )
     with pytest.raises(ValueError, match="needs a texture"):
-        F.pad_stack(im, (9, 9), at, "texture")
+        F.pad_stack(im, (9, 9), at, padding_mode="texture")
     with pytest.raises(ValueError, match="mode must be one of"):
-        F.pad_stack(im, (9, 9), at, "mirror")
+        F.pad_stack(im, (9, 9), at, padding_mode="mirror")
     # Direct op calls: the size table is checked before the kernel trusts it.
     packed = torch.cat([t.reshape(-1) for t in im])
     sizes = torch.tensor([[4, 5, 0, 0], [4, 5, 5, 1], [4, 5, 0, 0]])

@@ -92,7 +92,7 @@ ALL_MODES = [*DIRECT_MODES, "P", "PA"]
 def test_standard_modes_match_numpy_pad_in_every_pil_mode(mode: str, pad_mode: str) -> None:
     img = make_image(mode, seed=len(mode) + len(pad_mode))
     before = as_bands(img).copy()
-    out = F.pad(img, PADDING, pad_mode)
+    out = F.pad(img, PADDING, padding_mode=pad_mode)
     assert out.mode == mode
     assert out.size == (W + PADDING[0] + PADDING[2], H + PADDING[1] + PADDING[3])
     got = as_bands(out)
@@ -119,7 +119,7 @@ def test_constant_fill_is_in_the_image_own_units(mode: str) -> None:
     else:
         fill = tuple(range(10, 10 + 17 * bands, 17))
         expected = np.array(fill, dtype=np.uint8)  # type: ignore[assignment]
-    out = F.pad(img, PADDING, "constant", fill)
+    out = F.pad(img, PADDING, padding_mode="constant", fill=fill)
     assert out.mode == mode
     ref = np_pad(as_bands(img), "constant", 0)
     border = np.ones(ref.shape[:2], dtype=bool)
@@ -157,7 +157,7 @@ def test_sixteen_bit_images_run_as_uint16(mode: str) -> None:
 def test_metadata_kept() -> None:
     img = make_image("RGB", seed=6)
     img.info.update({"dpi": (300, 300), "icc_profile": b"fake profile", "exif": b"dropped"})
-    out = F.pad(img, 2, "edge")
+    out = F.pad(img, 2, padding_mode="edge")
     assert out.info["dpi"] == (300, 300)
     assert out.info["icc_profile"] == b"fake profile"
     assert "exif" not in out.info  # sizes in EXIF would be wrong after padding
@@ -193,7 +193,7 @@ def test_short_palette_only_matches_its_own_entries() -> None:
     img.putpalette(palette.reshape(-1).tolist())
     # Black is not in the palette; Pillow's padding entries (16..255) are black, so a match
     # outside the first 16 would be "exact" but invalid.
-    out = F.pad(img, PADDING, "constant", 0)
+    out = F.pad(img, PADDING, padding_mode="constant", fill=0)
     got = np.array(out)
     np.testing.assert_array_equal(interior(got), np.array(img))
     assert got.max() < 16
@@ -220,7 +220,7 @@ def test_palette_with_transparency_pads_in_rgba() -> None:
 
 def test_pa_keeps_its_alpha_band() -> None:
     img = make_image("PA", seed=10)
-    out = F.pad(img, PADDING, "constant", (1, 2, 3, 99))
+    out = F.pad(img, PADDING, padding_mode="constant", fill=(1, 2, 3, 99))
     assert out.mode == "PA"
     got = as_bands(out)
     np.testing.assert_array_equal(interior(got), as_bands(img))

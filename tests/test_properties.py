@@ -106,10 +106,10 @@ def test_pad_matches_numpy_pad(
         out = torch.empty_like(want)
         if dtype.is_floating_point:
             out.fill_(float("nan"))
-        got = F.pad(x, padding, mode, fill, out=out)
+        got = F.pad(x, padding, out=out, padding_mode=mode, fill=fill)
         assert got is out
     else:
-        got = F.pad(x, padding, mode, fill)
+        got = F.pad(x, padding, padding_mode=mode, fill=fill)
     assert_bitwise_equal(got, want)
 
 
@@ -133,7 +133,7 @@ def test_float64_gradients_match_reference(
         )
         inputs: tuple[torch.Tensor, ...] = (x, tex)
     else:
-        got_out = F.pad(x, padding, mode, 0.25)
+        got_out = F.pad(x, padding, padding_mode=mode, fill=0.25)
         ref_out = pad_ref(x, padding, mode, 0.25, differentiable=True)
         inputs = (x,)
     upstream = random_image(tuple(ref_out.shape), torch.float64, seed=seed + 2)

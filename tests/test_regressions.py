@@ -98,14 +98,14 @@ def test_fork_after_the_user_started_taichi_does_not_hang() -> None:
                 x = torch.arange(12, dtype=torch.float32).reshape(1, 3, 4) + i
                 with warnings.catch_warnings(record=True) as w:
                     warnings.simplefilter("always")
-                    y = F.pad(x, 2, "reflect")
+                    y = F.pad(x, 2, padding_mode="reflect")
                 return y, len(w)
 
         # No padding in the parent before the fork: only the user's ti.init marks the runtime.
         loader = DataLoader(Padded(), batch_size=2, num_workers=2,
                             multiprocessing_context="fork")
         got = [(y.tolist(), int(n.sum())) for y, n in loader]
-        want = [F.pad(torch.arange(12, dtype=torch.float32).reshape(1, 3, 4) + i, 2,
+        want = [F.pad(torch.arange(12, dtype=torch.float32).reshape(1, 3, 4) + i, 2, padding_mode=
                       "reflect").tolist() for i in range(4)]
         print(json.dumps({"equal": [g[0] for g in got] == [want[0:2], want[2:4]],
                           "warned": sum(g[1] for g in got)}))

@@ -56,7 +56,7 @@ def _job(i: int) -> tuple[torch.Tensor, torch.Tensor]:
             texture_pad_ref(x, padding, tex, stagger=i, offset=(i, -i)),
         )
     fill = [1, 2, 3] if mode == "constant" else 0
-    return F.pad(x, padding, mode, fill), pad_ref(x, padding, mode, fill)
+    return F.pad(x, padding, padding_mode=mode, fill=fill), pad_ref(x, padding, mode, fill)
 
 
 def test_concurrent_threads_get_right_results() -> None:
@@ -84,8 +84,8 @@ def sample(i):
     img = x[i]
     return torch.cat([
         F.texture_pad(img, (2, 3, 4, 1), tex, stagger=3, offset=(i, -i)).flatten(),
-        F.pad(img, (7, 1, 2, 8), "reflect").flatten(),
-        F.pad(img, 2, "constant", fill=[1, 2, 3]).flatten(),
+        F.pad(img, (7, 1, 2, 8), padding_mode="reflect").flatten(),
+        F.pad(img, 2, fill=[1, 2, 3]).flatten(),
     ])
 
 # 1. The very first launches of the process come from several threads at once.
@@ -200,7 +200,7 @@ def test_per_pixel_loop_order(
         want = texture_pad_ref(x, (7, 2, 3, 8), bank, differentiable=dtype.is_floating_point, **kw)
         inputs: tuple[torch.Tensor, ...] = (x, bank)
     else:
-        got = F.pad(x, (7, 2, 3, 8), mode, 1)
+        got = F.pad(x, (7, 2, 3, 8), padding_mode=mode, fill=1)
         want = pad_ref(x, (7, 2, 3, 8), mode, 1, differentiable=dtype.is_floating_point)
         inputs = (x,)
     assert_bitwise_equal(got, want)
@@ -311,7 +311,7 @@ def test_refused_device_uses_fallback_with_one_warning(
     def call() -> torch.Tensor:
         if mode == "texture":
             return F.texture_pad(x, (7, 1, 2, 6), tex, stagger=2, offset=(1, 1))
-        return F.pad(x, (7, 1, 2, 6), mode, 0.5)
+        return F.pad(x, (7, 1, 2, 6), padding_mode=mode, fill=0.5)
 
     with pytest.warns(RuntimeWarning, match=reason) as record:
         got = call()
@@ -337,6 +337,6 @@ def test_refused_device_uses_fallback_with_one_warning(
 
 def test_meta_tensors_give_shapes() -> None:
     x = torch.empty(2, 3, 4, 5, device="meta")
-    assert F.pad(x, (1, 2, 3, 4), "reflect").shape == (2, 3, 10, 9)
+    assert F.pad(x, (1, 2, 3, 4), padding_mode="reflect").shape == (2, 3, 10, 9)
     tex = torch.empty(3, 2, 2, device="meta")
     assert F.texture_pad(x, 2, tex).shape == (2, 3, 8, 9)

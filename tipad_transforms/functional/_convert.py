@@ -15,6 +15,7 @@ from collections.abc import Sequence
 from typing import Any
 
 import torch
+import torch.nn.functional as nnF
 from torchvision.transforms.v2 import functional as tvF
 
 from .._checks import INT64_MAX, is_int
@@ -32,15 +33,21 @@ _CACHE_SIZE = 16
 
 def _scalar(value: int | float | bool, dtype: torch.dtype, name: str) -> torch.Tensor:
     """One fill value converted as torchvision's constant padding converts it."""
-    exact = is_int(value) and not dtype.is_floating_point and dtype != torch.bool
-    try:
-        # fill_ is the conversion constant_pad_nd applies (range-checked, truncating floats).
-        return torch.empty(1, dtype=dtype).fill_(value if exact else float(value))
-    except RuntimeError:
-        info = torch.iinfo(dtype) if not dtype.is_floating_point else torch.finfo(dtype)
-        raise ValueError(
-            f"{name}={value!r} cannot be converted to {dtype} (it holds [{info.min}, {info.max}])"
-        ) from None
+    if is_int(value) and not dtype.is_floating_point and dtype != torch.bool:
+        info = torch.iinfo(dtype)
+        if info.min <= value <= info.max:  # exact: no detour through float64
+            return torch.empty(1, dtype=dtype).fill_(value)
+    else:
+        try:
+            # torchvision pads with F.pad(..., value=float(fill)): the same op (its range check
+            # runs on non-empty inputs only).
+            return nnF.pad(torch.zeros(1, 1, 1, dtype=dtype), (1, 0), value=float(value))[0, 0, :1]
+        except RuntimeError:
+            pass
+    info = torch.iinfo(dtype) if not dtype.is_floating_point else torch.finfo(dtype)
+    raise ValueError(
+        f"{name}={value!r} cannot be converted to {dtype} (it holds [{info.min}, {info.max}])"
+    )
 
 
 def fill_values(fill: Any, dtype: torch.dtype, channels: int, name: str = "fill") -> torch.Tensor:

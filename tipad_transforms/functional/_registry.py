@@ -92,6 +92,6 @@ def get_kernel(
         return _passthrough
     name = getattr(functional, "__name__", repr(functional))
     raise TypeError(
-        f"{name}() takes a torch.Tensor, a tv_tensor or a PIL image as its first argument, "
-        f"got {input_type.__name__}"
+        f"{name}(): inpt must be a torch.Tensor, a tv_tensor or a PIL image, got "
+        f"{input_type.__name__}"
     )
