@@ -7,7 +7,8 @@ Same images, same worker count, same start method, same batch size, for every pi
 * ``a``   torchvision today: every sample padded to the common size by ``v2.Pad`` (reflect) in
           the dataset's transform, inside the workers, then ``default_collate`` stacks them;
 * ``b``   ``PadCollate`` (brick wall) as the ``collate_fn``: one launch per batch, in the workers;
-* ``b-reflect`` the same with ``padding_mode="reflect"``: the same canvases as ``a``, bit for bit (checked);
+* ``b-reflect`` the same with ``padding_mode="reflect"``: the same canvases as ``a``, bit for
+          bit (checked);
 * ``a-brick`` ``a`` plus c's augmentation done per sample: ``BrickPad(16, random_offset=True)``
           on every image in the dataset's transform (one call per image, in the workers);
 * ``c``   ``PadCollate`` in the workers plus ``DeviceLoader`` running ``BrickPad(16,
