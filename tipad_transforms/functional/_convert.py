@@ -2,10 +2,10 @@
 
 Fills follow ``torchvision.transforms.v2.functional.pad`` exactly: a scalar is converted as
 ``torch.nn.functional.pad(..., value=float(fill))`` converts it (20.2 -> 20 on uint8, 255 ->
-True on bool, an out-of-range value is an error), a per-channel sequence as ``torch.tensor(fill,
-dtype=image.dtype)`` does (which wraps integers: 300 -> 44 on uint8). One difference, where tipad
-is exact and torchvision is not: an integer fill on an integer image is not cast through
-float64, so ``2**53 + 1`` stays ``2**53 + 1`` on int64.
+True on bool, an out-of-range value is an error), a per-channel sequence as
+``torch.tensor(fill).to(image.dtype)`` does (a cast that wraps: 300 -> 44 on uint8). One
+difference, where tipad is exact and torchvision is not: a scalar integer fill on an integer
+image is not cast through float64, so ``2**53 + 1`` stays ``2**53 + 1`` on int64.
 """
 
 from __future__ import annotations
@@ -71,7 +71,8 @@ def fill_values(fill: Any, dtype: torch.dtype, channels: int, name: str = "fill"
         if len(fill) != channels:
             raise ValueError(f"{name} must have 1 or {channels} (channel) values, got {len(fill)}")
         try:
-            values = torch.tensor(list(fill), dtype=dtype)
+            # torchvision's vector fill: the default dtype first, then a plain cast (wrapping).
+            values = torch.tensor(list(fill)).to(dtype)
         except (RuntimeError, OverflowError) as exc:
             raise ValueError(
                 f"{name}={list(fill)!r} cannot be converted to {dtype}: {exc}"
