@@ -34,8 +34,8 @@ _CACHE_SIZE = 16
 def _scalar(value: int | float | bool, dtype: torch.dtype, name: str) -> torch.Tensor:
     """One fill value converted as torchvision's constant padding converts it."""
     if is_int(value) and not dtype.is_floating_point and dtype != torch.bool:
-        info = torch.iinfo(dtype)
-        if info.min <= value <= info.max:  # exact: no detour through float64
+        ints = torch.iinfo(dtype)
+        if ints.min <= value <= ints.max:  # exact: no detour through float64
             return torch.empty(1, dtype=dtype).fill_(value)
     else:
         try:
@@ -44,7 +44,7 @@ def _scalar(value: int | float | bool, dtype: torch.dtype, name: str) -> torch.T
             return nnF.pad(torch.zeros(1, 1, 1, dtype=dtype), (1, 0), value=float(value))[0, 0, :1]
         except RuntimeError:
             pass
-    info = torch.iinfo(dtype) if not dtype.is_floating_point else torch.finfo(dtype)
+    info = torch.finfo(dtype) if dtype.is_floating_point else torch.iinfo(dtype)
     raise ValueError(
         f"{name}={value!r} cannot be converted to {dtype} (it holds [{info.min}, {info.max}])"
     )
