@@ -336,10 +336,6 @@ class TexturePad(_TexturedPad):
                     f"got {tuple(texture.shape)}"
                 )
         elif texture_index is not None:
-            if isinstance(texture_index, bool) or not isinstance(texture_index, int):
-                raise TypeError(
-                    f'texture_index must be None, an int or "random", got {type(texture_index)}'
-                )
             check_int(texture_index, "texture_index", minimum=0, maximum=bank - 1)
         self.texture_index = texture_index
 

@@ -16,6 +16,8 @@ from typing import Any
 import torch
 import torch.nn.functional as nnF
 
+from .._checks import INT32_MAX, check_int, is_int
+
 __all__ = ["brick_channels", "brick_options", "make_brick_texture", "running_bond_stagger"]
 
 # ITU-R BT.601 luma, as PIL's convert("L") uses.
@@ -23,11 +25,8 @@ _LUMA = (0.299, 0.587, 0.114)
 
 
 def _positive_int(value: Any, what: str, minimum: int = 1) -> int:
-    if isinstance(value, bool) or not isinstance(value, int):
-        raise TypeError(f"{what} must be an int, got {type(value).__name__}")
-    if value < minimum:
-        raise ValueError(f"{what} must be >= {minimum}, got {value}")
-    return value
+    # Tiles are rendered in memory: sizes beyond 2**31 are refused before any allocation.
+    return check_int(value, what, minimum=minimum, maximum=INT32_MAX)
 
 
 def _brick_size(value: Any) -> tuple[int, int]:
@@ -44,7 +43,7 @@ def _color(value: Any, what: str) -> tuple[float, float, float]:
         not isinstance(value, Sequence)
         or isinstance(value, str)
         or len(value) != 3
-        or not all(isinstance(v, (int, float)) and not isinstance(v, bool) for v in value)
+        or not all(is_int(v) or isinstance(v, float) for v in value)
     ):
         raise TypeError(f"{what} must be three numbers (R, G, B) in [0, 1], got {value!r}")
     if not all(0.0 <= float(v) <= 1.0 for v in value):
@@ -53,7 +52,7 @@ def _color(value: Any, what: str) -> tuple[float, float, float]:
 
 
 def _amount(value: Any, what: str) -> float:
-    if isinstance(value, bool) or not isinstance(value, (int, float)):
+    if not (is_int(value) or isinstance(value, float)):
         raise TypeError(f"{what} must be a number, got {type(value).__name__}")
     if not 0.0 <= float(value) <= 1.0:
         raise ValueError(f"{what} must lie in [0, 1], got {value}")
@@ -202,14 +201,9 @@ def make_brick_texture(
     shade = _amount(shade_variation, "shade_variation")
     hue = _amount(hue_variation, "hue_variation")
     grain = _amount(noise, "noise")
-    if isinstance(channels, bool) or not isinstance(channels, int):
-        raise TypeError(f"channels must be an int, got {type(channels).__name__}")
-    if channels not in (1, 2, 3, 4):
-        raise ValueError(f"channels must be 1, 2, 3 or 4, got {channels}")
-    if isinstance(seed, bool) or not isinstance(seed, int):
-        raise TypeError(f"seed must be an int, got {type(seed).__name__}")
-    if not -(2**63) <= seed < 2**64:  # what torch.Generator.manual_seed accepts
-        raise ValueError(f"seed must lie in [-2**63, 2**64), got {seed}")
+    check_int(channels, "channels", minimum=1, maximum=4)
+    # What torch.Generator.manual_seed accepts.
+    check_int(seed, "seed", minimum=-(2**63), maximum=2**64 - 1)
     if not isinstance(dtype, torch.dtype):
         raise TypeError(f"dtype must be a torch.dtype, got {type(dtype).__name__}")
     if not dtype.is_floating_point:

@@ -14,7 +14,7 @@ from typing import Any
 import torch
 
 from .. import ops
-from .._checks import check_int
+from .._checks import check_int, is_int
 from .._geometry import check_mode, image_channels
 from ._convert import Fill
 from ._launch import Border, check_size
@@ -62,7 +62,7 @@ def _sizes(images: list[torch.Tensor], where: torch.Tensor, mode: str, size: Any
     if (
         not isinstance(size, Sequence)
         or len(size) != 2
-        or not all(isinstance(s, int) and not isinstance(s, bool) and s >= 0 for s in size)
+        or not all(is_int(s) and s >= 0 for s in size)
     ):
         raise ValueError(f"size must be (H, W) non-negative ints, got {size!r}")
     out_h, out_w = size
