@@ -14,9 +14,12 @@ from __future__ import annotations
 import io
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import PIL.Image
+
+if TYPE_CHECKING:
+    import torch
 
 from ._image_inputs import FileJob
 from ._padding_call import pad_in_mode
@@ -79,6 +82,7 @@ class Painter:
             if spec.stagger is None:
                 self._stagger = running_bond_stagger()
         self._checked: dict[tuple[Any, ...], str | None] = {}
+        self._textures: dict[tuple[str, bool], torch.Tensor] = {}
 
     # -- the padding itself ------------------------------------------------------------------
 
@@ -99,9 +103,15 @@ class Painter:
         from .functional._pil import pil_texture
 
         assert self._tile is not None
-        out: PIL.Image.Image = texture_pad(
-            img, padding, pil_texture(img, self._tile), stagger=self._stagger
-        )
+        # The tile in the image's colour space, contiguous: converted once per mode, not once
+        # per image (I and F scale it to each image's own value range).
+        key = (img.mode, "transparency" in img.info)
+        texture = self._textures.get(key)
+        if texture is None:
+            texture = pil_texture(img, self._tile).contiguous()
+            if img.mode not in ("I", "F"):
+                self._textures[key] = texture
+        out: PIL.Image.Image = texture_pad(img, padding, texture, stagger=self._stagger)
         return out
 
     def _save_options(self, fmt: str) -> dict[str, Any]:
