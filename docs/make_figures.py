@@ -12,6 +12,7 @@ import argparse
 import io
 from collections.abc import Sequence
 from pathlib import Path
+from typing import Any
 
 import matplotlib
 
@@ -492,7 +493,7 @@ def fig_bricks() -> None:
     save(fig, "brick-options.png")
 
 
-def pad_collate(**options: object) -> object:
+def pad_collate(**options: Any) -> Any:
     """``PadCollate(**options)`` returning ``(images, labels, regions)`` for (image, label)
     samples; ``padding_mode`` is passed on as the mode (the one place to adapt when PadCollate
     takes torchvision's ``padding_mode`` and returns regions on request only)."""
@@ -500,7 +501,7 @@ def pad_collate(**options: object) -> object:
 
     if "padding_mode" in options:
         options["mode"] = options.pop("padding_mode")
-    return PadCollate(**options)  # type: ignore[arg-type]
+    return PadCollate(**options)
 
 
 def fig_padded_batch() -> None:
@@ -520,13 +521,13 @@ def fig_padded_batch() -> None:
     def seeded(seed: int) -> torch.Generator:
         return torch.Generator().manual_seed(seed)
 
-    def collate(**options: object) -> tuple[torch.Tensor, torch.Tensor]:
-        images, _, regions = pad_collate(**options)(samples)  # type: ignore[operator]
+    def collate(**options: Any) -> tuple[torch.Tensor, torch.Tensor]:
+        images, _, regions = pad_collate(**options)(samples)
         return images, regions
 
     grey = collate(placement="top_left", padding_mode="constant", fill=200)
     walled = collate(generator=seeded(1))
-    randomly = pad_collate(multiple=32, placement="random", generator=seeded(2))(samples)  # type: ignore[operator]
+    randomly = pad_collate(multiple=32, placement="random", generator=seeded(2))(samples)
     device_pad = 12
     # The public path: DeviceLoader applies BrickPad to the batch and moves the regions with it.
     on_device = DeviceLoader(
