@@ -197,3 +197,17 @@ def test_stagger_help_states_the_default_running_bond(capsys: pytest.CaptureFixt
     help_text = capsys.readouterr().out
     assert f"running_bond_stagger() = {DEFAULT_BRICK_STAGGER} px" in " ".join(help_text.split())
     assert "half a brick" not in help_text
+
+
+def test_an_output_folder_inside_the_input_tree_is_not_read_back(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    tree = tmp_path / "tree"
+    sources = _bench().make_image_tree(tree, 8, seed=3)
+    out = tree / "padded"
+    for _ in range(2):  # the second run must not pad the first run's outputs
+        status, stdout, _ = _run(capsys, [str(tree), "-o", str(out), "-r", "--mode", "edge"])
+        assert status == 0 and "Padded 8 images" in stdout
+    assert sorted(p for p in out.rglob("*") if p.is_file()) == sorted(
+        out / p.relative_to(tree) for p in sources
+    )

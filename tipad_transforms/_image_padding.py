@@ -204,9 +204,18 @@ class Painter:
 
 
 def _orientation(img: PIL.Image.Image) -> int:
+    """The EXIF orientation (1: upright) from the header, without decoding pixels."""
     try:
-        return int(img.getexif().get(0x0112, 1))  # header only: no pixels decoded
-    except (OSError, ValueError, TypeError):
+        if img.format == "PNG":
+            # PngImageFile.getexif() decodes the image to find an eXIf chunk after the pixels;
+            # one before them is in info already (and rare either way).
+            exif = PIL.Image.Exif()
+            if "exif" in img.info:
+                exif.load(img.info["exif"])
+        else:
+            exif = img.getexif()
+        return int(exif.get(0x0112, 1))
+    except (OSError, ValueError, TypeError, SyntaxError):
         return 1
 
 

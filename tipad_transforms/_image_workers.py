@@ -14,8 +14,8 @@ import multiprocessing
 import os
 import sys
 from collections.abc import Callable, Iterator, Sequence
+from concurrent.futures import ProcessPoolExecutor
 from types import TracebackType
-from typing import Any
 
 from ._image_inputs import FileJob
 from ._image_padding import Outcome, PadSpec, Painter
@@ -74,15 +74,28 @@ class Workers:
     def __init__(self, spec: PadSpec, workers: int) -> None:
         self.spec = spec
         self.workers = workers
-        self._pool: Any = None
+        self._pool: ProcessPoolExecutor | None = None
         self._painter: Painter | None = None
 
     def __enter__(self) -> Workers:
         if self.workers <= 1:
             self._painter = Painter(self.spec)
         else:
-            ctx = multiprocessing.get_context(_start_method())
-            self._pool = ctx.Pool(self.workers, initializer=_init_worker, initargs=(self.spec,))
+            method = _start_method()
+            if method == "fork":
+                # Import torch, the package and Taichi (without starting it) once, here: forked
+                # workers inherit them instead of each importing them again (seconds apiece).
+                from . import _runtime, functional  # noqa: F401
+
+                _runtime.taichi_version()
+            # An executor, not multiprocessing.Pool: a worker that dies (killed, out of memory)
+            # raises BrokenProcessPool here instead of leaving the parent waiting forever.
+            self._pool = ProcessPoolExecutor(
+                self.workers,
+                mp_context=multiprocessing.get_context(method),
+                initializer=_init_worker,
+                initargs=(self.spec,),
+            )
         return self
 
     def __exit__(
@@ -92,15 +105,14 @@ class Workers:
         tb: TracebackType | None,
     ) -> None:
         if self._pool is not None:
-            if exc_type is None:
-                self._pool.close()
-            else:
-                self._pool.terminate()
-            self._pool.join()
+            self._pool.shutdown(wait=exc_type is None, cancel_futures=True)
             self._pool = None
 
     def _map(
-        self, jobs: Sequence[FileJob], local: Callable[[FileJob], Outcome | str], remote: Any
+        self,
+        jobs: Sequence[FileJob],
+        local: Callable[[FileJob], Outcome | str],
+        remote: Callable[[FileJob], Outcome | str],
     ) -> Iterator[Outcome | str]:
         if self._pool is None:
             yield from map(local, jobs)
@@ -108,7 +120,7 @@ class Workers:
         # Chunks small enough for a live progress count and a balanced end, large enough that
         # the inter-process round trips do not dominate small images.
         chunk = max(1, min(16, len(jobs) // (self.workers * 8)))
-        yield from self._pool.imap(remote, jobs, chunksize=chunk)
+        yield from self._pool.map(remote, jobs, chunksize=chunk)
 
     def check(self, jobs: Sequence[FileJob]) -> Iterator[Outcome | str]:
         """:meth:`Painter.check` of every job."""

@@ -199,6 +199,8 @@ def main(argv: Sequence[str] | None = None) -> int:
         args = parser.parse_args(argv)
     except SystemExit as e:  # argparse exits on --help, --version and usage errors
         return e.code if isinstance(e.code, int) else 0 if e.code is None else 2
+    from concurrent.futures import BrokenExecutor
+
     try:
         if args.command == "demo":
             return _demo(args)
@@ -206,6 +208,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     except UsageError as e:
         print(f"tipad: error: {e}", file=sys.stderr)
         return 2
+    except BrokenExecutor as e:  # a worker process died (killed, out of memory)
+        print(f"tipad: error: a worker process stopped: {e}", file=sys.stderr)
+        return 1
 
 
 # -- tipad pad ----------------------------------------------------------------------------
