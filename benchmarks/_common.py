@@ -439,7 +439,7 @@ def plot_workloads(
             yard_label = next(m.peer.label for m in ms if m.peer.key == yard)
             ax_r.set_xlabel(f"median / median of {yard_label} [fresh] (linear; < 1 is faster)")
             for yi, v in zip(y, ratio, strict=True):
-                faster = f"  ({1 / v:.1f}x faster)" if 0 < v < 1 else ""
+                faster = f"  ({1 / v:.1f}x faster)" if 0 < v < 0.9 else ""
                 ax_r.annotate(
                     f"{v:.2f}x{faster}",
                     (v, yi),

@@ -573,8 +573,10 @@ def fig_padded_batch() -> None:
     save(fig, "padded-batch.png", dpi=86)
 
 
-def fig_bench_rwkv() -> None:
-    """Benchmarks page: the recorded RWKV run (``docs/results/cpu-rwkv.json``), redrawn."""
+def redraw_benchmark(record_name: str, figure: str, what: str, yardstick: str) -> None:
+    """``figures/<figure>`` redrawn from the recorded run ``results/<record_name>`` with the
+    benchmarks' own plot (``benchmarks/_common.plot_workloads``); ``yardstick`` is the key in
+    each workload record that names the peer the ratios divide by."""
     import json
     import sys
     import tempfile
@@ -583,20 +585,39 @@ def fig_bench_rwkv() -> None:
     sys.path.insert(0, str(bench))
     from _common import measurements_from_json, plot_workloads
 
-    record = json.loads((Path(__file__).resolve().parent / "results" / "cpu-rwkv.json").read_text())
+    record = json.loads((Path(__file__).resolve().parent / "results" / record_name).read_text())
     info = record["machine"]
-    plots = [(w["title"], measurements_from_json(w), w["yardstick"]) for w in record["workloads"]]
+    plots = []
+    for w in record["workloads"]:
+        yard = w[yardstick]
+        plots.append(
+            (
+                w["title"],
+                measurements_from_json(w),
+                yard["fresh"] if isinstance(yard, dict) else yard,
+            )
+        )
     title = (
-        f"tipad RWKV operators on CPU ({info['cpu_count']} cores, torch {info['torch']}, "
-        f"taichi {info['taichi']}) - {info['date']}, at {info['git_commit'][:7]}"
+        f"{what} on CPU ({info['cpu_count']} cores, torch {info['torch']}, taichi "
+        f"{info['taichi']}) - {info['date']}, at {info['git_commit'][:7]}"
     )
     with tempfile.TemporaryDirectory() as tmp:
-        drawn = plot_workloads(plots, Path(tmp) / "rwkv.png", title)
+        drawn = plot_workloads(plots, Path(tmp) / "plot.png", title)
         if drawn is None:
-            raise SystemExit("matplotlib is needed to draw bench-rwkv-cpu.png")
-        path = FIGURES / "bench-rwkv-cpu.png"
+            raise SystemExit(f"matplotlib is needed to draw {figure}")
+        path = FIGURES / figure
         PIL.Image.open(drawn).convert("RGB").save(path, optimize=True)
     print(f"wrote {path.relative_to(FIGURES.parent.parent)} ({path.stat().st_size // 1024} KB)")
+
+
+def fig_bench_rwkv() -> None:
+    """Benchmarks page: the recorded RWKV run (``docs/results/cpu-rwkv.json``), redrawn."""
+    redraw_benchmark("cpu-rwkv.json", "bench-rwkv-cpu.png", "tipad RWKV operators", "yardstick")
+
+
+def fig_bench_pad() -> None:
+    """Benchmarks page: the recorded padding run (``docs/results/cpu-pad.json``), redrawn."""
+    redraw_benchmark("cpu-pad.json", "bench-cpu.png", "tipad padding", "yardsticks")
 
 
 FIGURE_MAKERS = {
@@ -608,6 +629,7 @@ FIGURE_MAKERS = {
     "brick-options": fig_bricks,
     "padded-batch": fig_padded_batch,
     "bench-rwkv-cpu": fig_bench_rwkv,
+    "bench-cpu": fig_bench_pad,
 }
 
 
