@@ -211,3 +211,12 @@ def test_an_output_folder_inside_the_input_tree_is_not_read_back(
     assert sorted(p for p in out.rglob("*") if p.is_file()) == sorted(
         out / p.relative_to(tree) for p in sources
     )
+
+
+def test_an_unknown_output_format_is_refused_with_the_choices(
+    tmp_path: Path, small_tree: tuple[Path, list[Path]], capsys: pytest.CaptureFixture[str]
+) -> None:
+    tree, _ = small_tree
+    status, _, err = _run(capsys, [str(tree), "-r", "-o", str(tmp_path / "o"), "--format", "xyz"])
+    assert status == 2 and "Pillow cannot write it" in err and "png" in err
+    assert not (tmp_path / "o").exists()
