@@ -134,7 +134,14 @@ def _add_pad_parser(sub: argparse._SubParsersAction[argparse.ArgumentParser]) ->
     pad.add_argument(
         "inputs", nargs="+", metavar="IN", help="image files, folders or glob patterns"
     )
-    pad.add_argument("-o", "--out", type=Path, required=True, metavar="OUTDIR")
+    pad.add_argument(
+        "-o",
+        "--out",
+        type=Path,
+        required=True,
+        metavar="OUTDIR",
+        help="output folder, created if missing (files of the same name are replaced)",
+    )
     pad.add_argument(
         "-r", "--recursive", action="store_true", help="take the subfolders of folder inputs too"
     )
