@@ -12,6 +12,7 @@ import argparse
 import io
 from collections.abc import Sequence
 from pathlib import Path
+from typing import Any
 
 import matplotlib
 
@@ -27,6 +28,7 @@ from matplotlib.patches import FancyArrowPatch, Rectangle
 
 import tipad_transforms
 import tipad_transforms.functional as F
+from tipad_transforms.functional import pad as pad_image_in
 
 FIGURES = Path(__file__).resolve().parent / "figures"
 MAX_BYTES = 300_000
@@ -166,8 +168,14 @@ def show(ax: Axes, t: torch.Tensor, title: str | None = None) -> None:
 
 
 def outline(ax: Axes, x0: float, y0: float, w: float, h: float, **kw: object) -> None:
-    style: dict[str, object] = {"fill": False, "lw": 1.2, "ls": "--", "ec": "white"}
+    """A dashed rectangle: black dashes over a white line (visible on any border, the white
+    mortar of a brick wall included), or one colour when ``ec`` is given."""
+    style: dict[str, object] = {"fill": False, "lw": 1.2, "ls": "--"}
     style.update(kw)
+    if "ec" not in kw:
+        solid = {**style, "ls": "-", "ec": "white"}
+        ax.add_patch(Rectangle((x0, y0), w, h, **solid))  # type: ignore[arg-type]
+        style["ec"] = "black"
     ax.add_patch(Rectangle((x0, y0), w, h, **style))  # type: ignore[arg-type]
 
 
@@ -188,12 +196,15 @@ def fig_hero() -> None:
         ("input (192×192)", F.pad(img, pad, fill=255)),
         ("brick_pad / BrickPad", F.brick_pad(img, pad)),
         ("texture_pad, any tile", F.texture_pad(img, pad, dots_texture(), offset=(5, 9))),
-        ('pad(mode="reflect")', F.pad(img, pad, padding_mode="reflect")),
+        ('pad(mode="reflect")', pad_image_in(img, pad, padding_mode="reflect")),
     ]
     fig, axes = plt.subplots(1, 4, figsize=(12.4, 3.5))
     for ax, (title, t) in zip(axes, panels, strict=True):
         show(ax, t, title)
-        outline(ax, pad, pad, 192, 192, ec="#555555" if title.startswith("input") else "white")
+        if title.startswith("input"):
+            outline(ax, pad, pad, 192, 192, ec="#555555")
+        else:
+            outline(ax, pad, pad, 192, 192)
     save(fig, "hero.png", dpi=100)
 
 
@@ -204,14 +215,11 @@ def fig_modes() -> None:
     tile = dots_texture(16)
     modes: list[tuple[str, torch.Tensor]] = [
         ("input", F.pad(img, pad, fill=255)),
-        (
-            "constant (fill=(40, 40, 40))",
-            F.pad(img, pad, fill=(40, 40, 40), padding_mode="constant"),
-        ),
-        ("edge (replicate)", F.pad(img, pad, padding_mode="edge")),
-        ("reflect", F.pad(img, pad, padding_mode="reflect")),
-        ("symmetric", F.pad(img, pad, padding_mode="symmetric")),
-        ("circular (wrap)", F.pad(img, pad, padding_mode="circular")),
+        ("constant (fill=(40, 40, 40))", pad_image_in(img, pad, fill=(40, 40, 40))),
+        ("edge (replicate)", pad_image_in(img, pad, padding_mode="edge")),
+        ("reflect", pad_image_in(img, pad, padding_mode="reflect")),
+        ("symmetric", pad_image_in(img, pad, padding_mode="symmetric")),
+        ("circular (wrap)", pad_image_in(img, pad, padding_mode="circular")),
         ("texture_pad (16×16 tile)", F.texture_pad(img, pad, tile)),
         ("brick_pad", F.brick_pad(img, pad, brick_size=(10, 22), mortar=2, bricks_per_tile=4)),
     ]
@@ -219,8 +227,10 @@ def fig_modes() -> None:
     for ax, (title, t) in zip(axes.flat, modes, strict=True):
         show(ax, t)
         ax.set_title(title, fontsize=10)
-        edge = "#555555" if title == "input" else "white"
-        outline(ax, pad, pad, 64, 64, ec=edge, lw=1.0)
+        if title == "input":
+            outline(ax, pad, pad, 64, 64, ec="#555555", lw=1.0)
+        else:
+            outline(ax, pad, pad, 64, 64, lw=1.0)
     fig.suptitle("64×64 image, padding=28 on every side (dashed: the input)", y=0.995)
     fig.tight_layout(h_pad=1.6)
     save(fig, "modes.png")
@@ -393,7 +403,7 @@ def fig_large_padding() -> None:
     fig, ax = plt.subplots(figsize=(10.5, 3.3))
     n = 4 + 2 * pad
     for r, mode in enumerate(modes):
-        values = F.pad(row, (pad, 0), padding_mode=mode)[0].tolist()
+        values = pad_image_in(row, (pad, 0), padding_mode=mode)[0].tolist()
         for c, value in enumerate(values):
             inside = pad <= c < pad + 4
             ax.add_patch(
@@ -483,10 +493,18 @@ def fig_bricks() -> None:
     save(fig, "brick-options.png")
 
 
+def pad_collate(**options: Any) -> Any:
+    """``PadCollate(**options)`` returning ``(images, labels, regions)`` for (image, label)
+    samples."""
+    from tipad_transforms.data import PadCollate
+
+    return PadCollate(**options, return_regions=True)
+
+
 def fig_padded_batch() -> None:
     """Data-loading guide: four images of different sizes collated three ways."""
     from tipad_transforms import BrickPad
-    from tipad_transforms.data import PadCollate
+    from tipad_transforms.data import DeviceLoader
 
     sizes = [(96, 72), (60, 88), (80, 56), (48, 64)]
     images = [
@@ -500,30 +518,35 @@ def fig_padded_batch() -> None:
     def seeded(seed: int) -> torch.Generator:
         return torch.Generator().manual_seed(seed)
 
-    grey, _, regions = PadCollate(placement="top_left", padding_mode="constant", fill=200)(samples)
-    walled, _, walled_regions = PadCollate(generator=seeded(1))(samples)
-    randomly, _, random_regions = PadCollate(multiple=32, placement="random", generator=seeded(2))(
-        samples
-    )
+    def collate(**options: Any) -> tuple[torch.Tensor, torch.Tensor]:
+        images, _, regions = pad_collate(**options)(samples)
+        return images, regions
+
+    grey = collate(placement="top_left", padding_mode="constant", fill=200)
+    walled = collate(generator=seeded(1))
+    randomly = pad_collate(multiple=32, placement="random", generator=seeded(2))(samples)
     device_pad = 12
-    augmented = BrickPad(device_pad, random_offset=True, generator=seeded(3))(randomly)
+    # The public path: DeviceLoader applies BrickPad to the batch and moves the regions with it.
+    on_device = DeviceLoader(
+        [randomly], "cpu", BrickPad(device_pad, random_offset=True, generator=seeded(3))
+    )
+    augmented, _, moved = next(iter(on_device))
     rows = [
-        ('PadCollate(placement="top_left", mode="constant")', grey, regions, 0),
-        ("PadCollate()  (the default: centred on a brick wall)", walled, walled_regions, 0),
+        ('PadCollate(placement="top_left", padding_mode="constant")', *grey),
+        ("PadCollate()  (the default: centred on a brick wall)", *walled),
         (
-            f'PadCollate(multiple=32, placement="random"), then BrickPad({device_pad}, '
-            "random_offset=True) on the device",
+            f'PadCollate(multiple=32, placement="random"), then DeviceLoader(..., '
+            f"BrickPad({device_pad}, random_offset=True)): regions moved {device_pad} px",
             augmented,
-            random_regions,
-            device_pad,
+            moved,
         ),
     ]
     fig, axes = plt.subplots(3, 4, figsize=(10.4, 9.0), gridspec_kw={"hspace": 0.5})
-    for (title, batch, where, shift), axrow in zip(rows, axes, strict=True):
+    for (title, batch, where), axrow in zip(rows, axes, strict=True):
         for b, ax in enumerate(axrow):
             show(ax, batch[b])
             top, left, h, w = where[b].tolist()
-            outline(ax, left + shift, top + shift, w, h, lw=1.1)
+            outline(ax, left, top, w, h, lw=1.1)
             ax.set_title(f"sample {b}: {h}×{w} at ({top}, {left})", fontsize=8.5, weight="normal")
             # Same scale in every row: the canvases of the last row are larger.
             ax.set_xlim(0, 120)
@@ -540,11 +563,58 @@ def fig_padded_batch() -> None:
         )
     fig.suptitle(
         "Four (image, label) samples of different sizes, one batch each way; dashed: the "
-        "regions PadCollate returns, (top, left, h, w)",
+        "regions the batch carries, (top, left, h, w)",
         fontsize=10.5,
         y=0.965,
     )
     save(fig, "padded-batch.png", dpi=86)
+
+
+def redraw_benchmark(record_name: str, figure: str, what: str, yardstick: str) -> None:
+    """``figures/<figure>`` redrawn from the recorded run ``results/<record_name>`` with the
+    benchmarks' own plot (``benchmarks/_common.plot_workloads``); ``yardstick`` is the key in
+    each workload record that names the peer the ratios divide by."""
+    import json
+    import sys
+    import tempfile
+
+    bench = Path(__file__).resolve().parent.parent / "benchmarks"
+    sys.path.insert(0, str(bench))
+    from _common import measurements_from_json, plot_workloads
+
+    record = json.loads((Path(__file__).resolve().parent / "results" / record_name).read_text())
+    info = record["machine"]
+    plots = []
+    for w in record["workloads"]:
+        yard = w[yardstick]
+        plots.append(
+            (
+                w["title"],
+                measurements_from_json(w),
+                yard["fresh"] if isinstance(yard, dict) else yard,
+            )
+        )
+    title = (
+        f"{what} on CPU ({info['cpu_count']} cores, torch {info['torch']}, taichi "
+        f"{info['taichi']}) - {info['date']}, at {info['git_commit'][:7]}"
+    )
+    with tempfile.TemporaryDirectory() as tmp:
+        drawn = plot_workloads(plots, Path(tmp) / "plot.png", title)
+        if drawn is None:
+            raise SystemExit(f"matplotlib is needed to draw {figure}")
+        path = FIGURES / figure
+        PIL.Image.open(drawn).convert("RGB").save(path, optimize=True)
+    print(f"wrote {path.relative_to(FIGURES.parent.parent)} ({path.stat().st_size // 1024} KB)")
+
+
+def fig_bench_rwkv() -> None:
+    """Benchmarks page: the recorded RWKV run (``docs/results/cpu-rwkv.json``), redrawn."""
+    redraw_benchmark("cpu-rwkv.json", "bench-rwkv-cpu.png", "tipad RWKV operators", "yardstick")
+
+
+def fig_bench_pad() -> None:
+    """Benchmarks page: the recorded padding run (``docs/results/cpu-pad.json``), redrawn."""
+    redraw_benchmark("cpu-pad.json", "bench-cpu.png", "tipad padding", "yardsticks")
 
 
 FIGURE_MAKERS = {
@@ -555,6 +625,8 @@ FIGURE_MAKERS = {
     "per-sample": fig_per_sample,
     "brick-options": fig_bricks,
     "padded-batch": fig_padded_batch,
+    "bench-rwkv-cpu": fig_bench_rwkv,
+    "bench-cpu": fig_bench_pad,
 }
 
 

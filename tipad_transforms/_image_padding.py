@@ -1,0 +1,244 @@
+"""Padding one image file for ``tipad pad``: check it without decoding it, then pad and write it.
+
+:class:`PadSpec` is the command's options (small and picklable: it travels to the worker
+processes); :class:`Painter` is built from it once per process and does the work.
+:meth:`Painter.check` reads only the header and runs the whole pad-and-encode path on a tiny
+stand-in image of the same mode (palette transparency included), so a fill with the wrong
+number of bands, a mode the output format cannot store or an option that does not apply fails
+here, for every input, before any file is written. :meth:`Painter.pad_file` decodes, pads and
+writes.
+"""
+
+from __future__ import annotations
+
+import io
+from dataclasses import dataclass
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+import PIL.Image
+
+if TYPE_CHECKING:
+    import torch
+
+from ._image_inputs import FileJob
+
+__all__ = ["Outcome", "PadSpec", "Painter", "is_lossy"]
+
+#: Formats whose encoder changes pixels (at any quality), and the ones --quality tunes.
+_LOSSY = frozenset({"JPEG", "MPO", "WEBP"})
+_QUALITY = frozenset({"JPEG", "WEBP"})
+_DEFAULT_QUALITY = {"JPEG": 95}  # Pillow's own default (75) visibly blurs photos
+_MAX_SIDE = {"JPEG": 65_535, "MPO": 65_535, "WEBP": 16_383, "GIF": 65_535, "ICO": 256}
+_PALETTE_MODES = ("P", "L", "1")  # what a GIF stores without quantizing
+
+
+def is_lossy(fmt: str, mode: str) -> bool:
+    """Whether writing a ``mode`` image as ``fmt`` changes its pixels (lossy compression, or a
+    GIF quantizing a colour image to a palette)."""
+    return fmt in _LOSSY or (fmt == "GIF" and mode not in _PALETTE_MODES)
+
+
+@dataclass(frozen=True)
+class PadSpec:
+    """The options of one ``tipad pad`` run (see ``tipad pad --help``)."""
+
+    padding: tuple[int, int, int, int]  # left, top, right, bottom
+    mode: str | None = None  # a standard mode; None: a texture (``texture`` or the brick wall)
+    fill: tuple[float, ...] | None = None
+    texture: Path | None = None
+    stagger: int | None = None
+    seed: int = 0
+    quality: int | None = None
+
+
+@dataclass(frozen=True)
+class Outcome:
+    """What :meth:`Painter.check` plans or :meth:`Painter.pad_file` wrote for one job."""
+
+    job: FileJob
+    fmt: str  # the format written
+    mode: str
+    size: tuple[int, int]  # input (w, h), after EXIF orientation
+    out_size: tuple[int, int]
+    lossy: bool
+    note: str = ""  # e.g. "3 frames, padded the first"
+
+
+class Painter:
+    """Pads images the way ``spec`` says; one per process (it holds the decoded tile)."""
+
+    def __init__(self, spec: PadSpec) -> None:
+        from .functional import running_bond_stagger
+
+        self.spec = spec
+        self._tile: PIL.Image.Image | None = None
+        self._stagger = 0 if spec.stagger is None else spec.stagger
+        if spec.mode is None and spec.texture is not None:
+            self._tile = _read_texture(spec.texture)
+        elif spec.mode is None:
+            self._tile = brick_image(spec.seed)
+            if spec.stagger is None:
+                self._stagger = running_bond_stagger()
+        self._checked: dict[tuple[Any, ...], str | None] = {}
+        self._textures: dict[tuple[str, bool], torch.Tensor] = {}
+
+    # -- the padding itself ------------------------------------------------------------------
+
+    def pad(
+        self, img: PIL.Image.Image, padding: tuple[int, int, int, int] | None = None
+    ) -> PIL.Image.Image:
+        """``img`` padded by ``padding`` (default the spec's), same PIL mode.
+
+        Raises TypeError/ValueError from the functional API (a fill that does not suit the
+        mode, ...).
+        """
+        spec = self.spec
+        padding = spec.padding if padding is None else padding
+        if spec.mode is not None:
+            fill = spec.fill or (0,)
+            from .functional import pad  # lazily: the command line starts without torch
+
+            return pad(img, padding, fill=fill, padding_mode=spec.mode)
+        from .functional import texture_pad
+        from .functional._pil import pil_texture
+
+        assert self._tile is not None
+        # The tile in the image's colour space, contiguous: converted once per mode, not once
+        # per image (I and F scale it to each image's own value range).
+        key = (img.mode, "transparency" in img.info)
+        texture = self._textures.get(key)
+        if texture is None:
+            texture = pil_texture(img, self._tile).contiguous()
+            if img.mode not in ("I", "F"):
+                self._textures[key] = texture
+        out: PIL.Image.Image = texture_pad(img, padding, texture, stagger=self._stagger)
+        return out
+
+    def _save_options(self, fmt: str) -> dict[str, Any]:
+        quality = self.spec.quality if self.spec.quality is not None else _DEFAULT_QUALITY.get(fmt)
+        return {} if quality is None else {"quality": quality}
+
+    # -- check: header only -----------------------------------------------------------------
+
+    def check(self, job: FileJob) -> Outcome | str:
+        """The outcome ``job`` would have, or a one-line reason why it would fail."""
+        try:
+            with PIL.Image.open(job.source) as img:
+                return self._check_open(job, img)
+        except (PIL.UnidentifiedImageError, OSError, ValueError) as e:
+            return f"cannot read {str(job.source)!r}: {e}"
+
+    def _check_open(self, job: FileJob, img: PIL.Image.Image) -> Outcome | str:
+        fmt = job.fmt or img.format or ""
+        if fmt not in PIL.Image.SAVE:
+            return (
+                f"{job.source}: Pillow cannot write {img.format or 'this'} files; "
+                "choose an output with --format (e.g. --format png)"
+            )
+        if self.spec.quality is not None and fmt not in _QUALITY:
+            return f"{job.source}: --quality applies to JPEG and WebP outputs, this is {fmt}"
+        w, h = img.size
+        if _orientation(img) in (5, 6, 7, 8):  # EXIF says the picture is turned on its side
+            w, h = h, w
+        left, top, right, bottom = self.spec.padding
+        out_size = (w + left + right, h + top + bottom)
+        limit = _MAX_SIDE.get(fmt)
+        if limit is not None and max(out_size) > limit:
+            return f"{job.source}: {fmt} stores at most {limit} px a side, the output is {out_size}"
+        key = (img.mode, fmt, type(img.info.get("transparency")).__name__)
+        if key not in self._checked:
+            self._checked[key] = self._check_stand_in(img, fmt)
+        reason = self._checked[key]
+        if reason is not None:
+            return f"{job.source} ({img.mode}, {fmt}): {reason}"
+        frames = int(getattr(img, "n_frames", 1))
+        note = f"{frames} frames, padded the first" if frames > 1 else ""
+        lossy = is_lossy(fmt, img.mode)
+        return Outcome(job, fmt, img.mode, (w, h), out_size, lossy, note)
+
+    def _check_stand_in(self, img: PIL.Image.Image, fmt: str) -> str | None:
+        """Pad and encode a 3x3 image of ``img``'s mode; the reason it fails, else None."""
+        stand_in = PIL.Image.new(img.mode, (3, 3))
+        if img.mode in ("P", "PA"):
+            stand_in.putpalette(bytes(range(256)) * 3)
+        if "transparency" in img.info:
+            stand_in.info["transparency"] = img.info["transparency"]
+        left, top, right, bottom = (min(p, 4) for p in self.spec.padding)  # same checks, small
+        try:
+            out = self.pad(stand_in, (left, top, right, bottom))
+        except (TypeError, ValueError) as e:
+            return str(e)
+        try:
+            out.save(io.BytesIO(), format=fmt, **self._save_options(fmt))
+        except (OSError, ValueError, KeyError, TypeError) as e:
+            return f"cannot write it as {fmt}: {e}"
+        return None
+
+    # -- the real thing ----------------------------------------------------------------------
+
+    def pad_file(self, job: FileJob) -> Outcome | str:
+        """Decode, pad and write ``job``; the outcome, or a one-line reason it failed."""
+        from PIL import ImageOps
+
+        try:
+            with PIL.Image.open(job.source) as img:
+                frames = int(getattr(img, "n_frames", 1))
+                img.load()
+                fmt = job.fmt or img.format or ""
+                # EXIF is not kept (its sizes would be wrong): bake its orientation in instead.
+                upright = ImageOps.exif_transpose(img)
+        except (PIL.UnidentifiedImageError, OSError, ValueError) as e:
+            return f"cannot read {str(job.source)!r}: {e}"
+        try:
+            result = self.pad(upright)
+        except (TypeError, ValueError) as e:
+            return f"{job.source}: {e}"
+        try:
+            job.target.parent.mkdir(parents=True, exist_ok=True)
+            result.save(job.target, format=fmt, **self._save_options(fmt))
+        except (OSError, ValueError, KeyError, TypeError) as e:
+            return f"cannot write {str(job.target)!r}: {e}"
+        note = f"{frames} frames, padded the first" if frames > 1 else ""
+        lossy = is_lossy(fmt, result.mode)
+        return Outcome(job, fmt, result.mode, upright.size, result.size, lossy, note)
+
+
+def _orientation(img: PIL.Image.Image) -> int:
+    """The EXIF orientation (1: upright) from the header, without decoding pixels."""
+    try:
+        if img.format == "PNG":
+            # PngImageFile.getexif() decodes the image to find an eXIf chunk after the pixels;
+            # one before them is in info already (and rare either way).
+            exif = PIL.Image.Exif()
+            if "exif" in img.info:
+                exif.load(img.info["exif"])
+        else:
+            exif = img.getexif()
+        return int(exif.get(0x0112, 1))
+    except (OSError, ValueError, TypeError, SyntaxError):
+        return 1
+
+
+def _read_texture(path: Path) -> PIL.Image.Image:
+    from ._image_inputs import UsageError
+
+    if not path.is_file():
+        raise UsageError(f"texture {str(path)!r} does not exist or is not a file")
+    try:
+        with PIL.Image.open(path) as img:
+            img.load()
+            return img
+    except (PIL.UnidentifiedImageError, OSError, ValueError) as e:
+        raise UsageError(f"cannot read texture {str(path)!r}: {e}") from None
+
+
+def brick_image(seed: int) -> PIL.Image.Image:
+    """The default brick tile (``make_brick_texture(seed=seed)``) as an 8-bit RGB PIL image."""
+    import torch
+
+    from .functional import make_brick_texture
+
+    tile = make_brick_texture(seed=seed)
+    arr = (tile.clamp(0, 1) * 255).round().to(dtype=torch.uint8).permute(1, 2, 0)
+    return PIL.Image.fromarray(arr.contiguous().numpy())
