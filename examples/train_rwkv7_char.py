@@ -128,7 +128,7 @@ def main(argv: list[str] | None = None) -> None:
     p.add_argument("--ctx", type=int, default=64, help="training window (characters)")
     p.add_argument("--batch", type=int, default=32)
     p.add_argument("--lr", type=float, default=3e-3)
-    p.add_argument("--tune-lr", type=float, default=2e-2)
+    p.add_argument("--tune-lr", type=float, default=0.1)
     p.add_argument("--device", default="cuda" if torch.cuda.is_available() else "cpu")
     p.add_argument("--sample-length", type=int, default=300)
     p.add_argument("--seed", type=int, default=0)
@@ -136,8 +136,8 @@ def main(argv: list[str] | None = None) -> None:
     args = p.parse_args(argv)
     torch.set_num_threads(args.threads)
     if args.quick:
-        args.steps, args.tune_steps, args.sample_length = 40, 15, 80
-        args.n_embd, args.head_size, args.ctx, args.batch = 32, 16, 32, 16
+        args.steps, args.tune_steps, args.sample_length = 30, 10, 80
+        args.n_embd, args.head_size, args.ctx, args.batch = 32, 16, 32, 12
 
     torch.manual_seed(args.seed)
     g = torch.Generator().manual_seed(args.seed)
