@@ -33,7 +33,8 @@ def time_mix(
     n = head_size
     h = c // n
     prev = torch.zeros(b, c, dtype=x.dtype) if shift is None else shift
-    s = torch.zeros(b, h, n, n, dtype=x.dtype) if wkv is None else wkv.clone()
+    start = torch.zeros(b, h, n, n, dtype=x.dtype) if wkv is None else wkv
+    s = [[start[bi, hi] for hi in range(h)] for bi in range(b)]  # lists: autograd-friendly
     outs, vs = [], []
     for i in range(t):
         xt = x[:, i]
@@ -61,17 +62,20 @@ def time_mix(
         k = k * (1 + (iclr - 1) * p["k_a"].reshape(c))
         rh, kh, vh = r.view(b, h, n), k.view(b, h, n), v.view(b, h, n)
         ah, bh = -kk, kk * iclr.view(b, h, n)
-        y = torch.empty(b, h, n, dtype=x.dtype)
+        rows = []
         for bi in range(b):
+            heads = []
             for hi in range(h):
-                m = s[bi, hi]
+                m = s[bi][hi]
                 m = (
                     m @ torch.diag(decay.view(b, h, n)[bi, hi])
                     + torch.outer(m @ ah[bi, hi], bh[bi, hi])
                     + torch.outer(vh[bi, hi], kh[bi, hi])
                 )
-                s[bi, hi] = m
-                y[bi, hi] = m @ rh[bi, hi]
+                s[bi][hi] = m
+                heads.append(m @ rh[bi, hi])
+            rows.append(torch.stack(heads))
+        y = torch.stack(rows)
         mean = y.mean(-1, keepdim=True)
         var = ((y - mean) ** 2).mean(-1, keepdim=True)
         y = ((y - mean) / torch.sqrt(var + 64e-5)).reshape(b, c) * p["ln_x.weight"] + p["ln_x.bias"]
@@ -79,7 +83,8 @@ def time_mix(
         outs.append(((y + bonus.reshape(b, c)) * gate) @ p["output.weight"].T)
     empty = x.new_zeros(b, 0, c)
     out = torch.stack(outs, 1) if outs else empty
-    return out, (torch.stack(vs, 1) if vs else empty), prev, s
+    final = torch.stack([torch.stack(row) for row in s])
+    return out, (torch.stack(vs, 1) if vs else empty), prev, final
 
 
 def channel_mix(p: P, x: torch.Tensor, shift: torch.Tensor | None = None) -> torch.Tensor:

@@ -163,6 +163,29 @@ def test_block_matches_the_reference(layer_id: int, dtype: torch.dtype) -> None:
         assert not torch.allclose(block(x, v_first * 2)[0], y)
 
 
+def test_float64_gradients_match_the_reference() -> None:
+    # Every parameter's gradient, and those of x, v_first and the initial state, through the
+    # explicit wkv7 backward, against autograd through the plain reference.
+    att = make("att1").double()
+    x = rand(2, 5, C, dtype=torch.float64, requires_grad=True)
+    v_first = rand(2, 5, C, seed=3, dtype=torch.float64, requires_grad=True)
+    wkv = (0.3 * rand(2, H, N, N, seed=6, dtype=torch.float64)).requires_grad_(True)
+    shift = torch.zeros(2, C, dtype=torch.float64)
+    weights = rand(2, 5, C, seed=5, dtype=torch.float64)
+    y, _, state = att(x, v_first, RWKV7TimeMixState(shift, wkv))
+    loss = (y * weights).sum() + state.wkv.square().sum()
+    names = [name for name, _ in att.named_parameters()]
+    inputs = [x, v_first, wkv, *att.parameters()]
+    grads = torch.autograd.grad(loss, inputs)
+    p = {k: v.detach().clone().requires_grad_(True) for k, v in att.named_parameters()}
+    y_ref, _, _, s_ref = ref.time_mix(p, x, v_first, 1, N, shift, wkv)
+    loss_ref = (y_ref * weights).sum() + s_ref.square().sum()
+    grads_ref = torch.autograd.grad(loss_ref, [x, v_first, wkv, *(p[k] for k in names)])
+    for name, g, g_ref in zip(["x", "v_first", "state", *names], grads, grads_ref, strict=True):
+        torch.testing.assert_close(g, g_ref, rtol=1e-8, atol=1e-10, msg=name)
+        assert torch.count_nonzero(g) > 0, name
+
+
 def test_layer_zero_ignores_the_given_v_first_and_v012() -> None:
     block = make("block0")
     x = rand(1, 5, C)

@@ -201,8 +201,10 @@ class RWKV7(_RWKV):
         Every size is read from the tensors: vocabulary and width from ``emb.weight``, depth
         from the ``blocks.N`` keys, heads from ``att.r_k`` ``(H, N)``, LoRA widths from
         ``w1 a1 v1 g1``, FFN width from ``ffn.key.weight``. The model is in ``dtype`` (values
-        converted), on the tensors' device; ``sd`` is not modified. Raises ``ValueError`` for
-        a state dict that is not x070's, or does not load strictly.
+        converted), on the tensors' device; ``sd`` is not modified and shares no memory with
+        the model. Raises ``TypeError`` for a non-mapping, ``ValueError`` for a state dict that
+        is not x070's, and ``load_state_dict``'s ``RuntimeError`` for missing, unexpected or
+        misshapen keys (e.g. the extra ``s_emb`` tensors of RWKV-LM's DeepEmbed variant).
         """
         sizes = cls._sizes(sd, "RWKV-7 (x070)", "blocks.0.att.r_k")
         att = "blocks.0.att."
