@@ -14,7 +14,7 @@ the interpreter's LICENSE file), so nothing is downloaded:
    gradient reaches the initial state through ``ops.wkv7``'s state gradient. The held-out loss
    on capitalised text before and after, and a sample from the tuned state.
 
-    python examples/train_rwkv7_char.py            # about 3 minutes on a 2-core CPU
+    python examples/train_rwkv7_char.py            # each part stops after 120 s (--max-seconds)
     python examples/train_rwkv7_char.py --quick    # a few seconds: the smoke test
 
 Runs on CUDA when there is one (``--device`` to choose).
