@@ -1,12 +1,16 @@
 """Benchmark tipad's RWKV operators against what users run on a CPU today.
 
-    python benchmarks/rwkv.py [--quick] [--compile] [--out out/bench]
+    python benchmarks/rwkv.py [--quick] [--compile] [--ops wkv wkv7 time_conv] [--out out/bench]
 
 * WKV (RWKV-4), forward and forward+backward, float32, (B, T, C) = (8, 512, 512) and
   (1, 4096, 768): ``tipad_transforms.ops.wkv`` against the stable recurrence written here in
   torch, one step per token (eager), and with ``--compile`` against ``torch.compile`` of that
   step (the loop stays in Python; compile time reported apart), and with ``--compile-loop``
   ``torch.compile`` of the whole loop (unrolled over T: minutes, capped by ``--compile-cap``).
+* WKV-7 (RWKV-7 "Goose", x070), forward and forward+backward, float32, (B, T, H, N) =
+  (4, 512, 8, 64) (C = 512): ``tipad_transforms.ops.wkv7`` against the recurrence written
+  here in torch (one batched matrix step per token, eager), and with ``--compile`` /
+  ``--compile-loop`` against ``torch.compile`` of that step / of the whole loop.
 * time_conv (the causal depthwise time convolution), forward and forward+backward, float32, L = T,
   (B, C, T) = (8, 256, 512) and (32, 768, 768): ``tipad_transforms.ops.time_conv`` against
   ``F.conv1d(F.pad(k, (L - 1, 0)), w.unsqueeze(1), groups=C)``, with achieved GFLOP/s (2 FLOPs
@@ -132,6 +136,59 @@ def wkv_inputs(b: int, t: int, c: int, seed: int) -> dict[str, torch.Tensor]:
 
 
 # ---------------------------------------------------------------------------------------------
+# WKV-7
+
+
+def wkv7_step(
+    s: torch.Tensor,
+    r: torch.Tensor,
+    d: torch.Tensor,
+    k: torch.Tensor,
+    v: torch.Tensor,
+    a: torch.Tensor,
+    b: torch.Tensor,
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """One token for every (batch, head): ``(y_t, S_t)`` from ``S_{t-1}`` ``(B, H, N, N)``."""
+    sa = s @ a.unsqueeze(-1)
+    s = s * d.unsqueeze(-2) + sa @ b.unsqueeze(-2) + v.unsqueeze(-1) @ k.unsqueeze(-2)
+    return (s @ r.unsqueeze(-1)).squeeze(-1), s
+
+
+def wkv7_torch(
+    r: torch.Tensor,
+    w: torch.Tensor,
+    k: torch.Tensor,
+    v: torch.Tensor,
+    a: torch.Tensor,
+    b: torch.Tensor,
+    step: Callable[..., Any] = wkv7_step,
+) -> torch.Tensor:
+    """``y`` ``(B, T, H, N)`` of the x070 recurrence from a zero state, one step per token."""
+    n_b, n_t, n_h, n_n = r.shape
+    d = torch.exp(w)
+    s = r.new_zeros(n_b, n_h, n_n, n_n)
+    ys = []
+    for t in range(n_t):
+        y, s = step(s, r[:, t], d[:, t], k[:, t], v[:, t], a[:, t], b[:, t])
+        ys.append(y)
+    return torch.stack(ys, 1)
+
+
+def wkv7_inputs(b: int, t: int, h: int, n: int, seed: int) -> dict[str, torch.Tensor]:
+    """x070-like operands: decays in (0.545, 1), ``a = -kk``, ``b = kk * iclr`` (kk unit)."""
+    gen = torch.Generator().manual_seed(seed)
+
+    def randn() -> torch.Tensor:
+        return torch.randn(b, t, h, n, generator=gen)
+
+    kk = F.normalize(randn(), dim=-1)
+    iclr = torch.rand(b, t, h, n, generator=gen)
+    w = -torch.exp(torch.tensor(-0.5)) * torch.sigmoid(randn())
+    return {"r": randn(), "w": w, "k": randn(), "v": randn(), "a": -kk, "b": kk * iclr,
+            "grad": randn()}  # fmt: skip
+
+
+# ---------------------------------------------------------------------------------------------
 # time_conv
 
 
@@ -245,6 +302,45 @@ def wkv_workloads(
     return out
 
 
+def wkv7_workloads(
+    shape: tuple[int, int, int, int], args: argparse.Namespace
+) -> list[tuple[str, str, list[Peer], dict[str, Any]]]:
+    b, t, h, n = shape
+    inputs = wkv7_inputs(b, t, h, n, args.seed)
+    xs = [inputs[name] for name in ("r", "w", "k", "v", "a", "b")]
+    compiled: dict[str, Any] = {}
+    out = []
+    for kind in ("fwd", "fwd+bwd"):
+
+        def make(fn: Callable[..., torch.Tensor], kind: str = kind) -> Callable[[], Any]:
+            if kind == "fwd":
+                return _forward(fn, xs)
+            return _forward_backward(fn, xs, inputs["grad"])
+
+        peers = [
+            Peer("tipad.wkv7", "tipad ops.wkv7 (Taichi)", make(tops.wkv7), "tipad"),
+            Peer("torch.eager", "torch eager loop", make(wkv7_torch), "eager"),
+        ]
+        for variant in args.compile_variants:
+            key = f"torch.compile-{variant}"
+            if variant == "step":
+                step = torch.compile(wkv7_step, dynamic=False)
+
+                def fn(*a: torch.Tensor, _s: Any = step) -> torch.Tensor:
+                    return wkv7_torch(*a, step=_s)
+            else:
+                fn = torch.compile(wkv7_torch, dynamic=False)
+            run, info = compile_peer(key, lambda fn=fn: make(fn), args.compile_cap)
+            compiled[f"{key} {kind}"] = info
+            log(f"  torch.compile ({variant}, {kind}): {info['status']}, {info['compile_s']:.1f} s")
+            if run is not None:
+                peers.append(Peer(key, f"torch.compile ({variant})", run, key))
+        title = f"WKV-7 {kind}, (B, T, H, N) = {shape}, float32"
+        key = f"wkv7-{kind}-{b}x{t}x{h}x{n}"
+        out.append((key, title, peers, {"torch_compile": compiled, "need": 10.0}))
+    return out
+
+
 def conv_workloads(
     shape: tuple[int, int, int], args: argparse.Namespace
 ) -> list[tuple[str, str, list[Peer], dict[str, Any]]]:
@@ -323,6 +419,13 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument(
         "--compile-cap", type=float, default=600.0, help="give up a compile after this (s)"
     )
+    ap.add_argument(
+        "--ops",
+        nargs="+",
+        choices=("wkv", "wkv7", "time_conv"),
+        default=["wkv", "wkv7", "time_conv"],
+        help="the operators to benchmark (default: all)",
+    )
     ap.add_argument("--min-sample-ms", type=float, default=50.0)
     ap.add_argument("--threads", type=int, help="CPU threads for torch and Taichi")
     ap.add_argument("--seed", type=int, default=0)
@@ -339,8 +442,10 @@ def main(argv: list[str] | None = None) -> int:
     rounds = args.repeats or (2 if quick else 5)
     if quick:
         wkv_shapes, conv_shapes = [(2, 64, 64)], [(2, 32, 64)]
+        wkv7_shapes = [(1, 32, 2, 16)]
     else:
         wkv_shapes, conv_shapes = [(8, 512, 512), (1, 4096, 768)], [(8, 256, 512), (32, 768, 768)]
+        wkv7_shapes = [(4, 512, 8, 64)]
 
     clock = Deadline(0)
     info = machine_info()
@@ -352,8 +457,13 @@ def main(argv: list[str] | None = None) -> int:
     plots: list[tuple[str, list[Measurement], str]] = []
     tables: list[str] = []
     targets: list[dict[str, Any]] = []
-    builders = [(wkv_workloads, s, "torch.eager") for s in wkv_shapes]
-    builders += [(conv_workloads, s, "torch.conv1d") for s in conv_shapes]
+    builders: list[tuple[Callable[..., Any], tuple[int, ...], str]] = []
+    if "wkv" in args.ops:
+        builders += [(wkv_workloads, s, "torch.eager") for s in wkv_shapes]
+    if "wkv7" in args.ops:
+        builders += [(wkv7_workloads, s, "torch.eager") for s in wkv7_shapes]
+    if "time_conv" in args.ops:
+        builders += [(conv_workloads, s, "torch.conv1d") for s in conv_shapes]
     errors: list[str] = []
     for build, shape, yard in builders:
         log(f"{build.__name__} {shape}: building inputs...")
@@ -383,7 +493,7 @@ def main(argv: list[str] | None = None) -> int:
             med = {m.peer.key: m.stats.median_s for m in ms}
             tipad = next(k for k in med if k.startswith("tipad"))
             speedup = med[yard] / med[tipad]
-            need = 5.0 if yard == "torch.eager" else 1.0
+            need = extra.get("need", 5.0 if yard == "torch.eager" else 1.0)
             targets.append(
                 {
                     "target": f"{key}: tipad >= {need:g}x faster than {yard}"

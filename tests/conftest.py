@@ -47,6 +47,8 @@ def _kernel_only(request: pytest.FixtureRequest, monkeypatch: pytest.MonkeyPatch
             "time_conv_backward",
             "wkv",
             "wkv_backward",
+            "wkv7",
+            "wkv7_backward",
         ):
             monkeypatch.setattr(_fallback, name, refuse)
     yield

@@ -437,3 +437,27 @@ def test_bad_wkv_state_and_constructor_arguments() -> None:
         m.init_state(0)
     with pytest.raises(TypeError, match="n_embd must be an int, got str"):
         RWKVTimeMix("8")  # type: ignore[arg-type]
+
+
+# ---- the RWKV habit: `y, state = m(x, None)` -------------------------------------------------
+
+
+@pytest.mark.parametrize("kind", ["att", "ffn", "block0", "block1"])
+def test_none_state_starts_from_zeros_and_returns_the_pair(kind: str) -> None:
+    # Issue 8: `y, state = block(x, None)` used to return y alone, and the unpacking split the
+    # batch (two items) into "y" and "state" without an error.
+    m = make(kind)
+    x = rand_x()
+    expected_y, expected_state = m(x, m.init_state(2))
+    out = m(x, None)
+    assert isinstance(out, tuple) and len(out) == 2
+    y, state = out
+    assert y.shape == x.shape
+    torch.testing.assert_close(y, expected_y, rtol=0, atol=0)
+    flat = leaves(state) if kind.startswith("block") else list(state)
+    flat_expected = leaves(expected_state) if kind.startswith("block") else list(expected_state)
+    for got, want in zip(flat, flat_expected, strict=True):
+        torch.testing.assert_close(got, want, rtol=0, atol=0)
+    plain = m(x)  # without a state argument: y alone, as before
+    assert isinstance(plain, torch.Tensor)
+    torch.testing.assert_close(plain, y, rtol=1e-6, atol=1e-6)

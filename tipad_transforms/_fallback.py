@@ -289,3 +289,94 @@ def time_conv_backward(
     dk = torch.nn.grad.conv1d_input(padded.shape, weight, grad, groups=channels)
     dw = torch.nn.grad.conv1d_weight(padded, weight.shape, grad, groups=channels)
     return dw.squeeze(1), dk[..., length - 1 :]
+
+
+# RWKV-7 (x070) WKV: the torch route of ops.wkv7, one batched step per token; the backward walks
+# the same checkpoints as the kernels (recomputing the states inside each chunk), so its memory
+# is bounded the same way.
+
+
+def wkv7(
+    r: torch.Tensor,
+    d: torch.Tensor,
+    k: torch.Tensor,
+    v: torch.Tensor,
+    a: torch.Tensor,
+    b: torch.Tensor,
+    state: torch.Tensor,
+    chunk: int,
+    save: bool,
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """``S_t = S_{t-1} diag(d_t) + (S_{t-1} a_t) b_t^T + v_t k_t^T``, ``y_t = S_t r_t``.
+
+    ``r, d, k, v, a, b``: ``(B, T, H, N)`` (``d = exp(w)``, the decay itself), ``state``:
+    ``(B, H, N, N)`` indexed ``[value, key]``, one float dtype. Returns ``y`` ``(B, T, H, N)``
+    and the states ``(B, H, S, N, N)`` in the kernel's layout: with ``save`` (S = ceil(T /
+    chunk) + 1) the state before steps 0, chunk, 2 chunk, ... and after the last, else (S = 1)
+    the final state only.
+    """
+    s = state
+    ys, kept = [], []
+    for t in range(k.shape[1]):
+        if save and t % chunk == 0:
+            kept.append(s)
+        s = _wkv7_step(s, d[:, t], k[:, t], v[:, t], a[:, t], b[:, t])
+        ys.append(torch.einsum("bhij,bhj->bhi", s, r[:, t]))
+    kept.append(s)
+    y = torch.stack(ys, 1) if ys else k.new_empty(k.shape)
+    return y, torch.stack(kept, 2)
+
+
+def _wkv7_step(
+    s: torch.Tensor,
+    d: torch.Tensor,
+    k: torch.Tensor,
+    v: torch.Tensor,
+    a: torch.Tensor,
+    b: torch.Tensor,
+) -> torch.Tensor:
+    sa = torch.einsum("bhij,bhj->bhi", s, a)
+    return s * d[:, :, None, :] + sa[..., None] * b[:, :, None, :] + v[..., None] * k[:, :, None, :]
+
+
+def wkv7_backward(
+    r: torch.Tensor,
+    d: torch.Tensor,
+    k: torch.Tensor,
+    v: torch.Tensor,
+    a: torch.Tensor,
+    b: torch.Tensor,
+    states: torch.Tensor,
+    gy: torch.Tensor,
+    gstate: torch.Tensor,
+    chunk: int,
+) -> tuple[torch.Tensor, ...]:
+    """Gradients of ``wkv7`` w.r.t. ``(r, d, k, v, a, b, state)`` given ``gy`` ``(B, T, H, N)``
+    and ``gstate`` ``(B, H, N, N)`` (of ``y`` and of the final state).
+
+    ``states``: ``wkv7``'s saved checkpoints (``save=True``). Chunks are walked from the last:
+    the states inside one are recomputed from its checkpoint, then the step gradients run back
+    through them (the kernels' scheme, so the memory is the checkpoints plus one chunk).
+    """
+    n_t = k.shape[1]
+    grads = [torch.empty_like(x) for x in (r, d, k, v, a, b)]
+    gr, gd, gk, gv, ga, gb = grads
+    g = gstate
+    for c in reversed(range(states.shape[2] - 1)):
+        lo, hi = c * chunk, min(n_t, (c + 1) * chunk)
+        inside = [states[:, :, c]]
+        for t in range(lo, hi):
+            inside.append(_wkv7_step(inside[-1], d[:, t], k[:, t], v[:, t], a[:, t], b[:, t]))
+        for t in reversed(range(lo, hi)):
+            prev, after = inside[t - lo], inside[t - lo + 1]
+            g = g + gy[:, t, :, :, None] * r[:, t, :, None, :]
+            gr[:, t] = torch.einsum("bhi,bhij->bhj", gy[:, t], after)
+            sa = torch.einsum("bhij,bhj->bhi", prev, a[:, t])
+            q = torch.einsum("bhij,bhj->bhi", g, b[:, t])
+            gd[:, t] = (g * prev).sum(2)
+            gb[:, t] = torch.einsum("bhij,bhi->bhj", g, sa)
+            ga[:, t] = torch.einsum("bhi,bhij->bhj", q, prev)
+            gk[:, t] = torch.einsum("bhij,bhi->bhj", g, v[:, t])
+            gv[:, t] = torch.einsum("bhij,bhj->bhi", g, k[:, t])
+            g = g * d[:, t, :, None, :] + q[..., None] * a[:, t, :, None, :]
+    return (*grads, g)

@@ -32,6 +32,8 @@ __all__ = [
     "launch_pad",
     "launch_pad_stack",
     "launch_time_conv",
+    "launch_wkv7_backward",
+    "launch_wkv7_forward",
     "launch_wkv_backward",
     "launch_wkv_forward",
     "refusal",
@@ -218,3 +220,4 @@ def _ordered_with_torch(device: torch.device) -> Iterator[None]:
 from ._pad import launch_pad, launch_pad_stack  # noqa: E402
 from ._time_conv import launch_time_conv  # noqa: E402
 from ._wkv import launch_wkv_backward, launch_wkv_forward  # noqa: E402
+from ._wkv7 import launch_wkv7_backward, launch_wkv7_forward  # noqa: E402

@@ -10,8 +10,9 @@ Every module runs in two ways:
 - ``m(x)``: ``x`` is a whole sequence ``(B, T, n_embd)``, the first token sees zeros as its past;
   returns ``y`` ``(B, T, n_embd)``.
 - ``m(x, state)``: the sequence continues from ``state`` (``m.init_state(B)`` at the start, or
-  the state a previous call returned); returns ``(y, new_state)``. Running a sequence in pieces,
-  down to one token at a time (RNN mode, for generation), gives the output of running it whole.
+  the state a previous call returned; ``None``: the zero state); returns ``(y, new_state)``.
+  Running a sequence in pieces, down to one token at a time (RNN mode, for generation), gives
+  the output of running it whole.
 
 A state is a small ``NamedTuple`` of tensors (``TimeMixState``, ``ChannelMixState``,
 ``BlockState``); ``state.detach()`` cuts the graph between training chunks. Calls never modify a
@@ -26,8 +27,20 @@ from typing import NamedTuple, overload
 import torch
 from torch import nn
 
-from .ops import init_wkv_state, wkv
-from .ops._common import check_float
+from ..ops import init_wkv_state, wkv
+from ._common import (
+    STATELESS,
+    Stateless,
+    channel_ramp,
+    check_layer,
+    check_part,
+    check_size,
+    check_tuple,
+    check_x,
+    last,
+    shifted,
+    state_dtype,
+)
 
 __all__ = [
     "BlockState",
@@ -77,66 +90,15 @@ class BlockState(NamedTuple):
         return BlockState(self.att.detach(), self.ffn.detach())
 
 
-def _check_size(name: str, value: object) -> int:
-    if isinstance(value, bool) or not isinstance(value, int):
-        raise TypeError(f"{name} must be an int, got {type(value).__name__}")
-    if value < 1:
-        raise ValueError(f"{name} must be a positive int, got {value!r}")
-    return value
-
-
 def _layer_ratios(layer_id: int, n_layer: int) -> tuple[float, float]:
     """RWKV-4's depth ratios ``(r01, r1a0)``: 0 -> 1 and 1 -> ~0 from the first layer to the last.
 
     RWKV-LM computes ``r01 = layer_id / (n_layer - 1)``, a ZeroDivisionError for a single layer;
     here a lone layer counts as a first layer (``r01 = 0``), as ``layer_id = 0`` does anywhere.
     """
-    _check_size("n_layer", n_layer)
-    if isinstance(layer_id, bool) or not isinstance(layer_id, int) or not 0 <= layer_id < n_layer:
-        raise ValueError(f"layer_id must be an int in [0, n_layer={n_layer}), got {layer_id!r}")
+    check_layer(layer_id, n_layer)
     r01 = layer_id / (n_layer - 1) if n_layer > 1 else 0.0
     return r01, 1.0 - layer_id / n_layer
-
-
-def _channel_ramp(n_embd: int) -> torch.Tensor:
-    """``ddd[i] = i / n_embd`` as ``(1, 1, n_embd)`` float64: the base of every time_mix init."""
-    return (torch.arange(n_embd, dtype=torch.float64) / n_embd).view(1, 1, n_embd)
-
-
-def _wkv_dtype(dtype: torch.dtype) -> torch.dtype:
-    """The dtype of the WKV recurrence for inputs of ``dtype`` (half precision loses it)."""
-    return torch.float64 if dtype == torch.float64 else torch.float32
-
-
-def _check_x(x: object, n_embd: int) -> torch.Tensor:
-    x = check_float("x", x)
-    if x.dim() != 3 or x.shape[2] != n_embd:
-        raise ValueError(f"x must be (B, T, n_embd={n_embd}), got shape {tuple(x.shape)}")
-    return x
-
-
-def _check_part(name: str, t: object, shape: tuple[int, ...], x: torch.Tensor) -> torch.Tensor:
-    if not isinstance(t, torch.Tensor):
-        raise TypeError(f"{name} must be a torch.Tensor, got {type(t).__name__}")
-    if tuple(t.shape) != shape:
-        raise ValueError(
-            f"{name} must be {shape} for x of shape {tuple(x.shape)}, got {tuple(t.shape)} "
-            "(a state from another batch size or layer width?)"
-        )
-    if t.device != x.device:
-        raise ValueError(f"{name} is on {t.device}, x on {x.device}")
-    return t
-
-
-def _shifted(x: torch.Tensor, prev: torch.Tensor | None) -> torch.Tensor:
-    """``x`` one step later in time: ``xx[:, t] = x[:, t-1]``, ``xx[:, 0] = prev`` (or zeros)."""
-    first = x.new_zeros(x.shape[0], 1, x.shape[2]) if prev is None else prev.to(x.dtype)[:, None]
-    return torch.cat([first, x[:, :-1]], dim=1)
-
-
-def _last(x: torch.Tensor, prev: torch.Tensor) -> torch.Tensor:
-    """The shift state after ``x``: its last token, or ``prev`` for an empty sequence."""
-    return x[:, -1] if x.shape[1] else prev
 
 
 def _mix(x: torch.Tensor, xx: torch.Tensor, time_mix: torch.Tensor) -> torch.Tensor:
@@ -177,8 +139,8 @@ class RWKVTimeMix(nn.Module):
         self, n_embd: int, dim_att: int | None = None, layer_id: int = 0, n_layer: int = 1
     ) -> None:
         super().__init__()
-        self.n_embd = _check_size("n_embd", n_embd)
-        self.dim_att = n_embd if dim_att is None else _check_size("dim_att", dim_att)
+        self.n_embd = check_size("n_embd", n_embd)
+        self.dim_att = n_embd if dim_att is None else check_size("dim_att", dim_att)
         self.layer_id = layer_id
         r01, r1a0 = _layer_ratios(layer_id, n_layer)
 
@@ -186,7 +148,7 @@ class RWKVTimeMix(nn.Module):
         h = torch.arange(self.dim_att, dtype=torch.float64)
         decay = -5 + 8 * (h / max(self.dim_att - 1, 1)) ** (0.7 + 1.3 * r01)
         zigzag = ((h + 1) % 3 - 1) * 0.5
-        ddd = _channel_ramp(n_embd)
+        ddd = channel_ramp(n_embd)
         self.time_decay = nn.Parameter(decay.float())
         self.time_first = nn.Parameter((math.log(0.3) + zigzag).float())
         self.time_mix_k = nn.Parameter((ddd**r1a0).float())
@@ -211,53 +173,60 @@ class RWKVTimeMix(nn.Module):
 
         ``device`` and ``dtype`` default to the module's parameters'.
         """
-        _check_size("batch_size", batch_size)
+        check_size("batch_size", batch_size)
         device = self.time_mix_k.device if device is None else device
         dtype = self.time_mix_k.dtype if dtype is None else dtype
         return TimeMixState(
             torch.zeros(batch_size, self.n_embd, device=device, dtype=dtype),
-            init_wkv_state(batch_size, self.dim_att, device=device, dtype=_wkv_dtype(dtype)),
+            init_wkv_state(batch_size, self.dim_att, device=device, dtype=state_dtype(dtype)),
         )
 
     @overload
-    def forward(self, x: torch.Tensor, state: None = None) -> torch.Tensor: ...
+    def forward(self, x: torch.Tensor) -> torch.Tensor: ...
     @overload
     def forward(
-        self, x: torch.Tensor, state: TimeMixState
+        self, x: torch.Tensor, state: TimeMixState | None
     ) -> tuple[torch.Tensor, TimeMixState]: ...
 
     def forward(
-        self, x: torch.Tensor, state: TimeMixState | None = None
+        self, x: torch.Tensor, state: TimeMixState | Stateless | None = STATELESS
     ) -> torch.Tensor | tuple[torch.Tensor, TimeMixState]:
         """Mix ``x`` ``(B, T, n_embd)`` over time; returns ``y`` of the same shape and dtype.
 
         Floating ``x`` in the parameters' dtype (float32, float64, float16, bfloat16) on their
         device; the WKV recurrence and its state are float32 (float64 for float64 ``x``).
         With ``state`` (a ``TimeMixState`` for batch size ``B``) the sequence continues from it
-        and ``(y, new_state)`` is returned. Raises ``ValueError`` naming ``x`` or ``state`` for a
-        wrong shape (rank, last dim, batch size) or device, ``TypeError`` for a wrong type.
+        and ``(y, new_state)`` is returned; ``state=None`` starts from ``init_state(B)`` and
+        returns the pair too. Raises ``ValueError`` naming ``x`` or ``state`` for a wrong shape
+        (rank, last dim, batch size) or device, ``TypeError`` for a wrong type.
         """
-        x = _check_x(x, self.n_embd)
-        if state is not None:
-            state = self._check_state(state, x)
-        xx = _shifted(x, None if state is None else state.shift)
+        x = check_x(x, self.n_embd)
+        if state is STATELESS:
+            xx = shifted(x, None)
+            k, v, r = self._kvr(x, xx)
+            return self.output(torch.sigmoid(r) * wkv(self.time_decay, self.time_first, k, v))
+        if state is None:
+            state = self.init_state(x.shape[0], device=x.device, dtype=x.dtype)
+        state = self._check_state(state, x)
+        k, v, r = self._kvr(x, shifted(x, state.shift))
+        y, s = wkv(self.time_decay, self.time_first, k, v, state.wkv)
+        return self.output(torch.sigmoid(r) * y), TimeMixState(last(x, state.shift), s)
+
+    def _kvr(
+        self, x: torch.Tensor, xx: torch.Tensor
+    ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
         k = self.key(_mix(x, xx, self.time_mix_k))
         v = self.value(_mix(x, xx, self.time_mix_v))
-        r = self.receptance(_mix(x, xx, self.time_mix_r))
-        if state is None:
-            return self.output(torch.sigmoid(r) * wkv(self.time_decay, self.time_first, k, v))
-        y, s = wkv(self.time_decay, self.time_first, k, v, state.wkv)
-        return self.output(torch.sigmoid(r) * y), TimeMixState(_last(x, state.shift), s)
+        return k, v, self.receptance(_mix(x, xx, self.time_mix_r))
 
     def _check_state(self, state: object, x: torch.Tensor) -> TimeMixState:
-        if not isinstance(state, tuple) or len(state) != 2:
-            raise TypeError(f"state must be a TimeMixState, got {type(state).__name__}")
+        state = check_tuple(state, 2, "TimeMixState")
         b = x.shape[0]
-        shift = _check_part("state.shift", state[0], (b, self.n_embd), x)
-        s = _check_part("state.wkv", state[1], (b, 3, self.dim_att), x)
-        if s.dtype != _wkv_dtype(x.dtype):
+        shift = check_part("state.shift", state[0], (b, self.n_embd), x)
+        s = check_part("state.wkv", state[1], (b, 3, self.dim_att), x)
+        if s.dtype != state_dtype(x.dtype):
             raise TypeError(
-                f"state.wkv must be {_wkv_dtype(x.dtype)} for {x.dtype} x, got {s.dtype}"
+                f"state.wkv must be {state_dtype(x.dtype)} for {x.dtype} x, got {s.dtype}"
             )
         return TimeMixState(shift, s)
 
@@ -286,11 +255,11 @@ class RWKVChannelMix(nn.Module):
         self, n_embd: int, dim_ffn: int | None = None, layer_id: int = 0, n_layer: int = 1
     ) -> None:
         super().__init__()
-        self.n_embd = _check_size("n_embd", n_embd)
-        self.dim_ffn = 4 * n_embd if dim_ffn is None else _check_size("dim_ffn", dim_ffn)
+        self.n_embd = check_size("n_embd", n_embd)
+        self.dim_ffn = 4 * n_embd if dim_ffn is None else check_size("dim_ffn", dim_ffn)
         self.layer_id = layer_id
         _, r1a0 = _layer_ratios(layer_id, n_layer)
-        ddd = _channel_ramp(n_embd)
+        ddd = channel_ramp(n_embd)
         self.time_mix_k = nn.Parameter((ddd**r1a0).float())
         self.time_mix_r = nn.Parameter((ddd**r1a0).float())
 
@@ -309,36 +278,38 @@ class RWKVChannelMix(nn.Module):
 
         ``device`` and ``dtype`` default to the module's parameters'.
         """
-        _check_size("batch_size", batch_size)
+        check_size("batch_size", batch_size)
         device = self.time_mix_k.device if device is None else device
         dtype = self.time_mix_k.dtype if dtype is None else dtype
         return ChannelMixState(torch.zeros(batch_size, self.n_embd, device=device, dtype=dtype))
 
     @overload
-    def forward(self, x: torch.Tensor, state: None = None) -> torch.Tensor: ...
+    def forward(self, x: torch.Tensor) -> torch.Tensor: ...
     @overload
     def forward(
-        self, x: torch.Tensor, state: ChannelMixState
+        self, x: torch.Tensor, state: ChannelMixState | None
     ) -> tuple[torch.Tensor, ChannelMixState]: ...
 
     def forward(
-        self, x: torch.Tensor, state: ChannelMixState | None = None
+        self, x: torch.Tensor, state: ChannelMixState | Stateless | None = STATELESS
     ) -> torch.Tensor | tuple[torch.Tensor, ChannelMixState]:
         """``x`` ``(B, T, n_embd)`` -> ``y`` of the same shape and dtype; with ``state`` (a
-        ``ChannelMixState`` for batch size ``B``) returns ``(y, new_state)``.
+        ``ChannelMixState`` for batch size ``B``, or ``None`` for the zero state) returns
+        ``(y, new_state)``.
 
         Errors as ``RWKVTimeMix.forward``.
         """
-        x = _check_x(x, self.n_embd)
+        x = check_x(x, self.n_embd)
         prev = None
-        if state is not None:
-            if not isinstance(state, tuple) or len(state) != 1:
-                raise TypeError(f"state must be a ChannelMixState, got {type(state).__name__}")
-            prev = _check_part("state.shift", state[0], (x.shape[0], self.n_embd), x)
-        xx = _shifted(x, prev)
+        if state is not STATELESS:
+            if state is None:
+                state = self.init_state(x.shape[0], device=x.device, dtype=x.dtype)
+            (prev,) = check_tuple(state, 1, "ChannelMixState")
+            prev = check_part("state.shift", prev, (x.shape[0], self.n_embd), x)
+        xx = shifted(x, prev)
         k = torch.square(torch.relu(self.key(_mix(x, xx, self.time_mix_k))))
         y = torch.sigmoid(self.receptance(_mix(x, xx, self.time_mix_r))) * self.value(k)
-        return y if prev is None else (y, ChannelMixState(_last(x, prev)))
+        return y if prev is None else (y, ChannelMixState(last(x, prev)))
 
     def extra_repr(self) -> str:
         return f"n_embd={self.n_embd}, dim_ffn={self.dim_ffn}, layer_id={self.layer_id}"
@@ -369,7 +340,7 @@ class RWKVBlock(nn.Module):
         n_layer: int = 1,
     ) -> None:
         super().__init__()
-        _check_size("n_embd", n_embd)
+        check_size("n_embd", n_embd)
         self.layer_id = layer_id
         self.ln1 = nn.LayerNorm(n_embd)
         self.ln2 = nn.LayerNorm(n_embd)
@@ -391,24 +362,29 @@ class RWKVBlock(nn.Module):
         )
 
     @overload
-    def forward(self, x: torch.Tensor, state: None = None) -> torch.Tensor: ...
+    def forward(self, x: torch.Tensor) -> torch.Tensor: ...
     @overload
-    def forward(self, x: torch.Tensor, state: BlockState) -> tuple[torch.Tensor, BlockState]: ...
+    def forward(
+        self, x: torch.Tensor, state: BlockState | None
+    ) -> tuple[torch.Tensor, BlockState]: ...
 
     def forward(
-        self, x: torch.Tensor, state: BlockState | None = None
+        self, x: torch.Tensor, state: BlockState | Stateless | None = STATELESS
     ) -> torch.Tensor | tuple[torch.Tensor, BlockState]:
-        """``x`` ``(B, T, n_embd)`` -> ``(B, T, n_embd)``; with ``state`` (a ``BlockState``)
-        returns ``(y, new_state)``. Errors as ``RWKVTimeMix.forward``.
+        """``x`` ``(B, T, n_embd)`` -> ``(B, T, n_embd)``; with ``state`` (a ``BlockState``, or
+        ``None`` for the zero state) returns ``(y, new_state)``. Errors as
+        ``RWKVTimeMix.forward``.
         """
-        x = _check_x(x, self.att.n_embd)
-        if state is not None and (not isinstance(state, tuple) or len(state) != 2):
-            raise TypeError(f"state must be a BlockState, got {type(state).__name__}")
+        x = check_x(x, self.att.n_embd)
+        if state is not STATELESS and state is not None:
+            check_tuple(state, 2, "BlockState")
         if self.ln0 is not None:
             x = self.ln0(x)
-        if state is None:
+        if state is STATELESS:
             x = x + self.att(self.ln1(x))
             return x + self.ffn(self.ln2(x))
+        if state is None:
+            state = self.init_state(x.shape[0], device=x.device, dtype=x.dtype)
         a, att_state = self.att(self.ln1(x), state[0])
         x = x + a
         f, ffn_state = self.ffn(self.ln2(x), state[1])

@@ -1,0 +1,49 @@
+"""RWKV layers and language models on the package's WKV kernels, named like RWKV checkpoints.
+
+- RWKV-4: ``RWKVTimeMix``, ``RWKVChannelMix``, ``RWKVBlock`` (on ``ops.wkv``) and the model
+  ``RWKV4``.
+- RWKV-7 "Goose" (x070): ``RWKV7TimeMix``, ``RWKV7ChannelMix``, ``RWKV7Block`` (on ``ops.wkv7``)
+  and the model ``RWKV7``.
+- ``generate`` / ``sample_logits``: sampling one token at a time with the state carried.
+
+Every layer and model runs a whole sequence (``m(x)``), or continues from a state
+(``m(x, state)``, ``None`` for the zero state) and returns the new one; see docs/rwkv.md.
+"""
+
+from ._generate import generate, sample_logits
+from ._models import RWKV4, RWKV7
+from ._rwkv4 import (
+    BlockState,
+    ChannelMixState,
+    RWKVBlock,
+    RWKVChannelMix,
+    RWKVTimeMix,
+    TimeMixState,
+)
+from ._rwkv7 import (
+    RWKV7Block,
+    RWKV7BlockState,
+    RWKV7ChannelMix,
+    RWKV7TimeMix,
+    RWKV7TimeMixState,
+    lora_widths,
+)
+
+__all__ = [
+    "RWKV4",
+    "RWKV7",
+    "BlockState",
+    "ChannelMixState",
+    "RWKV7Block",
+    "RWKV7BlockState",
+    "RWKV7ChannelMix",
+    "RWKV7TimeMix",
+    "RWKV7TimeMixState",
+    "RWKVBlock",
+    "RWKVChannelMix",
+    "RWKVTimeMix",
+    "TimeMixState",
+    "generate",
+    "lora_widths",
+    "sample_logits",
+]

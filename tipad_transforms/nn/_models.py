@@ -1,0 +1,289 @@
+"""Whole RWKV language models, named like the official checkpoints: ``RWKV4`` and ``RWKV7``.
+
+Both are RWKV-LM's ``RWKV`` model: ``emb`` (an embedding), ``blocks`` (the layers; block 0 holds
+``ln0``), ``ln_out`` and ``head`` (a linear map to the vocabulary, no bias), so the ``.pth``
+files RWKV-LM saves (the released RWKV-4 and RWKV-7 models) load with
+``model.load_state_dict(torch.load(path), strict=True)``; ``load_state_dict`` converts their
+bfloat16 / float16 tensors to the model's dtype. ``Model.from_state_dict(sd)`` builds a model
+whose every size is read from the tensors, then loads them.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Mapping, Sequence
+from typing import Any, TypeVar, cast, overload
+
+import torch
+from torch import nn
+
+from ._common import STATELESS, Stateless, check_size
+from ._rwkv4 import BlockState, RWKVBlock
+from ._rwkv7 import RWKV7Block, RWKV7BlockState
+
+__all__ = ["RWKV4", "RWKV7"]
+
+_Model = TypeVar("_Model", bound="_RWKV")
+
+
+class _RWKV(nn.Module):
+    """``emb -> blocks -> ln_out -> head``; the subclasses say what a block takes and returns."""
+
+    blocks: nn.ModuleList
+
+    def __init__(self, vocab_size: int, n_embd: int) -> None:
+        super().__init__()
+        self.vocab_size = check_size("vocab_size", vocab_size)
+        self.n_embd = check_size("n_embd", n_embd)
+        self.emb = nn.Embedding(vocab_size, n_embd)
+
+    def _finish(self) -> None:
+        """``ln_out``, ``head`` and RWKV-LM's ``generate_init_weight`` for ``emb`` and ``head``:
+        ``emb`` uniform in ``±1e-4`` (``ln0`` rescales it), ``head`` orthogonal with gain
+        ``0.5 * sqrt(vocab / n_embd)`` (``0.5`` when ``vocab <= n_embd``).
+        """
+        self.ln_out = nn.LayerNorm(self.n_embd)
+        self.head = nn.Linear(self.n_embd, self.vocab_size, bias=False)
+        ratio = self.vocab_size / self.n_embd
+        with torch.no_grad():
+            nn.init.uniform_(self.emb.weight, -1e-4, 1e-4)
+            if not self.head.weight.is_meta:
+                nn.init.orthogonal_(self.head.weight, gain=0.5 * math.sqrt(max(ratio, 1.0)))
+
+    @property
+    def n_layer(self) -> int:
+        return len(self.blocks)
+
+    def init_state(
+        self,
+        batch_size: int,
+        *,
+        device: torch.device | str | None = None,
+        dtype: torch.dtype | None = None,
+    ) -> list[Any]:
+        """The state before the first token: one block state per layer (a list).
+
+        ``device`` and ``dtype`` (of the shift states; the WKV states are float32, float64 for
+        a float64 model) default to the model's.
+        """
+        return [
+            cast(Any, block).init_state(batch_size, device=device, dtype=dtype)
+            for block in self.blocks
+        ]
+
+    def _check_idx(self, idx: object) -> torch.Tensor:
+        if not isinstance(idx, torch.Tensor):
+            raise TypeError(f"idx must be a torch.Tensor, got {type(idx).__name__}")
+        if idx.dtype not in (torch.int64, torch.int32):
+            raise TypeError(f"idx must be int64 (or int32) token ids, got {idx.dtype}")
+        if idx.dim() != 2:
+            raise ValueError(f"idx must be (B, T), got shape {tuple(idx.shape)}")
+        if idx.numel() and (int(idx.min()) < 0 or int(idx.max()) >= self.vocab_size):
+            raise ValueError(
+                f"idx must hold token ids in [0, vocab_size={self.vocab_size}), got values in "
+                f"[{int(idx.min())}, {int(idx.max())}]"
+            )
+        return idx
+
+    def _check_model_state(self, state: object, batch_size: int, x: torch.Tensor) -> list[Any]:
+        if state is None:
+            return self.init_state(batch_size, device=x.device, dtype=x.dtype)
+        if not isinstance(state, Sequence) or isinstance(state, torch.Tensor):
+            raise TypeError(
+                f"state must be a list of {self.n_layer} block states, got {type(state).__name__}"
+            )
+        if len(state) != self.n_layer:
+            raise ValueError(
+                f"state must hold one block state per layer ({self.n_layer}), got {len(state)}"
+            )
+        return list(state)
+
+    @classmethod
+    def _build(cls: type[_Model], sd: Mapping[str, torch.Tensor], **sizes: Any) -> _Model:
+        """A model of ``sizes`` holding ``sd``'s values: built on the meta device (no init
+        work, no memory), given float32 storage on the tensors' device, then loaded strictly.
+        """
+        dtype = sizes.pop("dtype")
+        with torch.device("meta"):
+            model = cls(**sizes)
+        device = sd["emb.weight"].device
+        model = model.to_empty(device=device).to(dtype)
+        model.load_state_dict(sd, strict=True)
+        return model
+
+    @staticmethod
+    def _sizes(sd: Mapping[str, torch.Tensor], family: str, needed: str) -> dict[str, int]:
+        if not isinstance(sd, Mapping):
+            raise TypeError(f"sd must be a state dict (a mapping), got {type(sd).__name__}")
+        for key in ("emb.weight", needed):
+            if key not in sd:
+                raise ValueError(f"sd is not an {family} checkpoint: it has no {key!r}")
+        vocab_size, n_embd = sd["emb.weight"].shape
+        layers = [int(k.split(".")[1]) for k in sd if k.startswith("blocks.")]
+        return {"vocab_size": vocab_size, "n_embd": n_embd, "n_layer": 1 + max(layers)}
+
+
+class RWKV7(_RWKV):
+    """An RWKV-7 "Goose" (x070) language model, named like RWKV-LM's x070 checkpoints.
+
+    Args:
+        vocab_size, n_embd, n_layer: vocabulary, width, depth (the released 0.1B model:
+            65536, 768, 12).
+        head_size: ``N`` (64 in the released models); ``n_embd / head_size`` heads.
+        dim_ffn: hidden width of the channel mixes, default ``4 * n_embd``.
+        w_lora, a_lora, v_lora, g_lora: LoRA widths, default ``lora_widths(n_embd)``.
+
+    Call ``model(idx)`` with ``idx`` ``(B, T)`` int64 -> logits ``(B, T, vocab_size)`` in the
+    model's dtype; ``model(idx, state)`` -> ``(logits, new_state)``: ``state`` a list of
+    ``RWKV7BlockState`` (``model.init_state(B)``, or ``None`` for that zero state). A sequence
+    run whole, in chunks or one token at a time gives the same logits; the state passed in is
+    never modified.
+    """
+
+    def __init__(
+        self,
+        vocab_size: int,
+        n_embd: int,
+        n_layer: int,
+        *,
+        head_size: int = 64,
+        dim_ffn: int | None = None,
+        w_lora: int | None = None,
+        a_lora: int | None = None,
+        v_lora: int | None = None,
+        g_lora: int | None = None,
+    ) -> None:
+        super().__init__(vocab_size, n_embd)
+        check_size("n_layer", n_layer)
+        self.blocks = nn.ModuleList(
+            RWKV7Block(
+                n_embd, i, n_layer, head_size=head_size, dim_ffn=dim_ffn,
+                w_lora=w_lora, a_lora=a_lora, v_lora=v_lora, g_lora=g_lora,
+            )
+            for i in range(n_layer)
+        )  # fmt: skip
+        self._finish()
+
+    @overload
+    def forward(self, idx: torch.Tensor) -> torch.Tensor: ...
+    @overload
+    def forward(
+        self, idx: torch.Tensor, state: Sequence[RWKV7BlockState] | None
+    ) -> tuple[torch.Tensor, list[RWKV7BlockState]]: ...
+
+    def forward(
+        self,
+        idx: torch.Tensor,
+        state: Sequence[RWKV7BlockState] | Stateless | None = STATELESS,
+    ) -> torch.Tensor | tuple[torch.Tensor, list[RWKV7BlockState]]:
+        """Logits ``(B, T, vocab_size)`` of ``idx`` ``(B, T)``; with ``state``, also the state
+        after ``idx``. Raises ``TypeError`` / ``ValueError`` naming ``idx`` or ``state``.
+        """
+        x = self.emb(self._check_idx(idx))
+        v_first: torch.Tensor | None = None
+        if state is STATELESS:
+            for block in self.blocks:
+                x, v_first = block(x, v_first)
+            return self.head(self.ln_out(x))
+        states = self._check_model_state(state, idx.shape[0], x)
+        new_state = []
+        for block, s in zip(self.blocks, states, strict=True):
+            x, v_first, s = block(x, v_first, s)
+            new_state.append(s)
+        return self.head(self.ln_out(x)), new_state
+
+    @classmethod
+    def from_state_dict(
+        cls, sd: Mapping[str, torch.Tensor], *, dtype: torch.dtype = torch.float32
+    ) -> RWKV7:
+        """An ``RWKV7`` holding an x070 state dict (e.g. ``torch.load("RWKV-x070-....pth")``).
+
+        Every size is read from the tensors: vocabulary and width from ``emb.weight``, depth
+        from the ``blocks.N`` keys, heads from ``att.r_k`` ``(H, N)``, LoRA widths from
+        ``w1 a1 v1 g1``, FFN width from ``ffn.key.weight``. The model is in ``dtype`` (values
+        converted), on the tensors' device; ``sd`` is not modified and shares no memory with
+        the model. Raises ``TypeError`` for a non-mapping, ``ValueError`` for a state dict that
+        is not x070's, and ``load_state_dict``'s ``RuntimeError`` for missing, unexpected or
+        misshapen keys (e.g. the extra ``s_emb`` tensors of RWKV-LM's DeepEmbed variant).
+        """
+        sizes = cls._sizes(sd, "RWKV-7 (x070)", "blocks.0.att.r_k")
+        att = "blocks.0.att."
+        return cls._build(
+            sd,
+            **sizes,
+            head_size=sd[att + "r_k"].shape[1],
+            dim_ffn=sd["blocks.0.ffn.key.weight"].shape[0],
+            w_lora=sd[att + "w1"].shape[1],
+            a_lora=sd[att + "a1"].shape[1],
+            v_lora=sd[att + "v1"].shape[1],
+            g_lora=sd[att + "g1"].shape[1],
+            dtype=dtype,
+        )
+
+
+class RWKV4(_RWKV):
+    """An RWKV-4 language model, named like RWKV-LM's RWKV-4 checkpoints (Pile, Raven, World).
+
+    Args:
+        vocab_size, n_embd, n_layer: vocabulary, width, depth.
+        dim_att, dim_ffn: widths of the time and channel mixes (default ``n_embd``,
+            ``4 * n_embd``).
+
+    Calls as ``RWKV7``; the state is a list of ``BlockState``.
+    """
+
+    def __init__(
+        self,
+        vocab_size: int,
+        n_embd: int,
+        n_layer: int,
+        *,
+        dim_att: int | None = None,
+        dim_ffn: int | None = None,
+    ) -> None:
+        super().__init__(vocab_size, n_embd)
+        check_size("n_layer", n_layer)
+        self.blocks = nn.ModuleList(
+            RWKVBlock(n_embd, dim_att, dim_ffn, layer_id=i, n_layer=n_layer) for i in range(n_layer)
+        )
+        self._finish()
+
+    @overload
+    def forward(self, idx: torch.Tensor) -> torch.Tensor: ...
+    @overload
+    def forward(
+        self, idx: torch.Tensor, state: Sequence[BlockState] | None
+    ) -> tuple[torch.Tensor, list[BlockState]]: ...
+
+    def forward(
+        self, idx: torch.Tensor, state: Sequence[BlockState] | Stateless | None = STATELESS
+    ) -> torch.Tensor | tuple[torch.Tensor, list[BlockState]]:
+        """As ``RWKV7.forward``."""
+        x = self.emb(self._check_idx(idx))
+        if state is STATELESS:
+            for block in self.blocks:
+                x = block(x)
+            return self.head(self.ln_out(x))
+        states = self._check_model_state(state, idx.shape[0], x)
+        new_state = []
+        for block, s in zip(self.blocks, states, strict=True):
+            x, s = block(x, s)
+            new_state.append(s)
+        return self.head(self.ln_out(x)), new_state
+
+    @classmethod
+    def from_state_dict(
+        cls, sd: Mapping[str, torch.Tensor], *, dtype: torch.dtype = torch.float32
+    ) -> RWKV4:
+        """An ``RWKV4`` holding an RWKV-4 state dict; sizes read from the tensors (``dim_att``
+        from ``att.key.weight``, ``dim_ffn`` from ``ffn.key.weight``). As
+        ``RWKV7.from_state_dict`` otherwise.
+        """
+        sizes = cls._sizes(sd, "RWKV-4", "blocks.0.att.time_decay")
+        return cls._build(
+            sd,
+            **sizes,
+            dim_att=sd["blocks.0.att.key.weight"].shape[0],
+            dim_ffn=sd["blocks.0.ffn.key.weight"].shape[0],
+            dtype=dtype,
+        )

@@ -1,0 +1,259 @@
+"""RWKV-7 WKV: ``tipad::wkv7_forward`` and ``tipad::wkv7_backward`` (Taichi kernels), ``wkv7``.
+
+The x070 recurrence per (batch, head), state ``S`` ``(N, N)`` indexed ``[value, key]``:
+``S_t = S_{t-1} diag(exp(w_t)) + (S_{t-1} a_t) b_t^T + v_t k_t^T`` and ``y_t = S_t r_t``, in
+float32 for half and float32 inputs and in float64 for float64 ones. The backward is an
+explicit kernel that does not keep a state per step: the forward saves the state every
+``_CHUNK`` steps (when a gradient is needed) and the backward recomputes the states inside one
+chunk at a time, so it holds ``B * H * N^2 * (ceil(T / _CHUNK) + 1)`` checkpoint numbers plus
+``B * H * N^2 * (2 * _CHUNK + 1)`` of scratch, instead of ``B * H * N^2 * T``. Gradients reach
+all six inputs and the initial state, so long sequences can be trained in chunks and the state
+itself can be trained. Custom ops with fake implementations and registered autograd: they trace
+under ``torch.compile(fullgraph=True)`` and pass ``torch.library.opcheck``.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import torch
+
+from .. import _fallback, _runtime
+from ._common import check_float
+from ._route import kernel_ran
+
+__all__ = ["MAX_HEAD_SIZE", "wkv7", "wkv7_backward", "wkv7_forward"]
+
+#: The largest head size ``N`` accepted (the released models use 64).
+MAX_HEAD_SIZE = 128
+
+# Steps between the forward's checkpoints of the state (what the backward starts each chunk
+# from). Memory ~ T / _CHUNK + 2 * _CHUNK states per head: 32 balances them near T = 2048.
+_CHUNK = 32
+
+_NAMES = ("r", "w", "k", "v", "a", "b")
+# Fresh row-major outputs (never views of another output, as custom ops require).
+_DENSE = torch.contiguous_format
+
+
+def _math(dtype: torch.dtype) -> torch.dtype:
+    return torch.float64 if dtype == torch.float64 else torch.float32
+
+
+def _slots(t: Any, save: bool) -> Any:
+    """The forward's saved states: a checkpoint per chunk and the final state, or the final."""
+    return (t + _CHUNK - 1) // _CHUNK + 1 if save else 1
+
+
+def _check(inputs: tuple[Any, ...], state: Any) -> tuple[int, int, int, int]:
+    """``(B, T, H, N)`` of valid arguments, else a TypeError/ValueError naming the culprit."""
+    for name, t in zip(_NAMES, inputs, strict=True):
+        check_float(name, t)
+    r = inputs[0]
+    if r.dim() != 4:
+        raise ValueError(f"r must be (B, T, H, N), got shape {tuple(r.shape)}")
+    for name, t in zip(_NAMES[1:], inputs[1:], strict=True):
+        if t.shape != r.shape:
+            raise ValueError(f"{name} must have r's shape {tuple(r.shape)}, got {tuple(t.shape)}")
+        if t.dtype != r.dtype:
+            raise TypeError(f"{name} must have r's dtype {r.dtype}, got {t.dtype}")
+    b, t, h, n = r.shape
+    if n > MAX_HEAD_SIZE:
+        raise ValueError(
+            f"the head size N must be at most {MAX_HEAD_SIZE}, got r of {tuple(r.shape)}"
+        )
+    named = list(zip(_NAMES[1:], inputs[1:], strict=True))
+    if state is not None:
+        if not isinstance(state, torch.Tensor):
+            raise TypeError(f"state must be a torch.Tensor or None, got {type(state).__name__}")
+        if state.shape != (b, h, n, n):
+            raise ValueError(
+                f"state must be ({b}, {h}, {n}, {n}) for r of shape {tuple(r.shape)}, "
+                f"got {tuple(state.shape)}"
+            )
+        if state.dtype != _math(r.dtype):
+            raise TypeError(
+                f"state must be {_math(r.dtype)} for {r.dtype} inputs, got {state.dtype}"
+            )
+        named.append(("state", state))
+    for name, p in named:
+        if p.device != r.device:
+            raise ValueError(f"{name} is on {p.device}, r on {r.device}: use one device")
+    return b, t, h, n
+
+
+Six = tuple[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor]
+
+
+def _operands(inputs: Six) -> Six:
+    """``r, d = exp(w), k, v, a, b``: detached, contiguous, in the math dtype (the kernels
+    take no bfloat16, and half precision loses the recurrence). ``exp`` keeps NaN and inf."""
+    r, w, k, v, a, b = (t.detach().to(_math(inputs[0].dtype)).contiguous() for t in inputs)
+    return r, torch.exp(w), k, v, a, b
+
+
+@torch.library.custom_op("tipad::wkv7_forward", mutates_args=())
+def wkv7_forward(
+    r: torch.Tensor,
+    w: torch.Tensor,
+    k: torch.Tensor,
+    v: torch.Tensor,
+    a: torch.Tensor,
+    b: torch.Tensor,
+    state: torch.Tensor,
+    save: bool,
+) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    """``(y, new_state, saved)``: ``y`` ``(B, T, H, N)`` in ``r``'s dtype, the state after the
+    last token ``(B, H, N, N)``, and ``saved`` ``(B, H, S, N, N)`` in the math dtype: with
+    ``save`` (S = ceil(T / _CHUNK) + 1) the checkpoints ``wkv7_backward`` reads and the final
+    state, else (S = 1) the final state. Arguments as ``wkv7`` (``state`` required)."""
+    _check((r, w, k, v, a, b), state)
+    n_b, n_t, n_h, n_n = k.shape
+    ops = _operands((r, w, k, v, a, b))
+    s = state.detach().to(ops[0].dtype).contiguous()
+    y = ops[0].new_empty(n_b, n_t, n_h, n_n)
+    states = ops[0].new_empty(n_b, n_h, _slots(n_t, save), n_n, n_n)
+    if y.numel() == 0:  # no step to take: the state passes through
+        states.copy_(s.unsqueeze(2).expand(states.shape))
+    elif not kernel_ran(
+        "computing wkv7", lambda: _runtime.launch_wkv7_forward(*ops, s, y, states, _CHUNK)
+    ):
+        y, states = _fallback.wkv7(*ops, s, _CHUNK, save)
+    new_state = states[:, :, -1].to(state.dtype).clone(memory_format=_DENSE)
+    return y.to(r.dtype), new_state, states
+
+
+@wkv7_forward.register_fake
+def _(r, w, k, v, a, b, state, save):  # type: ignore[no-untyped-def]
+    _check((r, w, k, v, a, b), state)
+    n_b, n_t, n_h, n_n = r.shape
+    saved = r.new_empty(n_b, n_h, _slots(n_t, save), n_n, n_n, dtype=_math(r.dtype))
+    return r.new_empty(r.shape), state.new_empty(state.shape), saved
+
+
+@torch.library.custom_op("tipad::wkv7_backward", mutates_args=())
+def wkv7_backward(
+    r: torch.Tensor,
+    w: torch.Tensor,
+    k: torch.Tensor,
+    v: torch.Tensor,
+    a: torch.Tensor,
+    b: torch.Tensor,
+    state: torch.Tensor,
+    saved: torch.Tensor,
+    grad_y: torch.Tensor,
+    grad_state: torch.Tensor,
+) -> tuple[
+    torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor
+]:
+    """Gradients of ``wkv7_forward`` w.r.t. ``(r, w, k, v, a, b, state)``, each in its input's
+    dtype, given those of ``y`` and of the new state.
+
+    ``saved``: the forward's third output; the checkpoints are recomputed when it holds only
+    the final state. ``w``'s gradient is ``exp(w)`` times ``d``'s (``d = exp(w)``).
+    """
+    inputs = (r, w, k, v, a, b)
+    _check(inputs, state)
+    n_b, n_t, n_h, n_n = k.shape
+    ops = _operands(inputs)
+    m = ops[0].dtype
+    gy = grad_y.detach().to(m).contiguous()
+    gs = grad_state.detach().to(m).clone(memory_format=_DENSE)  # becomes the initial state's
+    if gy.numel() == 0:  # no step: the state's gradient passes through
+        grads = [torch.zeros_like(x) for x in ops]
+    else:
+        states = saved.detach()
+        s = state.detach().to(m).contiguous()
+        ran = True
+        recompute = states.shape[2] != _slots(n_t, True)
+        if recompute:
+            states = s.new_empty(n_b, n_h, _slots(n_t, True), n_n, n_n)
+            ran = kernel_ran("computing wkv7", lambda: _runtime.launch_wkv7_forward(
+                *ops, s, torch.empty_like(gy), states, _CHUNK))  # fmt: skip
+        out = ops[0].new_empty(6, n_b, n_t, n_h, n_n)
+        states = states.to(m).contiguous()
+        ran = ran and kernel_ran("computing wkv7", lambda: _runtime.launch_wkv7_backward(
+            *ops, states, gy, gs, out, _CHUNK))  # fmt: skip
+        if ran:
+            grads = list(out.unbind(0))
+        else:
+            if recompute:
+                states = _fallback.wkv7(*ops, s, _CHUNK, True)[1]
+            *grads, gs = _fallback.wkv7_backward(*ops, states, gy, gs, _CHUNK)
+        grads[1] = grads[1] * ops[1]  # d/dw = d/dd * exp(w)
+    gr, gw, gk, gv, ga, gb = (
+        g.to(x.dtype).clone(memory_format=_DENSE) for g, x in zip(grads, inputs, strict=True)
+    )
+    return gr, gw, gk, gv, ga, gb, gs.to(state.dtype).clone(memory_format=_DENSE)
+
+
+@wkv7_backward.register_fake
+def _(r, w, k, v, a, b, state, saved, grad_y, grad_state):  # type: ignore[no-untyped-def]
+    return (*(x.new_empty(x.shape) for x in (r, w, k, v, a, b)), state.new_empty(state.shape))
+
+
+def _setup_context(ctx, inputs, output):  # type: ignore[no-untyped-def]
+    *tensors, _save = inputs
+    ctx.save_for_backward(*tensors, output[2])
+
+
+def _backward(ctx, grad_y, grad_state, _grad_saved):  # type: ignore[no-untyped-def]
+    *tensors, saved = ctx.saved_tensors
+    if grad_y is None:
+        grad_y = torch.zeros_like(tensors[0])
+    if grad_state is None:
+        grad_state = torch.zeros_like(tensors[6])
+    grads = wkv7_backward(*tensors, saved, grad_y, grad_state)
+    return (
+        *(g if need else None for g, need in zip(grads, ctx.needs_input_grad[:7], strict=True)),
+        None,
+    )
+
+
+wkv7_forward.register_autograd(_backward, setup_context=_setup_context)
+
+
+def wkv7(
+    r: torch.Tensor,
+    w: torch.Tensor,
+    k: torch.Tensor,
+    v: torch.Tensor,
+    a: torch.Tensor,
+    b: torch.Tensor,
+    state: torch.Tensor | None = None,
+) -> torch.Tensor | tuple[torch.Tensor, torch.Tensor]:
+    """RWKV-7 ("Goose", x070) WKV with a state in and out.
+
+    Per batch and head, with the state ``S`` ``(N, N)`` indexed ``S[value, key]``:
+    ``S_t = S_{t-1} diag(exp(w_t)) + (S_{t-1} a_t) b_t^T + v_t k_t^T`` and ``y_t = S_t r_t``
+    (``y`` read after the update). In the x070 model ``a = -kk`` and ``b = kk * iclr``.
+
+    Args:
+        r, w, k, v, a, b: ``(B, T, H, N)``, one float dtype (float16, bfloat16, float32 or
+            float64), any ``T`` (0 included), ``N <= 128``, on one device (cpu or cuda); any
+            strides. ``w`` is the log of the per-step decay (the decay ``exp(w)`` is in (0, 1)
+            for ``w < 0``; nothing is clamped, NaN and inf propagate).
+        state: ``(B, H, N, N)`` to start from, float32 (float64 for float64 inputs); None:
+            zeros, and only ``y`` is returned.
+
+    Returns:
+        ``y`` ``(B, T, H, N)`` in the inputs' dtype; with ``state``, ``(y, new_state)``, the
+        new state differentiable too. Running the tokens in chunks, passing the state on,
+        equals running them at once, gradients included (all seven arguments get them).
+        Arguments are never modified. The backward's memory: ``B * H * N^2 * (ceil(T / 32) +
+        66)`` numbers of the math dtype (checkpoints every 32 steps and one chunk of scratch),
+        not a state per step.
+
+    Raises:
+        TypeError: an argument is not a tensor, not floating point, the dtypes differ, or
+            ``state`` has the wrong dtype.
+        ValueError: wrong shapes, ``N > 128``, or arguments on different devices.
+    """
+    inputs = (r, w, k, v, a, b)
+    n_b, _, n_h, n_n = _check(inputs, state)
+    s = state
+    if s is None:
+        s = r.new_zeros(n_b, n_h, n_n, n_n, dtype=_math(r.dtype))
+    save = torch.is_grad_enabled() and any(t.requires_grad for t in (*inputs, s))
+    y, new_state, _ = wkv7_forward(r, w, k, v, a, b, s, save)
+    return y if state is None else (y, new_state)
