@@ -123,9 +123,10 @@ def bind_device(index: int | None = None) -> torch.device:
     Raises:
         TypeError / ValueError: ``index`` (or ``LOCAL_RANK``) missing, negative, not an int, or
             beyond the visible devices (the message names them).
-        RuntimeError: CUDA already started in this process with other devices visible (torch
-            initialised CUDA, or the CUDA runtime was started by ``torch.cuda.is_available()`` /
-            ``device_count()`` without NVML): the message says what to do instead.
+        RuntimeError: CUDA already started in this process with other devices visible: torch
+            initialised CUDA, or a device query started the CUDA runtime (which reads
+            ``CUDA_VISIBLE_DEVICES`` once): ``torch.cuda.is_available()`` does, unless
+            ``PYTORCH_NVML_BASED_CUDA_CHECK=1``. The message says what to do instead.
     """
     explicit = index is not None
     rank = local_rank(index)
@@ -158,7 +159,7 @@ def bind_device(index: int | None = None) -> torch.device:
     os.environ[VISIBLE] = want
     count = _runtime_count()
     if count > 1:
-        # The runtime started before (is_available() without NVML, another library): it
+        # A device query started the runtime before (is_available(), another library): it
         # still sees every device. Leave the environment as it was.
         if before is None:
             del os.environ[VISIBLE]
