@@ -30,6 +30,9 @@ try:
 except ImportError:  # the cluster tests skip; the callable's own tests need no Ray
     ray = ray_data = None
 
+# Ray Data's own configuration warns of its deprecated settings when a pipeline starts.
+pytestmark = pytest.mark.filterwarnings("ignore::DeprecationWarning:ray.*")
+
 ROOT = Path(__file__).resolve().parent.parent
 N_IMAGES = 10
 BATCH = 4
