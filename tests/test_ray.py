@@ -89,11 +89,17 @@ def _decoded(path: str) -> torch.Tensor:
 
 class Tagged(RayPadBatch):
     """``RayPadBatch`` that also tags each output row with its call (Ray may merge the outputs
-    of several calls into one block, so blocks are not batches)."""
+    of several calls into one block, so blocks are not batches) and with whether the kernel
+    could run in the worker."""
 
     def __call__(self, batch: Any) -> Any:
+        from tipad_transforms import _runtime
+
         out = super().__call__(batch)
-        out["call"] = np.array(["|".join(map(str, batch["path"]))] * len(batch["path"]))
+        n = len(batch["path"])
+        out["call"] = np.array(["|".join(map(str, batch["path"]))] * n)
+        # Whether this worker's Taichi runtime serves CPU tensors (else: the torch route).
+        out["kernel"] = np.array([_runtime.refusal(torch.device("cpu")) is None] * n)
         return out
 
 
@@ -115,6 +121,7 @@ def _check_against_pad_collate(rows: list[dict[str, Any]], kwargs: dict[str, Any
     for row in rows:
         calls.setdefault(str(row["call"]), []).append(row)
     assert len(calls) >= 3 and all(len(c) <= BATCH for c in calls.values())
+    assert all(bool(r["kernel"]) for r in rows), "a Ray worker could not run the kernel"
     for call in calls.values():
         keys = [str(r["path"]) for r in call]
         images = [_decoded(p) for p in keys]
