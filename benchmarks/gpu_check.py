@@ -19,7 +19,10 @@
     first-call latency of a fresh process with an empty Taichi cache.
 (b') Sections of the later features (``SECTIONS``): ``gpu_data.py`` (pad_stack, GPUCollate,
     DeviceLoader: correctness against the oracle, then pad_stack timing) and ``gpu_rwkv.py``
-    (wkv and time_conv: correctness against float64 references, then timings against torch).
+    (wkv and time_conv: correctness against float64 references, then timings against torch),
+    and ``two_process`` (2+ GPUs visible only, else skipped): the refusal of ``cuda:1`` names
+    ``bind_device``, and ``torchrun --nproc_per_node 2 examples/train_ddp.py`` over NCCL binds
+    each rank to its own GPU as ``cuda:0`` and runs the kernels there.
 (c) JSON to ``--out`` (default ``$OUT/gpu_check.json`` when ``$OUT`` is set, else
     ``out/gpu_check/gpu_check.json``), a PNG beside it when matplotlib is installed, and a
     PASS / FAIL summary (exit status 0 / 1).
@@ -74,11 +77,86 @@ from workloads import (
 
 import tipad_transforms.functional as TF
 
+
+def two_process(
+    device: torch.device, quick: bool, repeats: int, with_timing: bool
+) -> dict[str, Any]:
+    """One GPU per rank (``tipad_transforms.distributed``), with 2+ GPUs visible only.
+
+    In this process: a ``cuda:1`` tensor is refused with a message naming ``bind_device``, and
+    padding it takes the torch route with the right values. Then ``torchrun --nproc_per_node 2
+    examples/train_ddp.py`` (NCCL): each rank bound to its own GPU as ``cuda:0``, parameters
+    identical on both ranks after every step, and no rank took the torch route (the kernels
+    ran on both GPUs). Skips (``ok``) where fewer than 2 GPUs are visible.
+    """
+    t0 = time.perf_counter()
+    count = torch.cuda.device_count() if device.type == "cuda" else 0
+    if count < 2:
+        return {"ok": True, "status": f"skipped: needs 2+ visible GPUs, found {count}"}
+    import json
+    import socket
+
+    from tipad_transforms import _runtime
+
+    problems: list[str] = []
+    reason = _runtime.refusal(torch.device("cuda", 1)) or ""
+    if "tipad_transforms.distributed.bind_device()" not in reason:
+        problems.append(f"refusal of cuda:1 does not name bind_device: {reason!r}")
+    x = torch.randint(0, 256, (3, 5, 7), dtype=torch.uint8, device="cuda:1")
+    with warnings.catch_warnings(record=True):
+        warnings.simplefilter("always")
+        got = TF.brick_pad(x, 3).cpu()
+    if not bits_equal(got, TF.brick_pad(x.cpu(), 3)):
+        problems.append("brick_pad of a cuda:1 tensor (torch route) differs from the CPU's")
+    repo = Path(__file__).resolve().parent.parent
+    with tempfile.TemporaryDirectory(prefix="tipad-ddp-") as tmp, socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+        s.close()
+        env = dict(os.environ, PYTHONPATH=str(repo))
+        env.pop("LOCAL_RANK", None)
+        cmd = [
+            sys.executable, "-m", "torch.distributed.run", "--nproc_per_node=2",
+            "--master_addr=127.0.0.1", f"--master_port={port}",
+            str(repo / "examples" / "train_ddp.py"), "--epochs", "1" if quick else "2",
+            "--report-dir", tmp,
+        ]  # fmt: skip
+        try:
+            done = subprocess.run(
+                cmd, capture_output=True, text=True, timeout=240, env=env, start_new_session=True
+            )
+        except subprocess.TimeoutExpired:
+            return {"ok": False, "status": "FAIL", "problems": ["torchrun timed out (240 s)"]}
+        output = done.stdout + done.stderr
+        if done.returncode != 0:
+            problems.append(f"torchrun exited {done.returncode}: {output[-2000:]}")
+        elif "the Taichi kernel cannot run here" in output:
+            problems.append(f"a rank took the torch route: {output[-2000:]}")
+        else:
+            reports = [json.loads(Path(tmp, f"rank{r}.json").read_text()) for r in range(2)]
+            if [r["device"] for r in reports] != ["cuda:0", "cuda:0"]:
+                problems.append(f"ranks not bound to cuda:0: {[r['device'] for r in reports]}")
+            visible = [r["cuda_visible_devices"] for r in reports]
+            if len(set(visible)) != 2:
+                problems.append(f"ranks share a GPU: CUDA_VISIBLE_DEVICES {visible}")
+            for e, (a, b) in enumerate(zip(*(r["epochs"] for r in reports), strict=True)):
+                for k, (sa, sb) in enumerate(zip(a["steps"], b["steps"], strict=True)):
+                    if sa["params"] != sb["params"]:
+                        problems.append(f"epoch {e} step {k}: parameters differ across ranks")
+    return {
+        "ok": not problems,
+        "status": "FAIL" if problems else "pass",
+        "problems": problems,
+        "wall_s": time.perf_counter() - t0,
+    }
+
+
 # Sections of the later issues: each ``run(device, quick, repeats, with_timing)`` returns a dict
 # with "ok", "status", "problems" and optionally "timing" (with a printable "table").
 SECTIONS: list[tuple[str, Callable[..., dict[str, Any]]]] = [
     ("data", gpu_data.run),
     ("rwkv", gpu_rwkv.run),
+    ("two_process", two_process),
 ]
 
 DTYPES = [
@@ -822,6 +900,8 @@ def main(argv: list[str] | None = None) -> int:
                 result["problems"] = [traceback.format_exc()[-2000:]]
             payload[name] = result
             log(f"  {name}: {result['status']} ({result.get('wall_s', 0):.0f} s)")
+            if str(result["status"]).startswith("skipped"):
+                skipped.append(f"{name} section ({result['status']})")
             if "timing" in result:
                 print(result["timing"]["table"], flush=True)
             if not result["ok"]:

@@ -119,8 +119,10 @@ def refusal(device: torch.device) -> str | None:
         return f"Taichi kernels run on cpu and cuda tensors only, not {device.type}"
     if device.type == "cuda" and (device.index or 0) != 0:
         return (
-            f"Taichi uses only the first CUDA device's context; {device} would be read from "
-            "the wrong device. Run one process per GPU with CUDA_VISIBLE_DEVICES set"
+            f"Taichi runs on the first visible CUDA device only; {device} would be read from "
+            "the wrong device. Give each process one GPU: call "
+            "tipad_transforms.distributed.bind_device() (it reads LOCAL_RANK) first thing in "
+            "every process, before CUDA starts; the rank's GPU is then cuda:0"
         )
     pid = _state["pid"]
     if pid is not None and pid != os.getpid():

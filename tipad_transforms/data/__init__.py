@@ -7,10 +7,14 @@
 * ``GPUCollate``: the same, building the batch on a CUDA device (``num_workers=0``).
 * ``DeviceLoader``: wraps a DataLoader, copies batches to the device ahead of use on a side
   stream and applies batch transforms there.
+* ``RayPadBatch``: ``PadCollate`` as a batch callable for ``ray.data.Dataset.map_batches``
+  (CPU or GPU actors; random draws from a seed and each row's key). Ray itself is optional
+  (``pip install 'tipad_transforms[ray]'``).
 """
 
 from ._collate import GPUCollate, PadCollate
 from ._loader import DeviceLoader
+from ._ray import RayPadBatch
 from ._regions import Regions
 
-__all__ = ["DeviceLoader", "GPUCollate", "PadCollate", "Regions"]
+__all__ = ["DeviceLoader", "GPUCollate", "PadCollate", "RayPadBatch", "Regions"]

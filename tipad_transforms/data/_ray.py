@@ -1,0 +1,243 @@
+"""``RayPadBatch``: ``PadCollate`` as a batch callable for ``ray.data.Dataset.map_batches``.
+
+Ray Data hands a callable class a dict of numpy columns per batch; this one pads the batch's
+variable-size images onto one canvas (one kernel launch) exactly as ``PadCollate`` would, and
+returns the padded batch and the regions as columns. Random draws (placement, lattice offset)
+come from a hash of ``seed`` and each row's key (its path), never from the actor's state, so a
+restarted or rescheduled actor, or another batching of the same rows (with a fixed ``size``),
+gives the same pixels. Importing this module does not import Ray.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import os
+import re
+from collections.abc import Mapping, Sequence
+from typing import Any
+
+import numpy as np
+import torch
+
+from .._checks import check_flag, is_int
+from ..distributed import visible_devices
+from ._collate import PLACEMENTS, GPUCollate
+from ._device import check_device
+
+__all__ = ["RayPadBatch"]
+
+_SAMPLE = re.compile(r"samples\[(\d+)\]")
+
+
+def _key_draws(seed: int, key: str) -> list[int]:
+    """Four 62-bit draws from ``(seed, key)``: the same in every process and on every run."""
+    digest = hashlib.blake2b(f"{seed}\x00{key}".encode(), digest_size=32).digest()
+    return [int.from_bytes(digest[i : i + 8], "little") >> 2 for i in range(0, 32, 8)]
+
+
+class RayPadBatch:
+    """Pad a Ray Data batch of variable-size images onto one canvas: ``PadCollate`` for Ray.
+
+    Use with ``ray.data.Dataset.map_batches`` as a callable class (Ray builds one per actor):
+
+    >>> ds = ray.data.read_images(folder, mode="RGB", include_paths=True)  # doctest: +SKIP
+    >>> padded = ds.map_batches(                                          # doctest: +SKIP
+    ...     RayPadBatch, fn_constructor_kwargs={"size": 256, "placement": "random"},
+    ...     batch_size=32, concurrency=2)               # CPU actors; on GPUs add num_gpus=1
+    ...                                                 # and "device": "cuda"
+
+    Each call pads the batch's images in one launch, with the semantics of
+    ``PadCollate(size, multiple=..., placement=..., texture=..., padding_mode=..., ...)``: the
+    canvas is ``size``, or the batch's largest image rounded up to ``multiple``; the border is the
+    brick wall, ``texture`` or a standard mode. The pixels equal ``PadCollate``'s output for the
+    same samples and parameters (``make_params``), bit for bit.
+
+    Args:
+        size, multiple, placement, texture, padding_mode, stagger, fill, random_offset: as in
+            ``PadCollate``.
+        seed: the random placements and lattice offsets of a row are drawn from a hash of
+            ``seed`` and the row's key, so they do not depend on the actor, its history or the
+            batch the row landed in (the placement within a batch-sized canvas, ``size=None``,
+            depends on the batch's canvas, as in ``PadCollate``).
+        image_column: the column of images: ``(h, w, C)`` (``channels_last=True``, what
+            ``read_images`` gives), ``(C, h, w)`` (``channels_last=False``) or ``(h, w)``
+            arrays, one dtype and channel count per batch.
+        key_column: the column that identifies a row (``read_images(..., include_paths=True)``
+            gives ``"path"``); needed for random draws, and names the row in errors.
+        region_column: the column added for the regions.
+        device: where to pad: ``"cpu"``, or ``"cuda"`` in a GPU actor
+            (``map_batches(..., num_gpus=1)``: Ray sets ``CUDA_VISIBLE_DEVICES`` to the actor's
+            GPU, which is then ``cuda:0``, the only one Taichi runs on).
+        channels_last: layout of the input images (see ``image_column``).
+
+    Returns (per call): the batch's columns, with ``image_column`` replaced by the padded images
+    ``(B, C, H, W)`` (numpy, the input dtype, channels first as torch wants them) and
+    ``region_column`` ``(B, 4)`` int64 ``(top, left, h, w)``: where each image lies.
+
+    Raises:
+        TypeError / ValueError at construction, naming the argument; RuntimeError for
+        ``device="cuda"`` in a process that sees no GPU or several. At call time, ValueError /
+        TypeError naming the row's key (its path): an image of another rank, channel count or
+        dtype than the batch's first, larger than ``size``, or not an array.
+    """
+
+    def __init__(
+        self,
+        size: int | tuple[int, int] | None = None,
+        *,
+        multiple: int | tuple[int, int] | None = None,
+        placement: str = "center",
+        texture: torch.Tensor | None = None,
+        padding_mode: str = "texture",
+        stagger: int | None = None,
+        fill: float | Sequence[float] = 0,
+        random_offset: bool = True,
+        seed: int = 0,
+        image_column: str = "image",
+        key_column: str | None = "path",
+        region_column: str = "region",
+        device: torch.device | str = "cpu",
+        channels_last: bool = True,
+    ) -> None:
+        if not is_int(seed):
+            raise TypeError(f"seed must be an int, got {type(seed).__name__}")
+        for name, value in (("image_column", image_column), ("region_column", region_column)):
+            if not isinstance(value, str):
+                raise TypeError(f"{name} must be a str, got {type(value).__name__}")
+        if key_column is not None and not isinstance(key_column, str):
+            raise TypeError(f"key_column must be a str or None, got {type(key_column).__name__}")
+        if not isinstance(placement, str) or placement not in PLACEMENTS:
+            raise ValueError(f"placement must be one of {PLACEMENTS}, got {placement!r}")
+        self.device = self._check_cuda(check_device(device))
+        self.collate = GPUCollate(
+            device=self.device,
+            size=size,
+            multiple=multiple,
+            placement=placement,
+            texture=texture,
+            padding_mode=padding_mode,
+            stagger=stagger,
+            fill=fill,
+            random_offset=random_offset,
+            return_regions=True,
+        )
+        self.seed = int(seed)
+        self.image_column = image_column
+        self.key_column = key_column
+        self.region_column = region_column
+        self.channels_last = check_flag(channels_last, "channels_last")
+        self._random_offset = self.collate.padding_mode == "texture" and self.collate.random_offset
+        if key_column is None and (placement == "random" or self._random_offset):
+            raise ValueError(
+                "key_column=None leaves nothing to draw random placements or offsets from: give "
+                "the column that identifies a row (read_images(..., include_paths=True) gives "
+                "'path'), or placement='center' with random_offset=False"
+            )
+
+    @staticmethod
+    def _check_cuda(device: torch.device) -> torch.device:
+        if device.type != "cuda":
+            return device
+        if (device.index or 0) != 0:
+            raise ValueError(
+                f"device must be 'cuda' (the actor's one GPU, cuda:0), got {device}: ask Ray for "
+                "num_gpus=1 per actor instead of picking a GPU"
+            )
+        visible = visible_devices(os.environ.get("CUDA_VISIBLE_DEVICES"))
+        count = torch.cuda.device_count() if torch.cuda.is_available() else 0
+        if count != 1:
+            raise RuntimeError(
+                f"device='cuda' needs exactly one visible GPU in this process, found {count} "
+                f"(CUDA_VISIBLE_DEVICES={visible}): pass num_gpus=1 to map_batches so that Ray "
+                "gives each actor its own GPU, or call tipad_transforms.distributed.bind_device()"
+            )
+        return torch.device("cuda", 0)
+
+    # -- parameters -----------------------------------------------------------------------
+
+    def make_params(self, keys: Sequence[str], sizes: Sequence[tuple[int, int]]) -> dict[str, Any]:
+        """The parameters for rows ``keys`` with images of ``sizes`` ``[(h, w), ...]``, in
+        ``PadCollate.make_params``'s format: ``{"size", "placement", "offset"}``. Replays:
+        ``PadCollate(...)(samples, params=...)`` gives the same pixels."""
+        n = len(sizes)
+        if n == 0 or len(keys) != n:
+            raise ValueError(f"need one key per size, got {len(keys)} keys and {n} sizes")
+        out_h, out_w = self.collate.canvas_size(sizes)
+        slack = torch.tensor([(out_h - h, out_w - w) for h, w in sizes], dtype=torch.int64)
+        draws = torch.tensor([_key_draws(self.seed, k) for k in keys], dtype=torch.int64)
+        if self.collate.placement == "top_left":
+            placement = torch.zeros(n, 2, dtype=torch.int64)
+        elif self.collate.placement == "center":
+            placement = slack // 2
+        else:
+            placement = draws[:, :2] % (slack + 1)
+        if self._random_offset:
+            offset = draws[:, 2:] % torch.tensor(self.collate.tile_size)
+        else:
+            offset = torch.zeros(n, 2, dtype=torch.int64)
+        return {"size": (out_h, out_w), "placement": placement, "offset": offset}
+
+    # -- the batch ------------------------------------------------------------------------
+
+    def __call__(self, batch: Mapping[str, Any]) -> dict[str, Any]:
+        """Pad one batch (a dict of columns, ``batch_format="numpy"``); see the class."""
+        if not isinstance(batch, Mapping):
+            raise TypeError(
+                f"the batch must be a dict of columns (map_batches(..., batch_format='numpy')), "
+                f"got {type(batch).__name__}"
+            )
+        if self.image_column not in batch:
+            raise ValueError(
+                f"the batch has no column {self.image_column!r} (columns: {sorted(batch)}): "
+                "set image_column"
+            )
+        column = batch[self.image_column]
+        n = len(column)
+        keys = self._keys(batch, n)
+        images = [self._image(column[i], keys[i]) for i in range(n)]
+        sizes = [(int(im.shape[-2]), int(im.shape[-1])) for im in images]
+        try:
+            params = self.make_params(keys, sizes)
+            padded, regions = self.collate(images, params=params)
+        except (ValueError, TypeError) as exc:
+            raise type(exc)(_SAMPLE.sub(lambda m: f"image {keys[int(m[1])]!r}", str(exc))) from exc
+        out = {k: v for k, v in batch.items() if k not in (self.image_column, self.region_column)}
+        out[self.image_column] = padded.as_subclass(torch.Tensor).cpu().numpy()
+        out[self.region_column] = regions.cpu().numpy()
+        return out
+
+    def _keys(self, batch: Mapping[str, Any], n: int) -> list[str]:
+        if self.key_column is None:
+            return [f"row {i} of the batch" for i in range(n)]
+        if self.key_column not in batch:
+            raise ValueError(
+                f"the batch has no column {self.key_column!r} (columns: {sorted(batch)}): read "
+                "with include_paths=True or set key_column"
+            )
+        keys = [str(k) for k in batch[self.key_column]]
+        if len(keys) != n:
+            raise ValueError(f"column {self.key_column!r} has {len(keys)} rows, the images {n}")
+        return keys
+
+    def _image(self, value: Any, key: str) -> torch.Tensor:
+        """One row's image as a ``(C, h, w)`` (or ``(h, w)``) tensor, sharing its memory."""
+        if not isinstance(value, np.ndarray):
+            raise TypeError(f"image {key!r}: expected a numpy array, got {type(value).__name__}")
+        if value.ndim not in (2, 3):
+            raise ValueError(
+                f"image {key!r}: expected (h, w) or (h, w, C) pixels, got shape {value.shape}"
+            )
+        if value.dtype == np.object_ or value.dtype.kind not in "biuf":
+            raise TypeError(f"image {key!r}: pixels must be numbers, got dtype {value.dtype}")
+        image = torch.from_numpy(np.ascontiguousarray(value))
+        if image.dim() == 3 and self.channels_last:
+            image = image.permute(2, 0, 1)
+        return image
+
+    def __repr__(self) -> str:
+        parts = self.collate._repr_parts()[1:]
+        return (
+            f"{type(self).__name__}(device={str(self.device)!r}, {', '.join(parts)}, "
+            f"seed={self.seed}, image_column={self.image_column!r}, "
+            f"key_column={self.key_column!r})"
+        )

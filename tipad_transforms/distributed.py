@@ -1,0 +1,191 @@
+"""One GPU per process: bind a rank to its GPU the way Taichi can serve it.
+
+Taichi's CUDA backend runs on device 0 of the visible devices only (its context is device 0's
+primary context; no option picks another). The usual torchrun recipe, ``torch.cuda.set_device
+(local_rank)`` with every GPU visible, therefore leaves every rank but one without the kernels
+(tipad refuses ``cuda:N`` for N > 0 and takes the torch route). The fix is the one Taichi's own
+docs give: each process sees exactly one GPU, its own, so that it is ``cuda:0`` for torch, NCCL
+and Taichi alike. ``bind_device`` does that by narrowing ``CUDA_VISIBLE_DEVICES`` before CUDA
+starts in the process.
+
+``rank_generator`` gives each rank its own reproducible random stream for augmentation draws.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import os
+import warnings
+
+import torch
+
+__all__ = ["bind_device", "local_rank", "rank_generator", "visible_devices"]
+
+VISIBLE = "CUDA_VISIBLE_DEVICES"
+
+
+def visible_devices(value: str | None) -> list[str] | None:
+    """The entries of a ``CUDA_VISIBLE_DEVICES`` value; None when the variable is unset.
+
+    Entries are device indices or UUIDs (``GPU-...``, ``MIG-...``). As in CUDA, the list ends at
+    the first entry that is neither (``-1``, a typo, SLURM's ``NoDevFiles``): what follows it is
+    not visible. An empty value hides every device (``[]``).
+    """
+    if value is None:
+        return None
+    out: list[str] = []
+    for raw in value.split(","):
+        entry = raw.strip()
+        if entry.isdigit() or entry.startswith(("GPU-", "MIG-")):
+            out.append(entry)
+        else:
+            break
+    return out
+
+
+def local_rank(index: int | None = None) -> int:
+    """``index`` if given, else the ``LOCAL_RANK`` the launcher set (torchrun, Ray Train, or a
+    SLURM wrapper that exports it). ValueError/TypeError naming the argument otherwise."""
+    if index is None:
+        raw = os.environ.get("LOCAL_RANK")
+        if raw is None:
+            raise ValueError(
+                "index is None and LOCAL_RANK is not set: pass the process's local index "
+                "(torch.multiprocessing.spawn hands it to the function as its first argument) "
+                "or launch with torchrun, which sets LOCAL_RANK"
+            )
+        if not raw.strip().isdigit():
+            raise ValueError(f"LOCAL_RANK must be an integer >= 0, got {raw!r}")
+        return int(raw)
+    if isinstance(index, bool) or not isinstance(index, int):
+        raise TypeError(f"index must be an int or None, got {type(index).__name__}")
+    if index < 0:
+        raise ValueError(f"index must be >= 0, got {index}")
+    return index
+
+
+def _physical_count() -> int:
+    """GPUs on the machine from NVML (never starts CUDA), or -1 where NVML is unavailable."""
+    try:
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")
+            return int(torch.cuda._raw_device_count_nvml())
+    except (OSError, AttributeError, RuntimeError):
+        return -1
+
+
+def _runtime_count() -> int:
+    """Devices the CUDA runtime of this process sees (starts it if it has not started).
+
+    The runtime reads ``CUDA_VISIBLE_DEVICES`` once, when it starts, and torch caches the count
+    from then on, so this reports the devices of a runtime started before the binding.
+    """
+    if not torch.cuda._is_compiled():
+        return 0
+    return int(torch._C._cuda_getDeviceCount())
+
+
+def _too_late(visible: str | None, count: int, want: str) -> RuntimeError:
+    return RuntimeError(
+        f"CUDA already started in this process with {count} devices visible "
+        f"({VISIBLE}={visible!r}), so it can no longer be narrowed to this rank's GPU ({want}). "
+        "Call tipad_transforms.distributed.bind_device() first thing in the process, before any "
+        "torch.cuda call (is_available, device_count, set_device, .cuda()) or any library that "
+        f"makes one; or start each process with {VISIBLE} set to its one GPU. Under Ray Train, "
+        "set TRAIN_ENABLE_SHARE_CUDA_VISIBLE_DEVICES=0 so that each worker sees its own GPU only"
+    )
+
+
+def bind_device(index: int | None = None) -> torch.device:
+    """Make this process see one GPU, its rank's, as ``cuda:0``; return the device to use.
+
+    Call it first thing in every process (before anything asks torch about CUDA), then use the
+    returned device everywhere (model, ``DeviceLoader``, ``GPUCollate``, NCCL's
+    ``init_process_group``) and never ``torch.cuda.set_device``.
+
+    The rank's GPU is entry ``index`` (default: ``LOCAL_RANK``) of the visible devices: of
+    ``CUDA_VISIBLE_DEVICES`` if a scheduler already narrowed it (indices or UUIDs, kept as
+    written), else of all the machine's GPUs. ``CUDA_VISIBLE_DEVICES`` is then set to that one
+    entry in ``os.environ`` (which child processes inherit). When
+    ``CUDA_VISIBLE_DEVICES`` already names exactly one device and ``index`` is not given, the
+    process is taken as bound already (a Ray task or actor with ``num_gpus=1``, SLURM's
+    ``--gpus-per-task=1``) and it is kept, whatever ``LOCAL_RANK`` says. Calling it again is a
+    no-op.
+
+    Works the same under ``torchrun`` (LOCAL_RANK), ``torch.multiprocessing.spawn`` (pass the
+    process index), SLURM-style launchers that export ``LOCAL_RANK``, Ray Train, and on
+    machines without a GPU (the variable is still set; the result is ``cpu``).
+
+    Returns:
+        ``torch.device("cuda", 0)`` when CUDA sees the bound GPU, else ``torch.device("cpu")``
+        (no GPU, no driver, or a CPU build of torch).
+
+    Raises:
+        TypeError / ValueError: ``index`` (or ``LOCAL_RANK``) missing, negative, not an int, or
+            beyond the visible devices (the message names them).
+        RuntimeError: CUDA already started in this process with other devices visible: torch
+            initialised CUDA, or a device query started the CUDA runtime (which reads
+            ``CUDA_VISIBLE_DEVICES`` once): ``torch.cuda.is_available()`` does, unless
+            ``PYTORCH_NVML_BASED_CUDA_CHECK=1``. The message says what to do instead.
+    """
+    explicit = index is not None
+    rank = local_rank(index)
+    before = os.environ.get(VISIBLE)
+    visible = visible_devices(before)
+    if visible is not None and len(visible) == 1 and not explicit:
+        want = visible[0]
+    elif visible is not None:
+        if rank >= len(visible):
+            raise ValueError(
+                f"local rank {rank} has no GPU: {VISIBLE}={before!r} names {len(visible)} "
+                f"device(s) {visible}; run at most {len(visible)} processes per node (or widen "
+                f"{VISIBLE})"
+            )
+        want = visible[rank]
+    else:
+        physical = _physical_count()
+        if physical > 0 and rank >= physical:
+            raise ValueError(
+                f"local rank {rank} has no GPU: this machine has {physical}; run at most "
+                f"{physical} processes per node"
+            )
+        want = str(rank)
+    if torch.cuda.is_initialized():
+        # Too late to narrow: acceptable only if CUDA sees one device, this rank's.
+        count = torch.cuda.device_count()
+        if count > 1 or (count == 1 and before != want):
+            raise _too_late(before, count, want)
+        return torch.device("cuda", 0) if count == 1 else torch.device("cpu")
+    os.environ[VISIBLE] = want
+    count = _runtime_count()
+    if count > 1:
+        # A device query started the runtime before (is_available(), another library): it
+        # still sees every device. Leave the environment as it was.
+        if before is None:
+            del os.environ[VISIBLE]
+        else:
+            os.environ[VISIBLE] = before
+        raise _too_late(before, count, want)
+    return torch.device("cuda", 0) if count == 1 else torch.device("cpu")
+
+
+def rank_generator(seed: int, rank: int | None = None) -> torch.Generator:
+    """A CPU ``torch.Generator`` of its own for ``rank`` (default: this process's rank).
+
+    The seed is a hash of ``(seed, rank)``, so ranks draw different augmentation parameters and
+    a run with the same ``seed`` draws them again. Give one to ``PadCollate(generator=...)``,
+    ``BrickPad(generator=...)`` and ``DataLoader(generator=...)`` (each its own: pass
+    ``rank_generator(seed + k)`` for the ``k``-th). ``rank`` defaults to
+    ``torch.distributed.get_rank()`` when a process group is up, else ``RANK``, else 0.
+    """
+    if isinstance(seed, bool) or not isinstance(seed, int):
+        raise TypeError(f"seed must be an int, got {type(seed).__name__}")
+    if rank is None:
+        if torch.distributed.is_available() and torch.distributed.is_initialized():
+            rank = torch.distributed.get_rank()
+        else:
+            rank = int(os.environ.get("RANK", "0"))
+    if isinstance(rank, bool) or not isinstance(rank, int) or rank < 0:
+        raise ValueError(f"rank must be an int >= 0, got {rank!r}")
+    digest = hashlib.blake2b(f"{seed}/{rank}".encode(), digest_size=8).digest()
+    return torch.Generator().manual_seed(int.from_bytes(digest, "little") >> 1)
