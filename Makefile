@@ -5,6 +5,8 @@ PY := $(VENV)/bin/python
 STAMP := $(VENV)/.installed
 export TI_SKIP_VERSION_CHECK := ON
 export ENABLE_TAICHI_HEADER_PRINT := 0
+# mkdocs-material's banner about its successor, printed on every build
+export NO_MKDOCS_2_WARNING := 1
 
 .PHONY: demo test lint typecheck docs docs-serve pytest dist bench clean
 

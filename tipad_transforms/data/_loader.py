@@ -59,10 +59,10 @@ class DeviceLoader:
     iterator at once, which stops its (non-persistent) worker processes.
 
     Raises:
-        TypeError / ValueError naming the argument; RuntimeError for a CUDA device on a machine
-        without CUDA.
+        TypeError / ValueError: naming the argument.
+        RuntimeError: a CUDA device on a machine without CUDA.
 
-    Example:
+    Examples:
         >>> import torch
         >>> from torch.utils.data import DataLoader
         >>> from tipad_transforms import BrickPad

@@ -390,7 +390,7 @@ def pad(
 
     Raises:
         TypeError / ValueError: as ``texture_pad``; an unknown ``mode``; a non-constant mode on
-        an empty image.
+            an empty image.
     """
     if isinstance(x, PIL.Image.Image):
         _no_out_for_pil(out)

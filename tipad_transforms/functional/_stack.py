@@ -117,9 +117,11 @@ def pad_stack(
         mode: ``"texture"`` (needs ``texture``) or a standard mode of ``functional.pad``
             (which needs non-empty images; texture and constant modes take empty ones).
         fill: constant mode's value, as in ``functional.pad``.
-        texture, stagger, offset, texture_index: as in ``functional.texture_pad``, with
-            ``offset`` ``(2,)`` or ``(N, 2)`` and ``texture_index`` an int or ``(N,)``: the
-            lattice is anchored at each image's own top-left pixel.
+        texture: as in ``functional.texture_pad``.
+        stagger: as in ``functional.texture_pad``.
+        offset: as in ``functional.texture_pad``, ``(2,)`` or ``(N, 2)``: the lattice is
+            anchored at each image's own top-left pixel.
+        texture_index: as in ``functional.texture_pad``, an int or ``(N,)``.
 
     Returns:
         ``(N, C, H, W)``: canvas ``i`` equals ``texture_pad``/``pad`` of image ``i`` with
@@ -127,7 +129,7 @@ def pad_stack(
         the images (and the texture).
 
     Raises:
-        TypeError / ValueError naming the argument (and the sample index for a bad image).
+        TypeError / ValueError: naming the argument (and the sample index for a bad image).
     """
     checked = _images(images)
     n, x = len(checked), checked[0]
