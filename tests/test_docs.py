@@ -12,6 +12,7 @@ repository's fixtures (conftest.py's guard against the torch fallback) apply to 
 from __future__ import annotations
 
 import doctest
+import importlib
 import os
 import re
 import subprocess
@@ -70,3 +71,20 @@ def test_every_python_block_is_found() -> None:
     """The fence pattern above sees the blocks (including those indented in a list)."""
     text = (ROOT / "docs" / "quickstart.md").read_text()
     assert len(FENCE.findall(text)) == text.count("```python") >= 5
+
+
+def _modules_with_examples() -> list[str]:
+    package = ROOT / "tipad_transforms"
+    return sorted(
+        ".".join(p.relative_to(ROOT).with_suffix("").parts).removesuffix(".__init__")
+        for p in package.rglob("*.py")
+        if ">>>" in p.read_text()
+    )
+
+
+@pytest.mark.parametrize("name", _modules_with_examples())
+def test_docstring_examples_run(name: str) -> None:
+    """The Examples sections of the docstrings (what the API pages show) run, outputs checked."""
+    module = importlib.import_module(name)
+    result = doctest.testmod(module, optionflags=FLAGS)
+    assert result.attempted > 0 and result.failed == 0, result
