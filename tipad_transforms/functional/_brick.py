@@ -187,7 +187,8 @@ def make_brick_texture(
         noise: amount in [0, 1].
         channels: 1 (luma), 2 (luma + opaque alpha), 3 (RGB) or 4 (RGB + opaque alpha).
         seed: an int in ``[-2**63, 2**64)``.
-        dtype: a floating dtype for the result; device: where it is returned.
+        dtype: a floating dtype for the result.
+        device: where the result is returned.
 
     Returns:
         ``(channels, courses * (brick_h + mortar), bricks_per_tile * (brick_w + mortar))``.
