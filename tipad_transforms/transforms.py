@@ -112,9 +112,9 @@ class Pad(_Transform):
             ``"circular"`` (aliases ``"replicate"``, ``"wrap"``).
 
     Raises:
-        TypeError / ValueError naming the argument, at construction.
+        TypeError / ValueError: naming the argument, at construction.
 
-    Example:
+    Examples:
         >>> import torch
         >>> from tipad_transforms.transforms import Pad
         >>> Pad([1, 2], padding_mode="reflect")(torch.arange(4.0).reshape(1, 1, 4))
@@ -279,14 +279,14 @@ class TexturePad(_TexturedPad):
     params)`` with stored params replays it exactly, on any input.
 
     Raises:
-        TypeError / ValueError (at construction, naming the argument): bad ``padding``,
-        ``texture`` (not a tensor, complex, wrong rank, empty), ``stagger``, ``offset``,
-        ``random_offset`` with a non-zero ``offset``, ``texture_index`` (not None/int/
-        "random", outside the bank, "random" without a bank), ``mask_fill``, ``generator``.
-        At call time, the functional's errors (channel mismatch, values that the image's dtype
-        cannot hold, images of different batch shapes under ``random_offset``).
+        TypeError / ValueError: at construction, naming the argument: bad ``padding``,
+            ``texture`` (not a tensor, complex, wrong rank, empty), ``stagger``, ``offset``,
+            ``random_offset`` with a non-zero ``offset``, ``texture_index`` (not None/int/
+            "random", outside the bank, "random" without a bank), ``mask_fill``, ``generator``.
+            At call time, the functional's errors (channel mismatch, values that the image's
+            dtype cannot hold, images of different batch shapes under ``random_offset``).
 
-    Example:
+    Examples:
         >>> import torch
         >>> from torchvision import tv_tensors
         >>> from torchvision.transforms import v2
@@ -393,8 +393,12 @@ class BrickPad(_TexturedPad):
             crop).
         stagger: horizontal shift of each successive row of tiles; default
             ``running_bond_stagger(**brick)``, which continues the tile's running bond.
-        offset, random_offset, same_on_batch, mask_fill, generator: as in ``TexturePad`` (random
-            offsets lie in ``[0, th) x [0, tw)`` of the brick tile, see ``tile_size``).
+        offset: as in ``TexturePad``.
+        random_offset: as in ``TexturePad`` (random offsets lie in ``[0, th) x [0, tw)`` of the
+            brick tile, see ``tile_size``).
+        same_on_batch: as in ``TexturePad``.
+        mask_fill: as in ``TexturePad``.
+        generator: as in ``TexturePad``.
         **brick: keyword arguments of ``make_brick_texture`` (``brick_size``, ``mortar``,
             ``bricks_per_tile``, ``courses``, colours, ``seed``, ...); their errors (TypeError /
             ValueError naming the option) are raised at construction; an unknown keyword is a
@@ -402,7 +406,7 @@ class BrickPad(_TexturedPad):
 
     Params: ``{"offset": int64 tensor (2,) or (*S, 2)}``, replayable as in ``TexturePad``.
 
-    Example:
+    Examples:
         >>> import PIL.Image
         >>> from torchvision import transforms
         >>> from tipad_transforms import BrickPad

@@ -145,13 +145,14 @@ class PadCollate:
     replays them exactly.
 
     Raises:
-        TypeError / ValueError at construction, naming the argument. At call time ValueError /
-        TypeError naming the sample index: an empty batch; a sample of another structure; an
-        image of another rank (a 2-D image among 3-D ones), channel count, dtype or device than
-        ``samples[0]``'s; a sample larger than a fixed ``size``; boxes whose ``canvas_size`` or
-        masks whose size differ from their image's; fields that ``default_collate`` cannot stack.
+        TypeError / ValueError: at construction, naming the argument. At call time ValueError /
+            TypeError naming the sample index: an empty batch; a sample of another structure; an
+            image of another rank (a 2-D image among 3-D ones), channel count, dtype or device
+            than ``samples[0]``'s; a sample larger than a fixed ``size``; boxes whose
+            ``canvas_size`` or masks whose size differ from their image's; fields that
+            ``default_collate`` cannot stack.
 
-    Example:
+    Examples:
         >>> import torch
         >>> from tipad_transforms.data import PadCollate
         >>> collate = PadCollate(multiple=8, placement="center")

@@ -59,16 +59,16 @@ class DeviceLoader:
     iterator at once, which stops its (non-persistent) worker processes.
 
     Raises:
-        TypeError / ValueError naming the argument; RuntimeError for a CUDA device on a machine
-        without CUDA.
+        TypeError / ValueError: naming the argument.
+        RuntimeError: a CUDA device on a machine without CUDA.
 
-    Example:
+    Examples:
         >>> import torch
         >>> from torch.utils.data import DataLoader
         >>> from tipad_transforms import BrickPad
         >>> from tipad_transforms.data import DeviceLoader, PadCollate
         >>> data = [torch.zeros(3, 20 + i, 24, dtype=torch.uint8) for i in range(4)]
-        >>> loader = DataLoader(data, batch_size=2, collate_fn=PadCollate())
+        >>> loader = DataLoader(data, batch_size=2, collate_fn=PadCollate(return_regions=True))
         >>> device = "cuda" if torch.cuda.is_available() else "cpu"
         >>> batches = DeviceLoader(loader, device, BrickPad(4, random_offset=True))
         >>> [tuple(images.shape) for images, regions in batches]

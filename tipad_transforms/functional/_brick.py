@@ -179,11 +179,15 @@ def make_brick_texture(
         mortar: joint width in pixels, >= 0 (0: bricks touch).
         bricks_per_tile: bricks per course in one tile, >= 1.
         courses: brick rows in one tile, >= 1.
-        brick_color, mortar_color: mean ``(R, G, B)`` in [0, 1].
-        shade_variation, hue_variation, noise: amounts in [0, 1].
+        brick_color: mean ``(R, G, B)`` of the bricks, in [0, 1].
+        mortar_color: mean ``(R, G, B)`` of the mortar, in [0, 1].
+        shade_variation: amount in [0, 1].
+        hue_variation: amount in [0, 1].
+        noise: amount in [0, 1].
         channels: 1 (luma), 2 (luma + opaque alpha), 3 (RGB) or 4 (RGB + opaque alpha).
         seed: an int in ``[-2**63, 2**64)``.
-        dtype: a floating dtype for the result; device: where it is returned.
+        dtype: a floating dtype for the result.
+        device: where the result is returned.
 
     Returns:
         ``(channels, courses * (brick_h + mortar), bricks_per_tile * (brick_w + mortar))``.

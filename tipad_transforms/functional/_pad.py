@@ -226,7 +226,7 @@ def pad(
 
     Raises:
         TypeError / ValueError: as ``texture_pad``; an unknown ``padding_mode``; a fill the
-        dtype cannot hold; a non-constant mode on an empty image.
+            dtype cannot hold; a non-constant mode on an empty image.
     """
     kernel = get_kernel(pad, type(inpt))
     return kernel(inpt, padding, fill=fill, padding_mode=padding_mode, out=out)

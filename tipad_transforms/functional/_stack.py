@@ -14,7 +14,7 @@ from typing import Any
 import torch
 
 from .. import ops
-from .._checks import check_int, is_int
+from .._checks import check_int
 from .._geometry import check_mode, image_channels
 from ._convert import Fill
 from ._launch import Border, check_size
@@ -62,7 +62,7 @@ def _sizes(images: list[torch.Tensor], where: torch.Tensor, mode: str, size: Any
     if (
         not isinstance(size, Sequence)
         or len(size) != 2
-        or not all(is_int(s) and s >= 0 for s in size)
+        or not all(isinstance(s, int) and not isinstance(s, bool) and s >= 0 for s in size)
     ):
         raise ValueError(f"size must be (H, W) non-negative ints, got {size!r}")
     out_h, out_w = size
@@ -105,9 +105,11 @@ def pad_stack(
         padding_mode: ``"texture"`` (needs ``texture``) or a standard mode of
             ``functional.pad`` (which needs non-empty images; texture and constant modes take
             empty ones).
-        texture, stagger, offset, texture_index: as in ``functional.texture_pad``, with
-            ``offset`` ``(2,)`` or ``(N, 2)`` and ``texture_index`` an int or ``(N,)``: the
-            lattice is anchored at each image's own top-left pixel.
+        texture: as in ``functional.texture_pad``.
+        stagger: as in ``functional.texture_pad``.
+        offset: as in ``functional.texture_pad``, ``(2,)`` or ``(N, 2)``: the lattice is
+            anchored at each image's own top-left pixel.
+        texture_index: as in ``functional.texture_pad``, an int or ``(N,)``.
 
     Returns:
         ``(N, C, H, W)``: canvas ``i`` equals ``texture_pad``/``pad`` of image ``i`` with
@@ -115,7 +117,7 @@ def pad_stack(
         the images (and the texture).
 
     Raises:
-        TypeError / ValueError naming the argument (and the sample index for a bad image).
+        TypeError / ValueError: naming the argument (and the sample index for a bad image).
     """
     checked = _images(images)
     n, x = len(checked), checked[0]

@@ -116,8 +116,9 @@ class RWKVTimeMix(nn.Module):
         n_embd: width of the input and output.
         dim_att: width of ``k``, ``v``, ``r`` and the WKV state (RWKV-4's ``dim_att``); default
             ``n_embd``.
-        layer_id, n_layer: position of this layer in the stack, ``0 <= layer_id < n_layer``; they
-            set the initial values only (deeper layers start with slower decay and more mixing).
+        layer_id: position of this layer in the stack, ``0 <= layer_id < n_layer``; it sets the
+            initial values only (deeper layers start with slower decay and more mixing).
+        n_layer: number of layers in the stack (initial values only).
 
     Parameters (RWKV-4 names and shapes, float32 at creation; ``r01 = layer_id / (n_layer - 1)``,
     ``0`` when ``n_layer == 1``; ``r1a0 = 1 - layer_id / n_layer``; ``ddd[i] = i / n_embd``):
@@ -242,7 +243,8 @@ class RWKVChannelMix(nn.Module):
     Args:
         n_embd: width of the input and output.
         dim_ffn: hidden width (RWKV-4's ``dim_ffn``); default ``4 * n_embd``.
-        layer_id, n_layer: position in the stack, for the initial values only.
+        layer_id: position in the stack, for the initial values only.
+        n_layer: number of layers in the stack, for the initial values only.
 
     Parameters (RWKV-4 names and shapes): ``time_mix_k``, ``time_mix_r`` ``(1, 1, n_embd)``, both
     ``ddd ** r1a0`` (as in ``RWKVTimeMix``); ``key`` ``Linear(n_embd, dim_ffn)``,
@@ -326,7 +328,8 @@ class RWKVBlock(nn.Module):
         n_embd: width of the residual stream.
         dim_att: width of the time mix (default ``n_embd``).
         dim_ffn: hidden width of the channel mix (default ``4 * n_embd``).
-        layer_id, n_layer: position in the stack, ``0 <= layer_id < n_layer``.
+        layer_id: position in the stack, ``0 <= layer_id < n_layer``.
+        n_layer: number of layers in the stack.
 
     Call ``m(x)`` or ``m(x, state)``: see ``forward``.
     """

@@ -240,9 +240,11 @@ def wkv(
     with ``w = -exp(time_decay)`` and ``u = time_first``, computed as the stable recurrence.
 
     Args:
-        time_decay, time_first: ``(C,)``, any float dtype.
-        k, v: ``(B, T, C)``, one float dtype (float16, bfloat16, float32 or float64), on the
+        time_decay: ``(C,)``, any float dtype.
+        time_first: ``(C,)``, any float dtype.
+        k: ``(B, T, C)``, one float dtype (float16, bfloat16, float32 or float64), on the
             device of every other argument (cpu or cuda).
+        v: as ``k``.
         state: ``(B, 3, C)`` (numerator, denominator, running max) to continue from, float32
             (float64 for float64 inputs), e.g. ``init_wkv_state`` or a previous call's.
 
