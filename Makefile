@@ -10,6 +10,8 @@ export NO_MKDOCS_2_WARNING := 1
 
 .PHONY: demo test lint typecheck docs docs-serve pytest dist bench clean
 
+# rwkv (--no-deps): BlinkDL's inference package, the tests' independent client for the RWKV
+# models; its model code needs torch only, its declared tokenizers/huggingface-hub are not needed.
 # editable_mode=strict: the install is a plain path in a .pth file, which type checkers read (the
 # default is an import hook that mypy cannot follow). A new module needs this step again (touch
 # pyproject.toml); tests and mypy run on the checkout itself and see it at once.
@@ -18,8 +20,6 @@ $(STAMP): pyproject.toml requirements/constraints.txt
 	$(PY) -m pip install -q --upgrade pip
 	$(PY) -m pip install -q -c requirements/constraints.txt -e '.[test,bench,examples,docs,ray]' \
 		--config-settings editable_mode=strict
-	# BlinkDL's rwkv inference package, the tests' independent client for the RWKV models. Its
-	# model code needs torch only; its declared tokenizers/huggingface-hub are not installed.
 	$(PY) -m pip install -q -c requirements/constraints.txt --no-deps rwkv
 	touch $(STAMP)
 
