@@ -196,7 +196,7 @@ def fig_hero() -> None:
         ("input (192×192)", F.pad(img, pad, fill=255)),
         ("brick_pad / BrickPad", F.brick_pad(img, pad)),
         ("texture_pad, any tile", F.texture_pad(img, pad, dots_texture(), offset=(5, 9))),
-        ('pad(mode="reflect")', pad_image_in(img, pad, padding_mode="reflect")),
+        ('pad(padding_mode="reflect")', pad_image_in(img, pad, padding_mode="reflect")),
     ]
     fig, axes = plt.subplots(1, 4, figsize=(12.4, 3.5))
     for ax, (title, t) in zip(axes, panels, strict=True):
