@@ -262,11 +262,18 @@ def texture_pad_ref(
 
 
 def fill_values(fill: Any, channels: int, dtype: torch.dtype) -> torch.Tensor:
-    """Per-channel fill in ``dtype``: Python numbers converted straight to it (one rounding)."""
+    """Per-channel fill in ``dtype``, converted as torchvision converts it: one number once
+    (an int into an integer dtype exactly, else through a Python float), a sequence through
+    ``torch.tensor(fill).to(dtype)`` (its default dtype first), a tensor by ``.to(dtype)``."""
     if isinstance(fill, torch.Tensor):
         values = fill.reshape(-1).to(dtype)
+    elif isinstance(fill, Sequence) and len(fill) > 1:
+        values = torch.tensor(list(fill)).to(dtype)
     else:
-        values = torch.tensor(fill if isinstance(fill, Sequence) else [fill], dtype=dtype)
+        v = fill[0] if isinstance(fill, Sequence) else fill
+        exact = isinstance(v, int) and not isinstance(v, bool) and not dtype.is_floating_point
+        exact = exact and dtype != torch.bool
+        values = torch.tensor([v] if exact else [float(v)]).to(dtype)
     return values.expand(channels) if values.numel() == 1 else values
 
 

@@ -178,11 +178,17 @@ def test_constant_fill(dtype: torch.dtype, fill: object) -> None:
         assert_bitwise_equal(border, values[c].expand_as(border))
 
 
-def test_python_float_fill_keeps_double_precision() -> None:
+def test_fill_precision_is_torchvisions() -> None:
     x = random_image((2, 1, 1), torch.float64, seed=15)
+    assert F.pad(x, 1, fill=0.1)[1, 2, 2].item() == 0.1  # a number: one rounding, to float64
+    # A sequence goes through torch.tensor's default dtype first, as in torchvision.
     got = F.pad(x, 1, fill=[0.1, 1 / 3])
-    assert got[0, 0, 0].item() == 0.1 and got[1, 0, 0].item() == 1 / 3
-    assert F.pad(x, 1, fill=0.1)[1, 2, 2].item() == 0.1
+    want = tvF.pad(x, 1, fill=[0.1, 1 / 3])
+    assert_bitwise_equal(got, want)
+    assert got[0, 0, 0].item() == torch.tensor(0.1, dtype=torch.float32).item()
+    # A float64 tensor is a typed value: taken as it is.
+    exact = F.pad(x, 1, fill=torch.tensor([0.1, 1 / 3], dtype=torch.float64))
+    assert exact[0, 0, 0].item() == 0.1 and exact[1, 0, 0].item() == 1 / 3
     big = F.pad(torch.zeros(1, 1, 1, dtype=torch.int64), 1, fill=2**63 - 1)
     assert big[0, 0, 0].item() == 2**63 - 1
 

@@ -46,6 +46,16 @@ class RayPadBatch:
     ...     batch_size=32, concurrency=2)               # CPU actors; on GPUs add num_gpus=1
     ...                                                 # and "device": "cuda"
 
+    What each call does to a batch (a dict of numpy columns, as Ray hands it over):
+
+    >>> import numpy as np
+    >>> pad = RayPadBatch(size=16, placement="center", random_offset=False)
+    >>> batch = {"image": [np.zeros((10, 12, 3), np.uint8), np.zeros((16, 8, 3), np.uint8)],
+    ...          "path": np.array(["a.png", "b.png"])}
+    >>> out = pad(batch)
+    >>> out["image"].shape, out["region"].tolist()
+    ((2, 3, 16, 16), [[3, 2, 10, 12], [0, 4, 16, 8]])
+
     Each call pads the batch's images in one launch, with the semantics of
     ``PadCollate(size, multiple=..., placement=..., texture=..., padding_mode=..., ...)``: the
     canvas is ``size``, or the batch's largest image rounded up to ``multiple``; the border is the

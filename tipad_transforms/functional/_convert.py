@@ -54,10 +54,17 @@ def fill_values(fill: Any, dtype: torch.dtype, channels: int, name: str = "fill"
     """``fill`` as a ``(channels,)`` CPU tensor of ``dtype`` (see the module docstring).
 
     ``None`` means 0, a number or a one-element sequence is used for every channel, a sequence
-    of ``channels`` numbers gives one per channel. Raises TypeError/ValueError naming ``name``.
+    of ``channels`` numbers gives one per channel; a tensor of 1 or ``channels`` values is cast
+    with ``.to(dtype)``. Raises TypeError/ValueError naming ``name``.
     """
     if fill is None:
         fill = 0
+    if isinstance(fill, torch.Tensor):  # a typed value (beyond torchvision): taken as it is
+        if fill.numel() not in (1, channels) or fill.is_complex():
+            raise ValueError(
+                f"{name} must hold 1 or {channels} (channel) real values, got {tuple(fill.shape)}"
+            )
+        return fill.detach().reshape(-1).to("cpu", dtype).expand(channels).contiguous()
     if isinstance(fill, Sequence) and not isinstance(fill, str) and len(fill) == 1:
         fill = fill[0]
     key = (fill if isinstance(fill, _NUMBER) else tuple(fill) if _is_numbers(fill) else None,
