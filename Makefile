@@ -5,14 +5,38 @@ PY := $(VENV)/bin/python
 STAMP := $(VENV)/.installed
 export TI_SKIP_VERSION_CHECK := ON
 export ENABLE_TAICHI_HEADER_PRINT := 0
+# The other Taichi: a second venv that sees the first one's packages (torch is 5.5 GB: installed
+# once) except upstream taichi, plus taichi-forge, so it runs as a Python 3.14 install would.
+FORGE_VENV ?= .venv-forge
+FORGE_PY := $(FORGE_VENV)/bin/python
+FORGE_STAMP := $(FORGE_VENV)/.installed
+# Everything that launches a kernel or holds the runtime seam, run again on taichi_forge.
+KERNEL_TESTS := tests/test_backend.py tests/test_texture_pad.py tests/test_modes.py \
+	tests/test_dtypes_batch.py tests/test_autograd_ops.py tests/test_pad_stack.py \
+	tests/test_wkv.py tests/test_time_conv.py tests/test_runtime.py tests/test_loader_safety.py
 
-.PHONY: demo test lint typecheck pytest bench clean
+.PHONY: demo test lint typecheck pytest pytest-forge bench bench-backends clean
 
 $(STAMP): pyproject.toml requirements/constraints.txt
 	test -x $(PY) || $(PYTHON) -m venv $(VENV)
 	$(PY) -m pip install -q --upgrade pip
 	$(PY) -m pip install -q -c requirements/constraints.txt -e '.[test,bench,examples]'
 	touch $(STAMP)
+
+$(FORGE_STAMP): $(STAMP)
+	test -x $(FORGE_PY) || $(PY) -m venv $(FORGE_VENV)
+	rm -rf $(FORGE_VENV)/base && mkdir $(FORGE_VENV)/base
+	base=$$($(PY) -c 'import sysconfig; print(sysconfig.get_path("purelib"))'); \
+	for f in "$$base"/*; do case "$${f##*/}" in \
+		taichi|taichi-*|pip|pip-*|setuptools|setuptools-*|_distutils_hack|*.pth|__editable__*) ;; \
+		*) ln -s "$$f" $(FORGE_VENV)/base/ ;; \
+	esac; done
+	# The base packages, then this checkout (the package is not installed here: on this Python
+	# its markers would pull upstream taichi).
+	printf '%s\n' "$$(realpath $(FORGE_VENV)/base)" "$(CURDIR)" > \
+		"$$($(FORGE_PY) -c 'import sysconfig; print(sysconfig.get_path("purelib"))')/_tipad_base.pth"
+	$(FORGE_PY) -m pip install -q -c requirements/constraints.txt taichi-forge taichi-forge-runtime
+	touch $(FORGE_STAMP)
 
 demo: $(STAMP)
 	$(PY) -m tipad_transforms demo
@@ -27,10 +51,16 @@ typecheck: $(STAMP)
 pytest: $(STAMP)
 	$(PY) -m pytest -q
 
-test: lint typecheck pytest
+pytest-forge: $(FORGE_STAMP)
+	$(FORGE_PY) -m pytest -q -p no:cacheprovider $(KERNEL_TESTS)
+
+test: lint typecheck pytest pytest-forge
 
 bench: $(STAMP)
 	$(PY) benchmarks/pad.py
 
+bench-backends: $(STAMP) $(FORGE_STAMP)
+	$(PY) benchmarks/backends.py --forge-python $(FORGE_PY)
+
 clean:
-	rm -rf $(VENV) out .pytest_cache .mypy_cache .ruff_cache
+	rm -rf $(VENV) $(FORGE_VENV) out .pytest_cache .mypy_cache .ruff_cache

@@ -77,7 +77,11 @@ def build_parser() -> argparse.ArgumentParser:
         prog="tipad",
         description="Texture padding for images and tensors, one fused Taichi kernel per call.",
     )
-    parser.add_argument("--version", action="version", version=f"tipad {__version__}")
+    from ._runtime import taichi_backend  # names the Taichi without importing it
+
+    parser.add_argument(
+        "--version", action="version", version=f"tipad {__version__} ({taichi_backend()})"
+    )
     sub = parser.add_subparsers(dest="command", metavar="COMMAND")
     sub.required = True
 
@@ -425,12 +429,12 @@ def _gallery(
         y += h + gap
     import torch
 
-    from ._runtime import taichi_version
+    from ._runtime import taichi_backend
 
     draw.text(
         (margin, height - margin - footer_h + 14),
-        f"tipad_transforms {__version__} · torch {torch.__version__} · taichi "
-        f"{taichi_version()} · made by `tipad demo`",
+        f"tipad_transforms {__version__} · torch {torch.__version__} · "
+        f"{taichi_backend()} · made by `tipad demo`",
         font=sub_f,
         fill=_MUTED,
     )
