@@ -51,8 +51,11 @@ typecheck: $(STAMP)
 pytest: $(STAMP)
 	$(PY) -m pytest -q
 
+# Not again: the 3.14 resolution (no Taichi involved) and inductor's codegen around the op.
 pytest-forge: $(FORGE_STAMP)
-	$(FORGE_PY) -m pytest -q -p no:cacheprovider $(KERNEL_TESTS)
+	$(FORGE_PY) -m pytest -q -p no:cacheprovider $(KERNEL_TESTS) \
+		--deselect tests/test_autograd_ops.py::test_compile_inductor \
+		-k "not test_dependencies_resolve"
 
 test: lint typecheck pytest pytest-forge
 
@@ -60,7 +63,7 @@ bench: $(STAMP)
 	$(PY) benchmarks/pad.py
 
 bench-backends: $(STAMP) $(FORGE_STAMP)
-	$(PY) benchmarks/backends.py --forge-python $(FORGE_PY)
+	$(PY) benchmarks/backends.py --python taichi_forge=$(FORGE_PY)
 
 clean:
 	rm -rf $(VENV) $(FORGE_VENV) out .pytest_cache .mypy_cache .ruff_cache
