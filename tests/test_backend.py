@@ -61,85 +61,38 @@ def _child(script: str, *flags: str, env: dict[str, str] | None = None) -> dict[
 # quiet import (issue 8: the first kernel call raised under -W error::DeprecationWarning)
 
 
-def test_first_kernel_call_under_warnings_as_errors() -> None:
+@pytest.mark.parametrize("name", INSTALLED)
+def test_first_kernel_call_on_each_backend_under_warnings_as_errors(name: str) -> None:
     # Taichi's import warns about locale.getdefaultlocale (deprecated since Python 3.11); users'
-    # test suites run with warnings as errors, so the first pad must not surface it.
+    # test suites run with warnings as errors, so the first pad must not surface it. -W error
+    # covers issue 8's -W error::DeprecationWarning and every other category.
     report = _child(
         """
-        import json, warnings
+        import json, sys, warnings
         import torch, tipad_transforms.functional as F
         from tipad_transforms import _runtime
         before = list(warnings.filters)
-        y = F.pad(torch.arange(4.0).reshape(1, 2, 2), 1)
-        print(json.dumps({"sum": y.sum().item(), "shape": list(y.shape),
-                          "backend": _runtime.taichi_backend(),
-                          "filters_kept": list(warnings.filters) == before}))
-        """,
-        "-W",
-        "error",
-    )
-    assert report["shape"] == [1, 4, 4] and report["sum"] == 6.0
-    assert report["filters_kept"], "the quiet import left the user's warning filters changed"
-    assert report["stderr"] == ""
-    assert report["backend"].split()[0] in INSTALLED
-
-
-def test_the_issue_command_line() -> None:
-    report = _child(
-        """
-        import torch, tipad_transforms.functional as F; F.pad(torch.zeros(1,2,2), 1)
-        print("{}")
-        """,
-        "-W",
-        "error::DeprecationWarning",
-    )
-    assert report["stderr"] == ""
-
-
-# ---------------------------------------------------------------------------------------------
-# the choice
-
-
-@pytest.mark.parametrize("name", INSTALLED)
-def test_each_installed_backend_runs_the_kernels(name: str) -> None:
-    report = _child(
-        """
-        import json, sys
-        import torch, tipad_transforms.functional as F
-        from tipad_transforms import _runtime
         gen = torch.Generator().manual_seed(3)
         x = torch.randint(0, 256, (2, 3, 5, 6), dtype=torch.uint8, generator=gen)
         y = F.pad(x, (3, 1, 4, 2), "reflect")
         print(json.dumps({"x": x.tolist(), "y": y.tolist(),
                           "backend": _runtime.taichi_backend(),
+                          "filters_kept": list(warnings.filters) == before,
                           "modules": sorted(m for m in ("taichi", "taichi_forge")
                                             if m in sys.modules)}))
         """,
+        "-W",
+        "error",
         env={_backend.ENV_VAR: name.replace("_", "-")},  # pip's spelling is accepted too
     )
+    assert report["stderr"] == ""
+    assert report["filters_kept"], "the quiet import left the user's warning filters changed"
     x = torch.tensor(report["x"], dtype=torch.uint8)
     assert_bitwise_equal(
         torch.tensor(report["y"], dtype=torch.uint8), pad_ref(x, (3, 1, 4, 2), "reflect")
     )
     assert report["backend"].split()[0] == name
     assert report["modules"] == [name], "one Taichi per process"
-
-
-@pytest.mark.parametrize("name", MISSING)
-def test_choosing_a_missing_backend_says_what_to_install(name: str) -> None:
-    report = _child(
-        f"""
-        import json
-        import torch, tipad_transforms
-        tipad_transforms.set_backend({name!r})
-        try:
-            tipad_transforms.functional.pad(torch.zeros(1, 2, 2), 1)
-        except ModuleNotFoundError as exc:
-            print(json.dumps({{"error": str(exc)}}))
-        """
-    )
-    assert f"pip install {name.replace('_', '-')}" in report["error"]
-    assert "set_backend" in report["error"]
 
 
 def test_bad_choices_are_refused() -> None:
@@ -155,21 +108,6 @@ def test_bad_choices_are_refused() -> None:
     tipad_transforms.set_backend(in_use)  # the one in use: nothing to do
     tipad_transforms.set_backend(None)
     assert _backend.chosen() == in_use == _runtime._state["ti"].__name__
-
-
-def test_bad_environment_variable_is_named() -> None:
-    report = _child(
-        """
-        import json
-        import torch, tipad_transforms.functional as F
-        try:
-            F.pad(torch.zeros(1, 2, 2), 1)
-        except ValueError as exc:
-            print(json.dumps({"error": str(exc)}))
-        """,
-        env={_backend.ENV_VAR: "tachi"},
-    )
-    assert report["error"].startswith(f"{_backend.ENV_VAR} must be one of")
 
 
 @pytest.fixture
@@ -216,6 +154,23 @@ def test_automatic_choice_order(monkeypatch: pytest.MonkeyPatch) -> None:
     assert _backend.describe() == "no Taichi installed"
 
 
+@pytest.mark.usefixtures("fresh_choice")
+@pytest.mark.parametrize("name", MISSING)
+def test_choosing_a_missing_backend_says_what_to_install(name: str) -> None:
+    tipad_transforms.set_backend(name)
+    with pytest.raises(ModuleNotFoundError, match=f"pip install {name.replace('_', '-')}"):
+        _backend.load()
+    assert _backend.loaded() is None
+
+
+@pytest.mark.usefixtures("fresh_choice")
+def test_bad_environment_variable_is_named(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv(_backend.ENV_VAR, "tachi")
+    with pytest.raises(ValueError, match=f"^{_backend.ENV_VAR} must be one of"):
+        _backend.load()
+    assert _backend.describe().startswith(f"no Taichi ({_backend.ENV_VAR} must be one of")
+
+
 # ---------------------------------------------------------------------------------------------
 # the seam on either module: version accessor, fork hook
 
@@ -229,11 +184,28 @@ def test_backend_and_version_accessors() -> None:
     assert version == importlib.metadata.version(dist)
 
 
-def test_version_and_demo_footer_name_the_backend(capsys: pytest.CaptureFixture[str]) -> None:
+def test_version_names_the_backend(capsys: pytest.CaptureFixture[str]) -> None:
     assert main(["--version"]) == 0
     out = capsys.readouterr().out.strip()
     assert out == f"tipad {tipad_transforms.__version__} ({_runtime.taichi_backend()})"
     assert out.split("(")[1].split()[0] in INSTALLED
+
+
+def test_demo_footer_names_the_backend(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    from PIL import ImageDraw
+
+    drawn: list[str] = []
+    real = ImageDraw.ImageDraw.text
+
+    def text(self: Any, xy: Any, text: str, *args: Any, **kwargs: Any) -> Any:
+        drawn.append(str(text))
+        return real(self, xy, text, *args, **kwargs)
+
+    monkeypatch.setattr(ImageDraw.ImageDraw, "text", text)
+    argv = ["demo", "--out", str(tmp_path), "--padding", "8", "--runs", "1", "--batch", "1"]
+    assert main(argv) == 0
+    footer = [t for t in drawn if "made by `tipad demo`" in t]
+    assert len(footer) == 1 and f" · {_runtime.taichi_backend()} · " in footer[0], drawn[-3:]
 
 
 def test_fork_after_the_user_started_this_taichi() -> None:
