@@ -184,6 +184,16 @@ def test_backend_and_version_accessors() -> None:
     assert version == importlib.metadata.version(dist)
 
 
+def test_kernels_compile_with_upstreams_optimisations() -> None:
+    # taichi_forge's default compile tier skips the advanced IR passes (RWKV kernels 3-5x
+    # slower): the seam asks every backend for upstream's pipeline.
+    F.pad(torch.zeros(1, 1, 1), 1)
+    cfg = _runtime._state["ti"].lang.impl.current_cfg()
+    assert cfg.advanced_optimization
+    if _runtime._state["ti"].__name__ == "taichi_forge":
+        assert cfg.compile_tier == "full"
+
+
 def test_version_names_the_backend(capsys: pytest.CaptureFixture[str]) -> None:
     assert main(["--version"]) == 0
     out = capsys.readouterr().out.strip()

@@ -162,6 +162,7 @@ def _ensure(device: torch.device) -> Any:
                 default_ip=ti.i32,
                 # Kernels read torch memory; Taichi's own pool only needs to be tiny.
                 device_memory_GB=0.25,
+                **_backend.init_options(ti),
             )
         arch = _existing_arch(ti)
     elif arch != device.type:

@@ -30,6 +30,7 @@ __all__ = [
     "chosen",
     "describe",
     "imported",
+    "init_options",
     "load",
     "loaded",
     "set_backend",
@@ -172,6 +173,18 @@ def load() -> ModuleType:
             ) from exc
         _module = module
         return module
+
+
+def init_options(ti: ModuleType) -> dict[str, object]:
+    """``ti.init`` options that make ``ti`` compile our kernels as upstream Taichi 1.7 does.
+
+    taichi_forge compiles at ``compile_tier="fast"`` by default (no advanced IR optimisation),
+    which made the RWKV kernels 3-5x slower than upstream's defaults here; ``"full"`` is
+    upstream's pipeline. A ``TI_COMPILE_TIER`` set by the user is left to win.
+    """
+    if ti.__name__ == "taichi_forge" and not os.environ.get("TI_COMPILE_TIER"):
+        return {"compile_tier": "full"}
+    return {}
 
 
 def _source() -> str:
