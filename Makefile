@@ -8,7 +8,17 @@ export ENABLE_TAICHI_HEADER_PRINT := 0
 # mkdocs-material's banner about its successor, printed on every build
 export NO_MKDOCS_2_WARNING := 1
 
-.PHONY: demo test lint typecheck docs docs-serve pytest dist bench clean
+# The other Taichi: a second venv that sees the first one's packages (torch is 5.5 GB: installed
+# once) except upstream taichi, plus taichi-forge, so it runs as a Python 3.14 install would.
+FORGE_VENV ?= .venv-forge
+FORGE_PY := $(FORGE_VENV)/bin/python
+FORGE_STAMP := $(FORGE_VENV)/.installed
+# Everything that launches a kernel or holds the runtime seam, run again on taichi_forge.
+KERNEL_TESTS := tests/test_backend.py tests/test_texture_pad.py tests/test_modes.py \
+	tests/test_dtypes_batch.py tests/test_autograd_ops.py tests/test_pad_stack.py \
+	tests/test_wkv.py tests/test_time_conv.py tests/test_runtime.py tests/test_loader_safety.py
+
+.PHONY: demo test lint typecheck docs docs-serve pytest pytest-forge dist bench bench-backends clean
 
 # rwkv (--no-deps): BlinkDL's inference package, the tests' independent client for the RWKV
 # models; its model code needs torch only, its declared tokenizers/huggingface-hub are not needed.
@@ -22,6 +32,21 @@ $(STAMP): pyproject.toml requirements/constraints.txt
 		--config-settings editable_mode=strict
 	$(PY) -m pip install -q -c requirements/constraints.txt --no-deps rwkv
 	touch $(STAMP)
+
+$(FORGE_STAMP): $(STAMP)
+	test -x $(FORGE_PY) || $(PY) -m venv $(FORGE_VENV)
+	rm -rf $(FORGE_VENV)/base && mkdir $(FORGE_VENV)/base
+	base=$$($(PY) -c 'import sysconfig; print(sysconfig.get_path("purelib"))'); \
+	for f in "$$base"/*; do case "$${f##*/}" in \
+		taichi|taichi-*|pip|pip-*|setuptools|setuptools-*|_distutils_hack|*.pth|__editable__*) ;; \
+		*) ln -s "$$f" $(FORGE_VENV)/base/ ;; \
+	esac; done
+	# The base packages, then this checkout (the package is not installed here: on this Python
+	# its markers would pull upstream taichi).
+	printf '%s\n' "$$(realpath $(FORGE_VENV)/base)" "$(CURDIR)" > \
+		"$$($(FORGE_PY) -c 'import sysconfig; print(sysconfig.get_path("purelib"))')/_tipad_base.pth"
+	$(FORGE_PY) -m pip install -q -c requirements/constraints.txt taichi-forge taichi-forge-runtime
+	touch $(FORGE_STAMP)
 
 demo: $(STAMP)
 	$(PY) -m tipad_transforms demo
@@ -50,10 +75,19 @@ dist: $(STAMP)
 	$(PY) -m build --no-isolation --outdir dist .
 	$(PY) -m twine check --strict dist/*
 
-test: lint typecheck docs pytest
+# Not run again here: the 3.14 resolution (no Taichi in it) and the torch.compile / opcheck
+# tests (they check the ops' torch registration, the same code whichever Taichi runs them).
+pytest-forge: $(FORGE_STAMP)
+	$(FORGE_PY) -m pytest -q -p no:cacheprovider $(KERNEL_TESTS) \
+		-k "not test_dependencies_resolve and not compile and not opcheck"
+
+test: lint typecheck docs pytest pytest-forge
 
 bench: $(STAMP)
 	$(PY) benchmarks/pad.py
 
+bench-backends: $(STAMP) $(FORGE_STAMP)
+	$(PY) benchmarks/backends.py --python taichi_forge=$(FORGE_PY)
+
 clean:
-	rm -rf $(VENV) out build dist site *.egg-info .pytest_cache .mypy_cache .ruff_cache
+	rm -rf $(VENV) $(FORGE_VENV) out build dist site *.egg-info .pytest_cache .mypy_cache .ruff_cache

@@ -2,6 +2,7 @@
 fused Taichi kernel."""
 
 from . import nn, transforms
+from ._runtime import set_backend
 from ._version import __version__
 from .nn import (
     RWKV4,
@@ -29,5 +30,6 @@ __all__ = [
     "TexturePad",
     "__version__",
     "nn",
+    "set_backend",
     "transforms",
 ]

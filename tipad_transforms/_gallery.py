@@ -194,12 +194,12 @@ def render_gallery(
         y += h + gap
     import torch
 
-    from ._runtime import taichi_version
+    from ._runtime import taichi_backend
 
     draw.text(
         (margin, height - margin - footer_h + 14),
-        f"tipad_transforms {__version__} · torch {torch.__version__} · taichi "
-        f"{taichi_version()} · made by `tipad demo`",
+        f"tipad_transforms {__version__} · torch {torch.__version__} · "
+        f"{taichi_backend()} · made by `tipad demo`",
         font=sub_f,
         fill=_MUTED,
     )

@@ -87,7 +87,11 @@ def build_parser() -> argparse.ArgumentParser:
         prog="tipad",
         description="Texture padding for images and tensors, one fused Taichi kernel per call.",
     )
-    parser.add_argument("--version", action="version", version=f"tipad {__version__}")
+    from ._runtime import taichi_backend  # names the Taichi without importing it
+
+    parser.add_argument(
+        "--version", action="version", version=f"tipad {__version__} ({taichi_backend()})"
+    )
     sub = parser.add_subparsers(dest="command", metavar="COMMAND")
     sub.required = True
 

@@ -19,12 +19,14 @@ thread that initialised.
 import contextlib
 import io
 import os
-import sys
 import threading
 from collections.abc import Callable, Iterator
 from typing import Any
 
 import torch
+
+from . import _backend
+from ._backend import set_backend
 
 __all__ = [
     "MAX_ELEMENTS",
@@ -39,6 +41,8 @@ __all__ = [
     "refusal",
     "runtime_arch",
     "session",
+    "set_backend",
+    "taichi_backend",
     "taichi_version",
 ]
 
@@ -59,9 +63,11 @@ _state: dict[str, Any] = {"ti": None, "arch": None, "pid": None, "kernels": {}, 
 def _before_fork() -> None:
     # A runtime the user started (not through us) is inherited by the child just the same and
     # hangs there: record that it exists in this (the parent's) process.
-    ti = _state["ti"] or sys.modules.get("taichi")
-    if _state["pid"] is None and ti is not None and hasattr(ti, "lang"):
-        if _existing_arch(ti) is not None:
+    if _state["pid"] is not None:
+        return
+    # Either Taichi (upstream or taichi_forge), whichever the user started.
+    for ti in _backend.imported():
+        if hasattr(ti, "lang") and _existing_arch(ti) is not None:
             _state["pid"] = os.getpid()
 
 
@@ -76,14 +82,8 @@ os.register_at_fork(before=_before_fork, after_in_child=_reset_after_fork)
 
 def _import_taichi() -> Any:
     if _state["ti"] is None:
-        # Quiet by default: no import banner, no version-check thread that phones home.
-        os.environ.setdefault("TI_SKIP_VERSION_CHECK", "ON")
-        os.environ.setdefault("ENABLE_TAICHI_HEADER_PRINT", "0")
-        # Under pytest or Jupyter (replaced sys.stdout) Taichi logs a line at import otherwise.
-        os.environ.setdefault("TI_LOG_LEVEL", "warn")
-        import taichi as ti
-
-        _state["ti"] = ti
+        # Upstream taichi or taichi_forge, imported quietly; _backend says which and why.
+        _state["ti"] = _backend.load()
     return _state["ti"]
 
 
@@ -97,8 +97,20 @@ def _existing_arch(ti: Any) -> str | None:
 
 
 def taichi_version() -> str:
-    """The installed Taichi's version, e.g. ``"1.7.4"`` (imports Taichi, starts nothing)."""
+    """The Taichi module's own version, e.g. ``"1.7.4"`` (imports Taichi, starts nothing).
+
+    taichi_forge numbers its releases itself (``"0.7.0"``): ``taichi_backend`` names both.
+    """
     return ".".join(map(str, _import_taichi().__version__))
+
+
+def taichi_backend() -> str:
+    """The Taichi the kernels run on, e.g. ``"taichi 1.7.4"`` or ``"taichi_forge 0.7.0"``.
+
+    Imports nothing: the choice (``set_backend``, ``TIPAD_TAICHI``, else the installed one) is
+    resolved as the first launch will resolve it.
+    """
+    return _backend.describe()
 
 
 def runtime_arch() -> str | None:
@@ -154,6 +166,7 @@ def _ensure(device: torch.device) -> Any:
                 default_ip=ti.i32,
                 # Kernels read torch memory; Taichi's own pool only needs to be tiny.
                 device_memory_GB=0.25,
+                **_backend.init_options(ti),
             )
         arch = _existing_arch(ti)
     elif arch != device.type:
