@@ -319,7 +319,8 @@ def launch_pad(
     """
     g = geometry
     # One record serves every sample: the image of sample b starts b * C*H*W further on.
-    maps = _fold_maps(mode, g.h, g.w, g.top, g.left, g.out_h, g.out_w)
+    # An empty canvas reads nothing: no maps, however large the padding.
+    maps = _fold_maps(mode, g.h, g.w, g.top, g.left, g.out_h, g.out_w) if canvas.numel() else []
     record = [g.h, g.w, g.top, g.left, 0, _HEADER + _RECORD]
     _launch(mode, image, canvas, record, 0, g.c * g.h * g.w, maps, texture=texture, fill=fill,
             offset=offset, texture_index=texture_index, stagger=stagger, backward=backward,
@@ -354,7 +355,7 @@ def launch_pad_stack(
     size = c * h * w
     records = torch.stack([h, w, top, left, size.cumsum(0) - size, torch.zeros_like(h)], 1)
     maps: list[torch.Tensor] = []
-    if mode not in ("constant", "texture"):
+    if mode not in ("constant", "texture") and canvas.numel() > 0:
         records[:, _RMAPS] = _HEADER + n * _RECORD + torch.arange(n) * (out_h + out_w)
         for hi, wi, top_i, left_i in sizes.tolist():
             maps += _fold_maps(mode, hi, wi, top_i, left_i, out_h, out_w)

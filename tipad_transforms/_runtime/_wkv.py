@@ -41,11 +41,24 @@ def _build_kernels(ti: Any) -> dict[str, Any]:
     nd = ti.types.ndarray
 
     @ti.func
+    def is_nan(x):
+        # From the bits: Taichi compiles with fast-math, under which LLVM may fold `x != x` to
+        # False and pick either operand of a max or a compare with NaN. Rounded to float32 first
+        # (NaN stays NaN, every other float64 stays non-NaN), so one test serves both dtypes.
+        return (ti.bit_cast(ti.cast(x, ti.f32), ti.i32) & 0x7FFFFFFF) > 0x7F800000
+
+    @ti.func
+    def nan_max(a, b):
+        # max(a, b), NaN if either is (torch.maximum): the running max carries a NaN onwards.
+        return ti.select(is_nan(a), a, ti.select(is_nan(b), b, ti.max(a, b)))
+
+    @ti.func
     def exp_neg(x, fast: ti.template()):
         # e**x for x <= 0. The float32 version is a Cephes-style expf: x = n ln2 + r with
         # |r| <= ln2/2, a degree-6 polynomial for e**r and 2**n made from its exponent bits.
         # Unlike a libm call, LLVM can vectorize it across the lanes. Below about -87.7 the
         # result flushes to 0 (n = -127 gives the bits of 0.0); e**x would be subnormal there.
+        # NaN propagates (as torch's exp does): the clamp below would turn it into -88.
         out = x
         if ti.static(fast):
             z = ti.max(x, -88.0)
@@ -58,7 +71,7 @@ def _build_kernels(ti: Any) -> dict[str, Any]:
             p = p * r + 1.6666665459e-1
             p = p * r + 5.0000001201e-1
             p = p * r * r + r + 1.0
-            out = p * ti.bit_cast((ti.cast(n, ti.i32) + 127) << 23, ti.f32)
+            out = ti.select(is_nan(x), x, p * ti.bit_cast((ti.cast(n, ti.i32) + 127) << 23, ti.f32))
         else:
             out = ti.exp(x)
         return out
@@ -120,7 +133,7 @@ def _build_kernels(ti: Any) -> dict[str, Any]:
                 f1, f2 = scales(ww, kt[j], fast)
                 aa[j] = f1 * aa[j] + f2 * vt[j]
                 bb[j] = f1 * bb[j] + f2
-                pp[j] = ti.max(ww, kt[j])
+                pp[j] = nan_max(ww, kt[j])
             for j in ti.static(range(n)):
                 y[dst + j] = y_prev[j]
             y_prev = yt
