@@ -80,7 +80,7 @@ def _build_kernels(ti: Any) -> dict[str, Any]:
                         total += a[a_base + s] * x[xo + s]
                 y[i] = total
         else:
-            tiles = (n_out + _TILE - 1) // _TILE
+            tiles = (n_out - 1) // _TILE + 1  # n_out >= 1; n_out + _TILE could pass 2**31
             for task in range(rows * tiles):
                 row = task // tiles
                 o0 = (task - row * tiles) * _TILE
@@ -113,7 +113,7 @@ def _build_kernels(ti: Any) -> dict[str, Any]:
                             acc[r] += av * x[xo + r + s]
                 out = row * n_out + o0
                 for r in ti.static(range(_TILE)):
-                    if o0 + r < n_out:
+                    if r < n_out - o0:
                         y[out + r] = acc[r] + e
                 # The s valid for only some outputs of the tile: a few per output, in a loop
                 # that is not unrolled (unrolled, it doubled the compile time).
@@ -162,16 +162,19 @@ def launch_time_conv(
     also holds ``a[s] * 0`` for the ``s`` that fall into that padding, which is NaN where
     ``a[s]`` is NaN or infinite (the forward and dw passes); nothing past ``x``'s end.
     """
-    with rt.session(y.device, "time_conv", _build_kernels, (a, x, y)) as kernels:
+    # The padded copy of x is what the kernel indexes; T + L + padding bound its int32 sums.
+    x_padded = torch.nn.functional.pad(x.reshape(-1, length), (_PAD, _PAD)) if x.numel() else x
+    with rt.session(y.device, "time_conv", _build_kernels, (a, x_padded, y)) as kernels:
         if y.numel() == 0:
             return
         if x.numel() == 0:  # batch == 0 with sum_batch: an empty sum
             y.fill_(eps)
             return
+        if length + a.shape[-1] + 2 * _PAD > rt.MAX_ELEMENTS:
+            raise rt.RuntimeUnavailable(f"T + L past {rt.MAX_ELEMENTS}: int32 index sums")
         rows = channels if sum_batch else batch * channels
         header = [rows, channels, batch, length, a.shape[-1], y.numel() // rows, offset,
                   int(sum_batch), length + 2 * _PAD]  # fmt: skip
-        x_padded = torch.nn.functional.pad(x.reshape(-1, length), (_PAD, _PAD))
         # Device-side flags: no host synchronisation to learn whether `a` is finite.
         finite = a.reshape(-1, channels, a.shape[-1]).isfinite().all(-1).all(0)
         meta = torch.cat([

@@ -235,7 +235,7 @@ def _build_kernels(ti: Any) -> dict[str, Any]:
                         states: nd(ndim=1), meta: nd(dtype=ti.i32, ndim=1),
                         lanes: ti.template(), save: ti.template(), fast: ti.template()):
             n_b, n_t, n_c = meta[0], meta[1], meta[2]
-            blocks = (n_c + lanes - 1) // lanes
+            blocks = (n_c - 1) // lanes + 1  # n_c >= 1; n_c + lanes could pass 2**31
             # With lanes == 1, task = b * C + c: adjacent CUDA threads take adjacent channels.
             for task in range(n_b * blocks):
                 b = task // blocks
@@ -244,7 +244,7 @@ def _build_kernels(ti: Any) -> dict[str, Any]:
                     forward_chain(params, k, v, y, states, b, c0, n_b, n_t, n_c, lanes, save,
                                   fast, packed)
                 else:
-                    if c0 + lanes <= n_c:
+                    if c0 <= n_c - lanes:
                         forward_chain(params, k, v, y, states, b, c0, n_b, n_t, n_c, lanes,
                                       save, fast, False)
                     else:  # the last, partial block: one channel at a time
@@ -258,7 +258,7 @@ def _build_kernels(ti: Any) -> dict[str, Any]:
                          meta: nd(dtype=ti.i32, ndim=1), lanes: ti.template(),
                          fast: ti.template()):
             n_b, n_t, n_c = meta[0], meta[1], meta[2]
-            blocks = (n_c + lanes - 1) // lanes
+            blocks = (n_c - 1) // lanes + 1  # n_c >= 1; n_c + lanes could pass 2**31
             for task in range(n_b * blocks):
                 b = task // blocks
                 c0 = (task - b * blocks) * lanes
@@ -266,7 +266,7 @@ def _build_kernels(ti: Any) -> dict[str, Any]:
                     backward_chain(params, k, v, gy, states, gk, gv, grads, b, c0, n_b, n_t,
                                    n_c, lanes, fast, packed)
                 else:
-                    if c0 + lanes <= n_c:
+                    if c0 <= n_c - lanes:
                         backward_chain(params, k, v, gy, states, gk, gv, grads, b, c0, n_b,
                                        n_t, n_c, lanes, fast, False)
                     else:
@@ -320,9 +320,9 @@ def launch_wkv_forward(
     Raises ``RuntimeUnavailable`` when ``refusal(device)`` gives a reason.
     """
     save = states.shape[2] == k.shape[1] + 1 and k.shape[1] > 0
-    with rt.session(k.device, "wkv", _build_kernels, (k, states)) as kernels:
+    params = torch.cat([w, u, state.reshape(-1)])
+    with rt.session(k.device, "wkv", _build_kernels, (k, states, params)) as kernels:
         lanes, fast, packed = _switches(k)
-        params = torch.cat([w, u, state.reshape(-1)])
         kernels["forward_packed" if packed else "forward"](
             params, _loads(k, packed), _loads(v, packed), y.reshape(-1), states.reshape(-1),
             _meta(k), lanes, save, fast,
@@ -349,9 +349,9 @@ def launch_wkv_backward(
     and ``u`` ``(B, C)`` each (the caller sums them over B), then the gradient of the initial
     state ``(B, 3, C)``.
     """
-    with rt.session(k.device, "wkv", _build_kernels, (k, states)) as kernels:
+    params = torch.cat([w, u, gstate.reshape(-1)])
+    with rt.session(k.device, "wkv", _build_kernels, (k, states, params, grads)) as kernels:
         lanes, fast, packed = _switches(k)
-        params = torch.cat([w, u, gstate.reshape(-1)])
         kernels["backward_packed" if packed else "backward"](
             params, _loads(k, packed), _loads(v, packed), _loads(gy, packed),
             _loads(states, packed), gk.reshape(-1), gv.reshape(-1), grads.reshape(-1), _meta(k),
