@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import warnings
 from collections.abc import Iterator
+from typing import assert_type
 
 import pytest
 import torch
@@ -500,3 +501,15 @@ def test_nonfinite_inputs_propagate_like_torch_route(
         finite = torch.isfinite(b.double())
         tol = 1e-9 if dtype == torch.float64 else 2e-2
         assert_close(a.double()[finite], b.double()[finite], rtol=tol, atol=tol)
+
+
+def test_overloads_type_the_two_call_forms() -> None:
+    # `mypy` on this function fails without wkv's overloads (a union of tensor and tuple).
+    td, tf, k, v = make_inputs(1, 3, 2)
+    y = wkv(td, tf, k, v)
+    assert_type(y, torch.Tensor)
+    y2, s = wkv(td, tf, k, v, make_state(1, 2))
+    assert_type(y2, torch.Tensor)
+    assert_type(s, torch.Tensor)
+    assert isinstance(y, torch.Tensor) and isinstance(s, torch.Tensor)
+    assert y.shape == y2.shape == (1, 3, 2) and s.shape == (1, 3, 2)

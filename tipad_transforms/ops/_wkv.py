@@ -12,7 +12,7 @@ Being custom ops with fake implementations and registered autograd, they trace u
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Any, overload
 
 import torch
 
@@ -225,6 +225,26 @@ def _backward(ctx, grad_y, grad_state, _grad_saved):  # type: ignore[no-untyped-
 
 
 wkv_forward.register_autograd(_backward, setup_context=_setup_context)
+
+
+@overload
+def wkv(
+    time_decay: torch.Tensor,
+    time_first: torch.Tensor,
+    k: torch.Tensor,
+    v: torch.Tensor,
+    state: None = None,
+) -> torch.Tensor: ...
+
+
+@overload
+def wkv(
+    time_decay: torch.Tensor,
+    time_first: torch.Tensor,
+    k: torch.Tensor,
+    v: torch.Tensor,
+    state: torch.Tensor,
+) -> tuple[torch.Tensor, torch.Tensor]: ...
 
 
 def wkv(
