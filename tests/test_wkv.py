@@ -431,7 +431,7 @@ def test_bad_input(change: dict[str, object], error: type[Exception], match: str
     with warnings.catch_warnings():
         warnings.simplefilter("error")  # nothing may reach a kernel or the fallback
         with pytest.raises(error, match=match):
-            wkv(**args)  # type: ignore[arg-type]
+            wkv(**args)  # type: ignore[arg-type, call-overload]
 
 
 # ---------------------------------------------------------------------------------------------
