@@ -4,7 +4,7 @@ Correctness: device results (float32, float16, bfloat16) and float32 gradients a
 references computed on the CPU (``rwkv.wkv_torch``, the stable recurrence one token at a time,
 and ``F.conv1d``), chunked WKV with the state equal to the whole run, ``k ~ U(-1000, 1000)``
 finite, and both ops launched on a side stream right after the matmul that produces their input.
-Timing: the article's sizes against the torch peers users run today (``benchmarks/rwkv.py``).
+Timing: the article's sizes against the torch peers users run today (``benchmarks/rwkv_ops.py``).
 """
 
 from __future__ import annotations

@@ -45,16 +45,10 @@ def load_package(model: RWKV7, tmp: Path) -> Any | None:
     """The ``rwkv`` package's RWKV-7 on the same weights, or None when it is not installed."""
     os.environ["RWKV_V7_ON"] = "1"
     os.environ["RWKV_CUDA_ON"] = "0"
-    # This folder's rwkv.py would shadow the package: import it with the folder off the path.
-    here = Path(__file__).resolve().parent
-    saved = sys.path[:]
-    sys.path = [d for d in sys.path if Path(d or ".").resolve() != here]
     try:
         from rwkv.model import RWKV
     except ImportError:
         return None
-    finally:
-        sys.path = saved
     torch.save(model.state_dict(), tmp / "model.pth")
     return RWKV(str(tmp / "model"), strategy="cpu fp32")
 

@@ -36,5 +36,5 @@ def test_loader_benchmark_pipelines_check_their_batches(tmp_path: Path) -> None:
 
 @pytest.mark.slow
 def test_rwkv_benchmark_cross_checks_the_ops(tmp_path: Path) -> None:
-    report = _run("rwkv.py", tmp_path, "--repeats", "1")
+    report = _run("rwkv_ops.py", tmp_path, "--repeats", "1")
     assert report["errors"] == [] and report["workloads"]

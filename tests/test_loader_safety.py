@@ -77,7 +77,8 @@ class Padded(Dataset):
 def loader(method, workers=2, **kwargs):
     return DataLoader(
         Padded(), batch_size=3, num_workers=workers, multiprocessing_context=method, timeout=120,
-        collate_fn=PadCollate(placement="center", random_offset=False), **kwargs
+        collate_fn=PadCollate(placement="center", random_offset=False, return_regions=True),
+        **kwargs,
     )
 
 
@@ -142,7 +143,9 @@ def draws(use_generator, persistent):
     torch.manual_seed(7)  # the DataLoader draws its workers' base seed from it (or from gen)
     dl = DataLoader(
         Draws(gen(0)), batch_size=2, num_workers=2, multiprocessing_context="fork",
-        collate_fn=Recording(PadCollate((8, 12), placement="random", generator=gen(1))),
+        collate_fn=Recording(
+            PadCollate((8, 12), placement="random", generator=gen(1), return_regions=True)
+        ),
         generator=gen(2), persistent_workers=persistent, timeout=120,
     )
     return [listed(dl) for epoch in range(2)]

@@ -1,6 +1,6 @@
 """Benchmark tipad's RWKV operators against what users run on a CPU today.
 
-    python benchmarks/rwkv.py [--quick] [--compile] [--ops wkv wkv7 time_conv] [--out out/bench]
+    python benchmarks/rwkv_ops.py [--quick] [--compile] [--ops wkv wkv7 time_conv] [--out out/bench]
 
 * WKV (RWKV-4), forward and forward+backward, float32, (B, T, C) = (8, 512, 512) and
   (1, 4096, 768): ``tipad_transforms.ops.wkv`` against the stable recurrence written here in
