@@ -26,7 +26,7 @@ import torch
 from .. import _runtime as rt
 
 # Value rows per task of the CPU's kernels (their states held in a local array).
-_ROWS = 8
+_ROWS = 16
 # meta (int32): B, T, H, N, chunk, S (the states' slot count).
 _B, _T, _H, _N, _CHUNK, _SLOTS = range(6)
 
