@@ -1,10 +1,14 @@
-"""The RWKV section of ``gpu_check.py``: ``ops.wkv`` and ``ops.time_conv`` on a GPU.
+"""The RWKV section of ``gpu_check.py``: ``ops.wkv``, ``ops.wkv7`` and ``ops.time_conv`` on a GPU.
 
 Correctness: device results (float32, float16, bfloat16) and float32 gradients against float64
 references computed on the CPU (``rwkv.wkv_torch``, the stable recurrence one token at a time,
 and ``F.conv1d``), chunked WKV with the state equal to the whole run, ``k ~ U(-1000, 1000)``
 finite, and both ops launched on a side stream right after the matmul that produces their input.
-Timing: the article's sizes against the torch peers users run today (``benchmarks/rwkv_ops.py``).
+WKV-7 (CUDA only): values (float32, float16, bfloat16), the new state and the gradients of all
+seven inputs against the float64 recurrence on the CPU, chunked equal to whole.
+Timing: the article's sizes against the torch peers users run today (``benchmarks/rwkv_ops.py``);
+WKV-7 at (4, 512, 8, 64) against the eager loop and, when flash-linear-attention is installed,
+its ``fused_recurrent_rwkv7`` and ``chunk_rwkv7``.
 """
 
 from __future__ import annotations
@@ -14,7 +18,16 @@ from typing import Any
 
 import torch
 from _common import Peer, format_ms, measure
-from rwkv import _forward, _forward_backward, conv1d_peer, time_conv_flops, wkv_inputs, wkv_torch
+from rwkv import (
+    _forward,
+    _forward_backward,
+    conv1d_peer,
+    time_conv_flops,
+    wkv7_inputs,
+    wkv7_torch,
+    wkv_inputs,
+    wkv_torch,
+)
 
 import tipad_transforms.ops as tops
 
@@ -65,6 +78,75 @@ def check_wkv(device: torch.device, quick: bool) -> list[str]:
     if not bool(torch.isfinite(y).all()):
         problems.append("wkv with k ~ U(-1000, 1000) is not finite")
     return problems
+
+
+def check_wkv7(device: torch.device, quick: bool) -> list[str]:
+    """``ops.wkv7`` on CUDA against the float64 recurrence on the CPU (none on other devices)."""
+    if device.type != "cuda":
+        return []
+    problems: list[str] = []
+    shapes = [(2, 37, 2, 16)] if quick else [(2, 37, 2, 16), (2, 300, 4, 64), (1, 5, 3, 7)]
+    names = ("r", "w", "k", "v", "a", "b")
+    for shape in shapes:
+        b, t, h, n = shape
+        x = wkv7_inputs(*shape, seed=b * 1000 + t)
+        cpu64 = [x[name].double() for name in names]
+        gen = torch.Generator().manual_seed(t)
+        s64 = torch.randn(b, h, n, n, generator=gen, dtype=torch.float64)
+        refs = [a.clone().requires_grad_() for a in (*cpu64, s64)]
+        want, want_s = _wkv7_reference(*refs)
+        for dtype, tol in ((torch.float32, 1e-4), (torch.float16, 2e-2), (torch.bfloat16, 5e-2)):
+            got, got_s = tops.wkv7(*(a.to(device, dtype) for a in cpu64),
+                                   s64.to(device, torch.float32))  # fmt: skip
+            if got.dtype != dtype or not _close(got, want, tol) or not _close(got_s, want_s, tol):
+                problems.append(f"wkv7 {shape} {dtype} != float64 reference")
+        up, up_s = torch.randn_like(want), torch.randn_like(want_s)
+        want_g = torch.autograd.grad((want * up).sum() + (want_s * up_s).sum(), refs)
+        leaves = [a.detach().to(device, torch.float32).requires_grad_() for a in refs]
+        got, got_s = tops.wkv7(*leaves)
+        loss = (got * up.to(device).float()).sum() + (got_s * up_s.to(device).float()).sum()
+        got_g = torch.autograd.grad(loss, leaves)
+        for name, g, w in zip((*names, "state"), got_g, want_g, strict=True):
+            if not _close(g, w, 1e-3):
+                problems.append(f"wkv7 {shape} gradient of {name} != float64 reference")
+        cut = t // 3
+        args = [a.detach().to(device, torch.float32) for a in cpu64]
+        y1, s1 = tops.wkv7(*(a[:, :cut] for a in args), s64.to(device, torch.float32))
+        y2, s2 = tops.wkv7(*(a[:, cut:] for a in args), s1)
+        if not _close(torch.cat([y1, y2], 1), want, 1e-4) or not _close(s2, want_s, 1e-4):
+            problems.append(f"wkv7 {shape} chunked with state != whole")
+    return problems
+
+
+def _wkv7_reference(*args: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+    """The recurrence one token at a time from the state ``args[6]``: ``(y, final state)``."""
+    r, w, k, v, a, b, s = args
+    d = torch.exp(w)
+    ys = []
+    for t in range(r.shape[1]):
+        sa = s @ a[:, t].unsqueeze(-1)
+        s = s * d[:, t].unsqueeze(-2) + sa @ b[:, t].unsqueeze(-2)
+        s = s + v[:, t].unsqueeze(-1) @ k[:, t].unsqueeze(-2)
+        ys.append((s @ r[:, t].unsqueeze(-1)).squeeze(-1))
+    return torch.stack(ys, 1), s
+
+
+def _fla_peers() -> list[tuple[str, Any]]:
+    """flash-linear-attention's RWKV-7 ops on our conventions, when it is installed."""
+    try:
+        from fla.ops.rwkv7 import chunk_rwkv7, fused_recurrent_rwkv7
+    except ImportError:
+        return []
+
+    def wrap(fn: Any) -> Any:
+        # fla: (B, T, H, N) tensors, w the log decay, the same S[value, key] state.
+        def run(r: Any, w: Any, k: Any, v: Any, a: Any, b: Any) -> torch.Tensor:
+            return fn(r, w, k, v, a, b, scale=1.0)[0]
+
+        return run
+
+    return [("fla fused_recurrent_rwkv7", wrap(fused_recurrent_rwkv7)),
+            ("fla chunk_rwkv7", wrap(chunk_rwkv7))]  # fmt: skip
 
 
 def check_time_conv(device: torch.device) -> list[str]:
@@ -146,6 +228,18 @@ def timing(device: torch.device, quick: bool, repeats: int) -> dict[str, Any]:
         xs = [x[n] for n in ("time_decay", "time_first", "k", "v")]
         pair(f"wkv {shape}", (tops.wkv, wkv_torch), ("tipad wkv", "torch eager loop"), xs,
              x["grad"], None)
+    if device.type == "cuda":
+        shape = (1, 32, 2, 16) if quick else (4, 512, 8, 64)
+        x = {n: v.to(device) for n, v in wkv7_inputs(*shape, seed=2).items()}
+        xs = [x[n] for n in ("r", "w", "k", "v", "a", "b")]
+        pair(f"wkv7 {shape}", (tops.wkv7, wkv7_torch), ("tipad wkv7", "torch eager loop"), xs,
+             x["grad"], None)
+        for label, fn in _fla_peers():
+            for kind, make in (("fwd", lambda f: _forward(f, xs)),
+                               ("fwd+bwd", lambda f: _forward_backward(f, xs, x["grad"]))):
+                peers = [Peer("tipad", "tipad wkv7", make(tops.wkv7), "tipad"),
+                         Peer("fla", label, make(fn), "fla")]
+                work.append((f"wkv7 {shape} vs {label} {kind}", peers, None))
     # fmt: on
     for title, peers, n_flops in work:
         # The eager WKV loop launches ~10 kernels per token: at T = 4096 one fwd+bwd takes
@@ -172,7 +266,8 @@ def timing(device: torch.device, quick: bool, repeats: int) -> dict[str, Any]:
 def run(device: torch.device, quick: bool, repeats: int, with_timing: bool) -> dict[str, Any]:
     """The whole section: ``{"ok", "status", "problems", "timing"}``."""
     t0 = time.perf_counter()
-    problems = check_wkv(device, quick) + check_time_conv(device) + check_side_stream(device)
+    problems = check_wkv(device, quick) + check_wkv7(device, quick) + check_time_conv(device)
+    problems += check_side_stream(device)
     result: dict[str, Any] = {
         "ok": not problems,
         "status": "FAIL" if problems else "pass",

@@ -254,7 +254,14 @@ def compile_peer(
         with time_limit(cap):
             fn = build()
             fn()
-    except CompileTimeout as exc:
+    except Exception as exc:
+        # Inductor wraps the timeout raised inside it (BackendCompilerFailed): look inside.
+        if not any(
+            isinstance(e, CompileTimeout)
+            for e in (exc, exc.__cause__, getattr(exc, "inner_exception", None))
+        ):
+            raise
+        exc = CompileTimeout(f"gave up after {cap:.0f} s")
         log(f"  {label}: {exc}")
         return None, {"status": f"gave up ({exc})", "compile_s": time.perf_counter() - t0}
     return fn, {"status": "ok", "compile_s": time.perf_counter() - t0}

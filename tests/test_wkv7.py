@@ -297,7 +297,7 @@ def test_chunks_equal_whole(dtype: torch.dtype, small_chunks: int) -> None:
 # launchers, custom ops, compile
 
 
-@pytest.mark.parametrize("n_n", [64, 16, 7])
+@pytest.mark.parametrize("n_n", [64, 24, 7])  # 24: a last, partial group of rows
 def test_launchers_write_every_output(n_n: int, order: None) -> None:
     n_b, n_t, n_h, chunk = 2, 11, 2, 4
     xs = make_inputs(n_b, n_t, n_h, n_n, seed=17)

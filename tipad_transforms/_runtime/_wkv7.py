@@ -26,7 +26,7 @@ import torch
 from .. import _runtime as rt
 
 # Value rows per task of the CPU's kernels (their states held in a local array).
-_ROWS = 8
+_ROWS = 16
 # meta (int32): B, T, H, N, chunk, S (the states' slot count).
 _B, _T, _H, _N, _CHUNK, _SLOTS = range(6)
 
@@ -207,12 +207,16 @@ def _build_kernels(ti: Any) -> dict[str, Any]:
             vi = v[x + i0 + ii]
             acc = ti.cast(0, dt)
             nxt = ti.cast(0, dt)
-            for j in range(nk):
-                sj = s[o + j] * d[x + j] + sai * b[x + j] + vi * k[x + j]
-                s[o + j] = sj
+            # The loop variable indexes the arrays itself: with x + j LLVM cannot prove the
+            # 32-bit indices consecutive and gathers the keys one by one.
+            so = o - x
+            an = xn - x
+            for xj in range(x, x + nk):
+                sj = s[so + xj] * d[xj] + sai * b[xj] + vi * k[xj]
+                s[so + xj] = sj
                 if ti.static(with_y):
-                    acc += sj * r[x + j]
-                nxt += sj * a[xn + j]
+                    acc += sj * r[xj]
+                nxt += sj * a[an + xj]
             sa[ii] = nxt
             if ti.static(with_y):
                 y[x + i0 + ii] = acc
@@ -283,11 +287,12 @@ def _build_kernels(ti: Any) -> dict[str, Any]:
                     gyi = gy[x + i0 + ii]
                     q = ti.cast(0, dt)
                     gvi = ti.cast(0, dt)
-                    for j in range(nk):
-                        g = s[o + j] + gyi * r[x + j]
-                        s[o + j] = g
-                        q += g * b[x + j]
-                        gvi += g * k[x + j]
+                    so = o - x  # the loop variable indexes the arrays, as in advance
+                    for xj in range(x, x + nk):
+                        g = s[so + xj] + gyi * r[xj]
+                        s[so + xj] = g
+                        q += g * b[xj]
+                        gvi += g * k[xj]
                     sa[ii] = q
                     gv[x + i0 + ii] = gvi
                 store_rows(gg, (bh * chunk + st) * nn + i0 * nk, s, rows * nk)
@@ -295,8 +300,9 @@ def _build_kernels(ti: Any) -> dict[str, Any]:
                 for ii in range(rows):
                     o = ii * nk
                     q = sa[ii]
-                    for j in range(nk):
-                        s[o + j] = s[o + j] * d[x + j] + q * a[x + j]
+                    so = o - x
+                    for xj in range(x, x + nk):
+                        s[so + xj] = s[so + xj] * d[xj] + q * a[xj]
             store_rows(carry, bh * nn + i0 * nk, s, rows * nk)
         # The sums over the value rows: a task per (batch, step, head), the keys innermost,
         # the five sums in a local array.
@@ -390,7 +396,7 @@ def launch_wkv7_backward(
     ``gy`` ``(B, T, H, N)`` and ``gstate`` ``(B, H, N, N)`` (the gradients of ``y`` and of the
     final state). Writes ``grads`` ``(6, B, T, H, N)``, the gradients of ``r, d, k, v, a, b``,
     and overwrites ``gstate`` with the gradient of the initial state. One launch per chunk,
-    with a scratch of ``B * H * N * (2 * chunk + 1) * N + 2 * B * H * chunk * N`` numbers.
+    with a scratch of ``B * H * (2 * chunk + 1) * N^2 + 2 * B * H * chunk * N`` numbers.
     """
     n_b, n_t, n_h, n_n = k.shape
     slots = states.shape[2]
