@@ -273,7 +273,10 @@ def fill_values(fill: Any, channels: int, dtype: torch.dtype) -> torch.Tensor:
         v = fill[0] if isinstance(fill, Sequence) else fill
         exact = isinstance(v, int) and not isinstance(v, bool) and not dtype.is_floating_point
         exact = exact and dtype != torch.bool
-        values = torch.tensor([v] if exact else [float(v)]).to(dtype)
+        values = torch.tensor(
+            [v] if exact else [float(v)], dtype=torch.float64 if not exact else None
+        )
+        values = values.to(dtype)
     return values.expand(channels) if values.numel() == 1 else values
 
 

@@ -164,7 +164,7 @@ CASES: list[tuple[str, Callable[[], Any], type[Exception], str]] = [
     (
         "out wrong dtype",
         lambda: F.pad(X, 1, out=torch.empty(2, 3, 6, 7, dtype=torch.float64)),
-        ValueError,
+        TypeError,
         r"\bout\b",
     ),
     (
