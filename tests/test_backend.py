@@ -74,7 +74,7 @@ def test_first_kernel_call_on_each_backend_under_warnings_as_errors(name: str) -
         before = list(warnings.filters)
         gen = torch.Generator().manual_seed(3)
         x = torch.randint(0, 256, (2, 3, 5, 6), dtype=torch.uint8, generator=gen)
-        y = F.pad(x, (3, 1, 4, 2), "reflect")
+        y = F.pad(x, (3, 1, 4, 2), padding_mode="reflect")
         print(json.dumps({"x": x.tolist(), "y": y.tolist(),
                           "backend": _runtime.taichi_backend(),
                           "filters_kept": list(warnings.filters) == before,
@@ -237,7 +237,7 @@ def test_fork_after_the_user_started_this_taichi() -> None:
             def __getitem__(self, i):
                 with warnings.catch_warnings(record=True) as w:
                     warnings.simplefilter("always")
-                    y = F.pad(torch.arange(6.0).reshape(1, 2, 3) + i, 1, "edge")
+                    y = F.pad(torch.arange(6.0).reshape(1, 2, 3) + i, 1, padding_mode="edge")
                 return y, len(w)
 
         loader = DataLoader(Padded(), batch_size=1, num_workers=2,
@@ -256,7 +256,9 @@ def test_fork_after_the_user_started_this_taichi() -> None:
 def test_kernels_on_this_backend(dtype: torch.dtype) -> None:
     x = random_image((2, 3, 5, 7), dtype, seed=31)
     for mode in ("constant", "edge", "reflect", "circular"):
-        assert_bitwise_equal(F.pad(x, (2, 5, 3, 1), mode, 1), pad_ref(x, (2, 5, 3, 1), mode, 1))
+        assert_bitwise_equal(
+            F.pad(x, (2, 5, 3, 1), padding_mode=mode, fill=1), pad_ref(x, (2, 5, 3, 1), mode, 1)
+        )
 
 
 # ---------------------------------------------------------------------------------------------
