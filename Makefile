@@ -13,10 +13,11 @@ export NO_MKDOCS_2_WARNING := 1
 FORGE_VENV ?= .venv-forge
 FORGE_PY := $(FORGE_VENV)/bin/python
 FORGE_STAMP := $(FORGE_VENV)/.installed
-# Everything that launches a kernel or holds the runtime seam, run again on taichi_forge.
+# Every kernel family and the runtime seam, run again on taichi_forge: padding (texture and
+# standard modes), pad_stack, wkv, wkv7, time_conv, the seam, workers.
 KERNEL_TESTS := tests/test_backend.py tests/test_texture_pad.py tests/test_modes.py \
-	tests/test_dtypes_batch.py tests/test_autograd_ops.py tests/test_pad_stack.py \
-	tests/test_wkv.py tests/test_time_conv.py tests/test_runtime.py tests/test_loader_safety.py
+	tests/test_pad_stack.py tests/test_wkv.py tests/test_wkv7.py tests/test_time_conv.py \
+	tests/test_runtime.py tests/test_loader_safety.py
 
 .PHONY: demo test lint typecheck docs docs-serve pytest pytest-forge dist bench bench-backends clean
 
