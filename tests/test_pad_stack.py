@@ -368,7 +368,7 @@ def test_bad_inputs_name_the_argument_and_sample() -> None:
     # Direct op calls: the size table is checked before the kernel trusts it.
     packed = torch.cat([t.reshape(-1) for t in im])
     sizes = torch.tensor([[4, 5, 0, 0], [4, 5, 5, 1], [4, 5, 0, 0]])
-    args = (packed.new_empty(0), packed.new_empty(0), torch.zeros(3, 2, dtype=torch.int32))
+    args = (packed.new_empty(0), im[0][None], torch.zeros(3, 2, dtype=torch.int32))
     index = torch.zeros(3, dtype=torch.int32)
     with pytest.raises(ValueError, match=r"sample 1: .* does not fit a \(8, 8\) canvas"):
         torch.ops.tipad.pad_stack(packed, sizes, [3, 8, 8], "texture", *args, index, 0)

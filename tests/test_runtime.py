@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import os
 import subprocess
 import sys
 import textwrap
@@ -22,7 +23,7 @@ from reference import (
 
 import tipad_transforms.functional as F
 import tipad_transforms.ops  # noqa: F401  (registers torch.ops.tipad)
-from tipad_transforms import _fallback, _runtime
+from tipad_transforms import _fallback, _runtime, ops
 from tipad_transforms._geometry import PadGeometry
 
 MODES = (*STANDARD_MODES, "texture")
@@ -340,3 +341,37 @@ def test_meta_tensors_give_shapes() -> None:
     assert F.pad(x, (1, 2, 3, 4), padding_mode="reflect").shape == (2, 3, 10, 9)
     tex = torch.empty(3, 2, 2, device="meta")
     assert F.texture_pad(x, 2, tex).shape == (2, 3, 8, 9)
+
+
+def _compiled_in(path: str, source: str, name: str) -> Any:
+    """Function ``name`` of ``source`` with its frames reported as ``path``'s."""
+    scope: dict[str, Any] = {}
+    exec(compile(textwrap.dedent(source), path, "exec"), scope)
+    return scope[name]
+
+
+@pytest.mark.allow_fallback
+def test_fallback_warning_in_a_worker_points_past_the_standard_library(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    # A DataLoader worker's stack: multiprocessing's bootstrap, torch's worker loop and fetcher,
+    # then (here) tipad's op itself. The warning once pointed at multiprocessing/process.py.
+    site = os.path.dirname(os.path.dirname(torch.__file__))
+    fetch = _compiled_in(
+        os.path.join(site, "torch", "utils", "data", "_utils", "fetch.py"),
+        "def fetch(op, *args):\n    return op(*args)\n",
+        "fetch",
+    )
+    bootstrap = _compiled_in(
+        os.path.join(os.path.dirname(os.__file__), "multiprocessing", "process.py"),
+        "def run(target, *args):\n    return target(*args)\n",
+        "run",
+    )
+    reason = "refused in a fake worker"
+    monkeypatch.setattr(_runtime, "refusal", lambda device: reason)
+    x = torch.zeros(1, 2, 2)
+    none = torch.empty(0)
+    lattice = (torch.zeros(1, 2, dtype=torch.int32), torch.zeros(1, dtype=torch.int32))
+    with pytest.warns(RuntimeWarning, match=reason) as record:
+        bootstrap(fetch, ops.pad, x, [1, 1, 1, 1], "edge", none, none, *lattice, 0)
+    assert record[0].filename == __file__

@@ -315,3 +315,34 @@ def test_bad_inputs() -> None:
             time_conv(*args)
     with pytest.raises(TypeError, match="eps must be a real number"):
         time_conv(w, k, eps=torch.tensor(1.0))  # type: ignore[arg-type]
+
+
+@pytest.mark.parametrize(
+    ("b", "c", "t", "length"), [(2, 3, 100, 100), (2, 2, 40, 70), (3, 2, 90, 9)]
+)
+@pytest.mark.parametrize("where", ["w", "k", "grad"])
+@pytest.mark.parametrize("value", [float("nan"), float("inf")])
+def test_non_finite_values_propagate_like_conv1d(
+    b: int, c: int, t: int, length: int, where: str, value: float, gen: torch.Generator
+) -> None:
+    # F.conv1d over the zero-padded k is the op's definition: a non-finite tap times the
+    # padding's zeros is NaN (every output of its channel), a non-finite gradient reaches every
+    # tap's gradient the same way, and dk has no padding term at all. The kernels once rounded
+    # their loops into the padding only where convenient, so some of these NaNs were missing
+    # and dk had spurious ones.
+    w = _rand(gen, c, length, dtype=torch.float32)
+    k = _rand(gen, b, c, t, dtype=torch.float32)
+    grad = _rand(gen, b, c, t, dtype=torch.float32)
+    target = {"w": w, "k": k, "grad": grad}[where]
+    target[..., 1, target.shape[-1] // 3] = value
+    wk = [w.clone().requires_grad_(), k.clone().requires_grad_()]
+    out = time_conv(*wk)
+    got = [out, *torch.autograd.grad(out, wk, grad)]
+    wr, kr = w.double().requires_grad_(), k.double().requires_grad_()
+    ref = F.conv1d(F.pad(kr, (length - 1, 0)), wr.unsqueeze(1), groups=c)
+    want = [ref, *torch.autograd.grad(ref, (wr, kr), grad.double())]
+    for name, a, e in zip(("out", "dw", "dk"), got, want, strict=True):
+        assert torch.equal(a.isnan(), e.isnan()), name
+        assert torch.equal(a.isinf(), e.isinf()) and torch.equal(a[a.isinf()], e[e.isinf()].float())
+        finite = e.isfinite()
+        torch.testing.assert_close(a[finite].double(), e[finite], rtol=1e-4, atol=1e-4)

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import warnings
 from collections.abc import Iterator
+from typing import assert_type
 
 import pytest
 import torch
@@ -430,4 +431,85 @@ def test_bad_input(change: dict[str, object], error: type[Exception], match: str
     with warnings.catch_warnings():
         warnings.simplefilter("error")  # nothing may reach a kernel or the fallback
         with pytest.raises(error, match=match):
-            wkv(**args)  # type: ignore[arg-type]
+            wkv(**args)  # type: ignore[arg-type, call-overload]
+
+
+# ---------------------------------------------------------------------------------------------
+# non-finite inputs
+
+
+def _poisoned(
+    dtype: torch.dtype, where: str, value: float
+) -> tuple[list[torch.Tensor], torch.Tensor, torch.Tensor]:
+    """Inputs (with a state) holding one ``value`` in ``where``, and gradients of the outputs."""
+    b, t, c = 2, 6, 16  # C a multiple of the lanes: the packed float32 loads run too
+    td, tf, k, v = make_inputs(b, t, c, dtype, seed=21)
+    state = make_state(b, c, torch.float64 if dtype == torch.float64 else torch.float32)
+    args = dict(time_decay=td, time_first=tf, k=k, v=v, state=state)
+    target = args[where].clone()
+    if target.dim() == 1:
+        target[5] = value
+    else:  # a late step of one chain, or the last row (the running max) of the state
+        target[..., 5].view(-1)[-2] = value
+    args[where] = target
+    g = torch.Generator().manual_seed(22)
+    gy = torch.randn(b, t, c, generator=g).to(dtype)
+    gs = torch.randn(b, 3, c, generator=g).to(state.dtype)
+    return list(args.values()), gy, gs
+
+
+def _nonfinite_pattern(t: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    t = t.double()
+    return t.isnan(), t == float("inf"), t == float("-inf")
+
+
+_NONFINITE = [
+    *((torch.float32, value) for value in (float("nan"), float("inf"), float("-inf"))),
+    *((dtype, float("nan")) for dtype in (torch.float16, torch.bfloat16, torch.float64)),
+    (torch.float64, float("inf")),
+]
+
+
+@pytest.mark.allow_fallback
+@pytest.mark.parametrize(("dtype", "value"), _NONFINITE, ids=lambda p: str(p).split(".")[-1])
+@pytest.mark.parametrize("where", ["k", "v", "time_decay", "time_first", "state"])
+def test_nonfinite_inputs_propagate_like_torch_route(
+    dtype: torch.dtype, value: float, where: str, lanes: None, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # The float32 kernels' fast exponential once clamped its argument with a max, which turns
+    # NaN into -88: a NaN in k, time_decay or time_first vanished (finite loss, finite grads).
+    args, gy, gs = _poisoned(dtype, where, value)
+    kernel = wkv(*args), _loss_grads(wkv, args, gy, gs)
+    if value != value:
+        # NaN: the independent float64 recurrence says which outputs it reaches.
+        y_ref, s_ref = recurrence_wkv(*(a.double() for a in args))
+        assert torch.equal(kernel[0][0].isnan(), y_ref.isnan())  # type: ignore[index]
+        assert torch.equal(kernel[0][1].isnan(), s_ref.isnan())  # type: ignore[index]
+        # A NaN in any input made the loss NaN (not finite, as it once was with a finite loss
+        # and finite gradients).
+        assert any(g.isnan().any() for g in kernel[1])
+    monkeypatch.setattr(_runtime, "refusal", lambda device: "refused by test_wkv")
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", RuntimeWarning)
+        torch_route = wkv(*args), _loss_grads(wkv, args, gy, gs)
+    outputs = [*kernel[0], *kernel[1]]  # type: ignore[misc]
+    expected_outputs = [*torch_route[0], *torch_route[1]]  # type: ignore[misc]
+    pairs = list(zip(outputs, expected_outputs, strict=True))
+    for i, (a, b) in enumerate(pairs):
+        for got, expected in zip(_nonfinite_pattern(a), _nonfinite_pattern(b), strict=True):
+            assert torch.equal(got, expected), f"output {i}"
+        finite = torch.isfinite(b.double())
+        tol = 1e-9 if dtype == torch.float64 else 2e-2
+        assert_close(a.double()[finite], b.double()[finite], rtol=tol, atol=tol)
+
+
+def test_overloads_type_the_two_call_forms() -> None:
+    # `mypy` on this function fails without wkv's overloads (a union of tensor and tuple).
+    td, tf, k, v = make_inputs(1, 3, 2)
+    y = wkv(td, tf, k, v)
+    assert_type(y, torch.Tensor)
+    y2, s = wkv(td, tf, k, v, make_state(1, 2))
+    assert_type(y2, torch.Tensor)
+    assert_type(s, torch.Tensor)
+    assert isinstance(y, torch.Tensor) and isinstance(s, torch.Tensor)
+    assert y.shape == y2.shape == (1, 3, 2) and s.shape == (1, 3, 2)

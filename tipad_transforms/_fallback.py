@@ -49,6 +49,8 @@ def pad(
     """``(N, C, H, W)`` image -> ``(N, C, H', W')`` canvas; differentiable through torch ops."""
     g = geometry
     dev = image.device
+    if g.n * g.c * g.out_h * g.out_w == 0:  # no index maps for a canvas that holds nothing
+        return image.new_empty(g.n, g.c, g.out_h, g.out_w)
     iy = torch.arange(g.out_h, device=dev) - g.top
     ix = torch.arange(g.out_w, device=dev) - g.left
     if mode == "texture":
@@ -86,6 +88,9 @@ def pad_backward(
     """
     g = geometry
     dev = grad.device
+    if grad.numel() == 0:  # nothing flows back; no index maps for an empty canvas
+        zeros = torch.zeros(texture.shape, dtype=image_dtype, device=dev)
+        return grad.new_zeros(g.n, g.c, g.h, g.w, dtype=image_dtype), zeros
     canvas = grad.to(image_dtype).reshape(g.n, g.c, g.out_h * g.out_w)
     iy = torch.arange(g.out_h, device=dev) - g.top
     ix = torch.arange(g.out_w, device=dev) - g.left

@@ -64,11 +64,11 @@ def _build_kernels(ti: Any) -> dict[str, Any]:
                   stagger: ti.i32):
         # Everything about row y of canvas plane `plane` (sample geometry `rec`) that does not
         # depend on the column: the image row iy (outside [0, h) for border rows), the flat
-        # start of that image row (only read for rows inside the image), the flat start of the
-        # source row (the mapped image row for standard modes, the texture row for texture
-        # mode), the tile column tx0 of canvas column 0, the tile row ty and the plane's first
-        # image element. The spec: y = Y - top - oy, v = floor(y / th), ty = y - v*th,
-        # tx = (X - left - ox - v*stagger) mod tw.
+        # start of the source row (the mapped image row for standard modes, the texture row for
+        # texture mode), the tile column tx0 of canvas column 0, the tile row ty and the plane's
+        # first image element. The spec: y = Y - top - oy, v = floor(y / th), ty = y - v*th,
+        # tx = (X - left - ox - v*stagger) mod tw. int32 holds every index into a tensor (the
+        # runtime refuses larger ones), not their sums with lattice offsets: those run in i64.
         h, w, top, left, start, maps = rec[0], rec[1], rec[2], rec[3], rec[4], rec[5]
         b = plane // c_count
         c = plane - b * c_count
@@ -81,19 +81,18 @@ def _build_kernels(ti: Any) -> dict[str, Any]:
             src_row = first + meta[maps + y] * w
         else:
             offset = meta[_OFFSETS]  # (oy, ox) of sample b at meta[offset + 2b]
-            yy = iy - meta[offset + 2 * b]
+            yy = ti.cast(iy, ti.i64) - meta[offset + 2 * b]
             v = yy // th  # floor division: rows above the image get negative tile rows
-            ty = yy - v * th
+            ty = ti.cast(yy - v * th, ti.i32)
             tc = c if tex_channels == c_count else 0
             # Clamped into the bank: whatever index reaches the kernel, it reads no memory
             # outside the texture (texture_pad has already refused out-of-bank values).
             index = offset + 2 * meta[_SAMPLES]  # bank index of sample b at meta[index + b]
             k = ti.min(ti.max(meta[index + b], 0), meta[_BANK] - 1)
             src_row = ((k * tex_channels + tc) * th + ty) * tw
-            # In 64 bits: v * stagger can pass 2**31 on tall canvases with wide tiles.
-            shift = ti.cast(-left - meta[offset + 2 * b + 1], ti.i64) - ti.cast(v, ti.i64) * stagger
+            shift = -ti.cast(left, ti.i64) - meta[offset + 2 * b + 1] - v * stagger
             tx0 = ti.cast(shift % tw, ti.i32)
-        return ti.Vector([iy, first + iy * w, src_row, tx0, ty, first])
+        return ti.Vector([iy, src_row, tx0, ty, first])
 
     @ti.func
     def copy_run(img: ti.template(), canvas: ti.template(), img_w: ti.template(),
@@ -179,14 +178,14 @@ def _build_kernels(ti: Any) -> dict[str, Any]:
                               th, tw, stagger)
                 o = r * out_w + X
                 if 0 <= s[0] < h and left <= X < left + w:
-                    move(img, s[1] + X - left, canvas, o, backward)
+                    move(img, s[4] + s[0] * w + X - left, canvas, o, backward)
                 elif mode == texture:
                     if ti.static(not backward) or tex_grad:
-                        move(tex, s[2] + (s[3] + X) % tw, canvas, o, backward)
+                        move(tex, s[1] + (s[2] + X % tw) % tw, canvas, o, backward)
                 else:  # the column map follows the row map
-                    move(img, s[2] + meta[maps + out_h + X], canvas, o, backward)
+                    move(img, s[1] + meta[maps + out_h + X], canvas, o, backward)
         else:
-            blocks = (out_h + _ROW_BLOCK - 1) // _ROW_BLOCK  # per plane
+            blocks = (out_h - 1) // _ROW_BLOCK + 1  # per plane (out_h >= 1; no int32 overflow)
             row_shift = stagger % tw  # tile-column step from one tile row to the next
             for t in range(n_rows // out_h * blocks):
                 plane = t // blocks
@@ -195,13 +194,13 @@ def _build_kernels(ti: Any) -> dict[str, Any]:
                 h, w, left, maps = rec[0], rec[1], rec[3], rec[5]
                 right_dx = (left + w) % tw  # tile-column step from canvas column 0 to left + w
                 s = row_setup(plane, y0, rec, meta, c_count, mode, tex_channels, th, tw, stagger)
-                iy, img_row, src_row, tx0, ty, first = s[0], s[1], s[2], s[3], s[4], s[5]
-                for big_y in range(y0, ti.min(y0 + _ROW_BLOCK, out_h)):
+                iy, src_row, tx0, ty, first = s[0], s[1], s[2], s[3], s[4]
+                for big_y in range(y0, y0 + ti.min(_ROW_BLOCK, out_h - y0)):
                     row = (plane * out_h + big_y) * out_w
                     inside = 0 <= iy < h
                     if inside:
-                        copy_run(img, canvas, img_w, canvas_w, img_row, row + left, w, lanes,
-                                 backward)
+                        copy_run(img, canvas, img_w, canvas_w, first + iy * w, row + left, w,
+                                 lanes, backward)
                     if mode != texture:
                         src_row = first + meta[maps + big_y] * w
                     # The border of a row is [0, left) and [left + w, out_w) beside the image,
@@ -227,7 +226,6 @@ def _build_kernels(ti: Any) -> dict[str, Any]:
                     # Next canvas row: one image row down; in texture mode one tile row down,
                     # and past the tile's last row, the next row of tiles, shifted by stagger.
                     iy += 1
-                    img_row += w
                     if mode == texture:
                         ty += 1
                         src_row += tw
@@ -319,7 +317,8 @@ def launch_pad(
     """
     g = geometry
     # One record serves every sample: the image of sample b starts b * C*H*W further on.
-    maps = _fold_maps(mode, g.h, g.w, g.top, g.left, g.out_h, g.out_w)
+    # An empty canvas reads nothing: no maps, however large the padding.
+    maps = _fold_maps(mode, g.h, g.w, g.top, g.left, g.out_h, g.out_w) if canvas.numel() else []
     record = [g.h, g.w, g.top, g.left, 0, _HEADER + _RECORD]
     _launch(mode, image, canvas, record, 0, g.c * g.h * g.w, maps, texture=texture, fill=fill,
             offset=offset, texture_index=texture_index, stagger=stagger, backward=backward,
@@ -354,7 +353,7 @@ def launch_pad_stack(
     size = c * h * w
     records = torch.stack([h, w, top, left, size.cumsum(0) - size, torch.zeros_like(h)], 1)
     maps: list[torch.Tensor] = []
-    if mode not in ("constant", "texture"):
+    if mode not in ("constant", "texture") and canvas.numel() > 0:
         records[:, _RMAPS] = _HEADER + n * _RECORD + torch.arange(n) * (out_h + out_w)
         for hi, wi, top_i, left_i in sizes.tolist():
             maps += _fold_maps(mode, hi, wi, top_i, left_i, out_h, out_w)
@@ -426,6 +425,8 @@ def _launch(
             words = _cached_texture_words(tex_arg, tw, lanes) if use_words else no_words
         n_records = len(records) // _RECORD if isinstance(records, list) else records.shape[0]
         host_size = _HEADER + n_records * _RECORD + sum(m.numel() for m in maps)
+        if host_size + 3 * n > rt.MAX_ELEMENTS:  # meta is indexed (and its values) in int32
+            raise rt.RuntimeUnavailable(f"more than {rt.MAX_ELEMENTS} index map entries")
         header = [n * c * out_h, c, out_h, out_w, MODE_CODES[mode], tex_channels, th, tw,
                   stagger, int(words is not no_words), int(texture_grad), n,
                   texture.shape[0] if texture.dim() == 4 else 1, record_step, image_step,

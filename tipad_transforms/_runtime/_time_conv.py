@@ -20,8 +20,9 @@ from .. import _runtime as rt
 
 # Layout of the kernel's int32 `meta` argument. ROWS: (b, c) rows of the output (B*C), or its
 # channels when the sum runs over b (dw). LA: len(a). N_OUT: outputs per row (T, or L for dw).
-# SUM_B: 1 for dw. XS: the row stride of the padded x (T + 2 * _PAD).
-_ROWS, _C, _B, _T, _LA, _N_OUT, _OFF, _SUM_B, _XS = range(9)
+# SUM_B: 1 for dw. XS: the row stride of the padded x (T + 2 * _PAD). Then, at _FINITE, one
+# flag per channel: 1 where that row of `a` is finite (the loop may run into x's end padding).
+_ROWS, _C, _B, _T, _LA, _N_OUT, _OFF, _SUM_B, _XS, _FINITE = range(10)
 # Consecutive outputs per CPU task. They share each load of `a`; each needs its own (shifted)
 # load of `x`. Measured on a 2-core AVX2 CPU, float32, L = T, one thread: 1 -> 7-9 GFLOP/s,
 # 2 -> 11, 4 -> 15-21; 3, 6 and 8 within noise of 4.
@@ -79,7 +80,7 @@ def _build_kernels(ti: Any) -> dict[str, Any]:
                         total += a[a_base + s] * x[xo + s]
                 y[i] = total
         else:
-            tiles = (n_out + _TILE - 1) // _TILE
+            tiles = (n_out - 1) // _TILE + 1  # n_out >= 1; n_out + _TILE could pass 2**31
             for task in range(rows * tiles):
                 row = task // tiles
                 o0 = (task - row * tiles) * _TILE
@@ -98,7 +99,9 @@ def _build_kernels(ti: Any) -> dict[str, Any]:
                         down = ti.min(spare, common_lo)
                         common_lo -= down
                         spare -= down
-                    if common_hi == x_end:
+                    # Past x's end only with a finite row of `a`: with off = 0 (dk) these
+                    # terms are no part of the sum, and an inf tap times 0 would be NaN.
+                    if common_hi == x_end and (sum_b or meta[_FINITE + row % c_count] != 0):
                         common_hi += ti.min(spare, la - common_hi)
                 acc = ti.Vector([0.0] * _TILE, dt)
                 for b in range(steps):
@@ -110,7 +113,7 @@ def _build_kernels(ti: Any) -> dict[str, Any]:
                             acc[r] += av * x[xo + r + s]
                 out = row * n_out + o0
                 for r in ti.static(range(_TILE)):
-                    if o0 + r < n_out:
+                    if r < n_out - o0:
                         y[out + r] = acc[r] + e
                 # The s valid for only some outputs of the tile: a few per output, in a loop
                 # that is not unrolled (unrolled, it doubled the compile time).
@@ -154,19 +157,49 @@ def launch_time_conv(
     and ``y`` ``(batch, channels, length)``; with it: ``a`` has ``x``'s shape and ``y`` is
     ``(channels, n_out)``, each output summed over the batch. ``offset`` is ``off``. Raises
     ``RuntimeUnavailable`` when ``refusal(device)`` gives a reason.
+
+    Non-finite values follow ``F.conv1d`` over ``x`` zero-padded by ``off`` in front: each sum
+    also holds ``a[s] * 0`` for the ``s`` that fall into that padding, which is NaN where
+    ``a[s]`` is NaN or infinite (the forward and dw passes); nothing past ``x``'s end.
     """
-    with rt.session(y.device, "time_conv", _build_kernels, (a, x, y)) as kernels:
+    # The padded copy of x is what the kernel indexes; T + L + padding bound its int32 sums.
+    x_padded = torch.nn.functional.pad(x.reshape(-1, length), (_PAD, _PAD)) if x.numel() else x
+    with rt.session(y.device, "time_conv", _build_kernels, (a, x_padded, y)) as kernels:
         if y.numel() == 0:
             return
         if x.numel() == 0:  # batch == 0 with sum_batch: an empty sum
             y.fill_(eps)
             return
+        if length + a.shape[-1] + 2 * _PAD > rt.MAX_ELEMENTS:
+            raise rt.RuntimeUnavailable(f"T + L past {rt.MAX_ELEMENTS}: int32 index sums")
         rows = channels if sum_batch else batch * channels
         header = [rows, channels, batch, length, a.shape[-1], y.numel() // rows, offset,
                   int(sum_batch), length + 2 * _PAD]  # fmt: skip
-        x_padded = torch.nn.functional.pad(x.reshape(-1, length), (_PAD, _PAD))
-        meta = torch.tensor(header, dtype=torch.int32).to(y.device, non_blocking=True)
+        # Device-side flags: no host synchronisation to learn whether `a` is finite.
+        finite = a.reshape(-1, channels, a.shape[-1]).isfinite().all(-1).all(0)
+        meta = torch.cat([
+            torch.tensor(header, dtype=torch.int32).to(y.device, non_blocking=True),
+            finite.to(torch.int32),
+        ])  # fmt: skip
         kernels["window_dot"](
             a.reshape(-1), x_padded.reshape(-1), y.reshape(-1), meta, float(eps),
             kernels["dtypes"][y.dtype], bool(rt._state["per_pixel"]),
         )  # fmt: skip
+        if offset > 0:
+            _poison_padding_terms(a, y, channels, offset, sum_batch)
+
+
+def _poison_padding_terms(
+    a: torch.Tensor, y: torch.Tensor, channels: int, offset: int, sum_batch: bool
+) -> None:
+    """NaN into the outputs whose sums hold ``a[s] * 0`` terms of x's front padding (``s <
+    offset - o``) with a non-finite ``a[s]``: the kernel leaves most of those terms out."""
+    zeros = a.reshape(-1, channels, a.shape[-1]) * 0  # NaN where a is not finite, else 0
+    if sum_batch:
+        zeros = zeros.sum(0, keepdim=True)
+    # prefix[..., m]: the sum of the first m terms, NaN once one of them is.
+    prefix = torch.nn.functional.pad(zeros.cumsum(-1), (1, 0))
+    n_out = y.shape[-1]
+    first = (offset - torch.arange(n_out, device=y.device)).clamp(0, a.shape[-1])
+    poisoned = prefix[..., first].isnan()  # (1 or B, C, n_out)
+    y.view(-1, channels, n_out).masked_fill_(poisoned, float("nan"))

@@ -41,11 +41,24 @@ def _build_kernels(ti: Any) -> dict[str, Any]:
     nd = ti.types.ndarray
 
     @ti.func
+    def is_nan(x):
+        # From the bits: Taichi compiles with fast-math, under which LLVM may fold `x != x` to
+        # False and pick either operand of a max or a compare with NaN. Rounded to float32 first
+        # (NaN stays NaN, every other float64 stays non-NaN), so one test serves both dtypes.
+        return (ti.bit_cast(ti.cast(x, ti.f32), ti.i32) & 0x7FFFFFFF) > 0x7F800000
+
+    @ti.func
+    def nan_max(a, b):
+        # max(a, b), NaN if either is (torch.maximum): the running max carries a NaN onwards.
+        return ti.select(is_nan(a), a, ti.select(is_nan(b), b, ti.max(a, b)))
+
+    @ti.func
     def exp_neg(x, fast: ti.template()):
         # e**x for x <= 0. The float32 version is a Cephes-style expf: x = n ln2 + r with
         # |r| <= ln2/2, a degree-6 polynomial for e**r and 2**n made from its exponent bits.
         # Unlike a libm call, LLVM can vectorize it across the lanes. Below about -87.7 the
         # result flushes to 0 (n = -127 gives the bits of 0.0); e**x would be subnormal there.
+        # NaN propagates (as torch's exp does): the clamp below would turn it into -88.
         out = x
         if ti.static(fast):
             z = ti.max(x, -88.0)
@@ -58,7 +71,7 @@ def _build_kernels(ti: Any) -> dict[str, Any]:
             p = p * r + 1.6666665459e-1
             p = p * r + 5.0000001201e-1
             p = p * r * r + r + 1.0
-            out = p * ti.bit_cast((ti.cast(n, ti.i32) + 127) << 23, ti.f32)
+            out = ti.select(is_nan(x), x, p * ti.bit_cast((ti.cast(n, ti.i32) + 127) << 23, ti.f32))
         else:
             out = ti.exp(x)
         return out
@@ -120,7 +133,7 @@ def _build_kernels(ti: Any) -> dict[str, Any]:
                 f1, f2 = scales(ww, kt[j], fast)
                 aa[j] = f1 * aa[j] + f2 * vt[j]
                 bb[j] = f1 * bb[j] + f2
-                pp[j] = ti.max(ww, kt[j])
+                pp[j] = nan_max(ww, kt[j])
             for j in ti.static(range(n)):
                 y[dst + j] = y_prev[j]
             y_prev = yt
@@ -222,7 +235,7 @@ def _build_kernels(ti: Any) -> dict[str, Any]:
                         states: nd(ndim=1), meta: nd(dtype=ti.i32, ndim=1),
                         lanes: ti.template(), save: ti.template(), fast: ti.template()):
             n_b, n_t, n_c = meta[0], meta[1], meta[2]
-            blocks = (n_c + lanes - 1) // lanes
+            blocks = (n_c - 1) // lanes + 1  # n_c >= 1; n_c + lanes could pass 2**31
             # With lanes == 1, task = b * C + c: adjacent CUDA threads take adjacent channels.
             for task in range(n_b * blocks):
                 b = task // blocks
@@ -231,7 +244,7 @@ def _build_kernels(ti: Any) -> dict[str, Any]:
                     forward_chain(params, k, v, y, states, b, c0, n_b, n_t, n_c, lanes, save,
                                   fast, packed)
                 else:
-                    if c0 + lanes <= n_c:
+                    if c0 <= n_c - lanes:
                         forward_chain(params, k, v, y, states, b, c0, n_b, n_t, n_c, lanes,
                                       save, fast, False)
                     else:  # the last, partial block: one channel at a time
@@ -245,7 +258,7 @@ def _build_kernels(ti: Any) -> dict[str, Any]:
                          meta: nd(dtype=ti.i32, ndim=1), lanes: ti.template(),
                          fast: ti.template()):
             n_b, n_t, n_c = meta[0], meta[1], meta[2]
-            blocks = (n_c + lanes - 1) // lanes
+            blocks = (n_c - 1) // lanes + 1  # n_c >= 1; n_c + lanes could pass 2**31
             for task in range(n_b * blocks):
                 b = task // blocks
                 c0 = (task - b * blocks) * lanes
@@ -253,7 +266,7 @@ def _build_kernels(ti: Any) -> dict[str, Any]:
                     backward_chain(params, k, v, gy, states, gk, gv, grads, b, c0, n_b, n_t,
                                    n_c, lanes, fast, packed)
                 else:
-                    if c0 + lanes <= n_c:
+                    if c0 <= n_c - lanes:
                         backward_chain(params, k, v, gy, states, gk, gv, grads, b, c0, n_b,
                                        n_t, n_c, lanes, fast, False)
                     else:
@@ -307,9 +320,9 @@ def launch_wkv_forward(
     Raises ``RuntimeUnavailable`` when ``refusal(device)`` gives a reason.
     """
     save = states.shape[2] == k.shape[1] + 1 and k.shape[1] > 0
-    with rt.session(k.device, "wkv", _build_kernels, (k, states)) as kernels:
+    params = torch.cat([w, u, state.reshape(-1)])
+    with rt.session(k.device, "wkv", _build_kernels, (k, states, params)) as kernels:
         lanes, fast, packed = _switches(k)
-        params = torch.cat([w, u, state.reshape(-1)])
         kernels["forward_packed" if packed else "forward"](
             params, _loads(k, packed), _loads(v, packed), y.reshape(-1), states.reshape(-1),
             _meta(k), lanes, save, fast,
@@ -336,9 +349,9 @@ def launch_wkv_backward(
     and ``u`` ``(B, C)`` each (the caller sums them over B), then the gradient of the initial
     state ``(B, 3, C)``.
     """
-    with rt.session(k.device, "wkv", _build_kernels, (k, states)) as kernels:
+    params = torch.cat([w, u, gstate.reshape(-1)])
+    with rt.session(k.device, "wkv", _build_kernels, (k, states, params, grads)) as kernels:
         lanes, fast, packed = _switches(k)
-        params = torch.cat([w, u, gstate.reshape(-1)])
         kernels["backward_packed" if packed else "backward"](
             params, _loads(k, packed), _loads(v, packed), _loads(gy, packed),
             _loads(states, packed), gk.reshape(-1), gv.reshape(-1), grads.reshape(-1), _meta(k),

@@ -1,16 +1,73 @@
-"""Argument checks shared by the RWKV ops."""
+"""The ops' argument checks: what each kernel needs, on tensor metadata only (shape, dtype,
+device), so the fake implementations run them too. Errors name the schema's argument."""
 
 from __future__ import annotations
+
+from collections.abc import Sequence
 
 import torch
 
 FLOATS = (torch.float16, torch.bfloat16, torch.float32, torch.float64)
+_INT32 = (-(2**31), 2**31 - 1)
+
+
+def check_tensor(name: str, t: object) -> torch.Tensor:
+    """``t`` if it is a tensor, else a TypeError naming it (the public functions' check)."""
+    if not isinstance(t, torch.Tensor):
+        raise TypeError(f"{name} must be a torch.Tensor, got {type(t).__name__}")
+    return t
 
 
 def check_float(name: str, t: object) -> torch.Tensor:
     """``t`` if it is a float16/bfloat16/float32/float64 tensor, else a TypeError naming it."""
-    if not isinstance(t, torch.Tensor):
-        raise TypeError(f"{name} must be a torch.Tensor, got {type(t).__name__}")
+    check_tensor(name, t)
+    assert isinstance(t, torch.Tensor)
     if t.dtype not in FLOATS:
         raise TypeError(f"{name} must be float16, bfloat16, float32 or float64, got {t.dtype}")
     return t
+
+
+def check_meta(
+    name: str,
+    t: torch.Tensor,
+    *,
+    shape: Sequence[int] | None = None,
+    dtype: torch.dtype | None = None,
+    device: torch.device | None = None,
+    like: str = "x",
+) -> None:
+    """ValueError/TypeError naming ``name`` unless ``t`` has this shape, dtype and device
+    (``like`` names the argument whose device it must share)."""
+    if shape is not None and tuple(t.shape) != tuple(shape):
+        raise ValueError(f"{name} must have shape {tuple(shape)}, got {tuple(t.shape)}")
+    if dtype is not None and t.dtype != dtype:
+        raise TypeError(f"{name} must be {dtype}, got {t.dtype}")
+    if device is not None and t.device != device:
+        raise ValueError(f"{name} is on {t.device}, {like} on {device}: use one device")
+
+
+def check_int32(name: str, value: int) -> None:
+    if not _INT32[0] <= value <= _INT32[1]:
+        raise ValueError(f"{name} must fit in int32, got {value}")
+
+
+def _span(t: torch.Tensor) -> tuple[int, int]:
+    """The byte range ``[start, end)`` that ``t``'s elements lie in."""
+    start = t.data_ptr()
+    last = sum((size - 1) * stride for size, stride in zip(t.shape, t.stride(), strict=True))
+    return start, start + (last + 1) * t.element_size()
+
+
+def check_no_overlap(out: torch.Tensor, **inputs: torch.Tensor) -> None:
+    """ValueError naming the first input whose memory overlaps ``out``'s (by address range:
+    interleaved views of one buffer count as overlapping). Skipped while compiling (Dynamo
+    cannot trace pointers; a compiled graph functionalizes the write to out)."""
+    if torch.compiler.is_compiling() or out.numel() == 0:
+        return
+    lo, hi = _span(out)
+    for name, t in inputs.items():
+        if t.numel() == 0:
+            continue
+        start, end = _span(t)
+        if start < hi and lo < end:
+            raise ValueError(f"out must not overlap {name} in memory")

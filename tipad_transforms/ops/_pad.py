@@ -17,6 +17,7 @@ import torch
 
 from .. import _fallback, _runtime
 from .._geometry import MODE_CODES, PadGeometry, check_bank_index
+from ._common import check_int32, check_meta, check_no_overlap
 from ._route import kernel_ran
 
 __all__ = ["pad", "pad_backward", "pad_out", "pad_stack", "pad_stack_backward"]
@@ -41,10 +42,95 @@ def _run(
         canvas.copy_(_fallback.pad(g, mode, image, **args))
 
 
+def _check_mode(mode: str, name: str) -> None:
+    if mode not in MODE_CODES:
+        raise ValueError(f"{name} must be one of {', '.join(MODE_CODES)}; got {mode!r}")
+
+
+def _check_params(
+    n: int,
+    c: int,
+    mode: str,
+    fill: torch.Tensor | None,
+    texture: torch.Tensor,
+    offset: torch.Tensor,
+    texture_index: torch.Tensor,
+    stagger: int,
+    dtype: torch.dtype | None,
+    device: torch.device,
+    like: str,
+) -> None:
+    """What the kernel reads besides the image, for ``n`` samples of ``c`` channels: ``fill``
+    ``(C,)`` (constant mode, unless None), ``texture`` ``(K >= 1, 1 or C, th >= 1, tw >= 1)``
+    (texture mode), ``offset`` ``(N, 2)`` and ``texture_index`` ``(N,)`` int32, one device;
+    ``dtype``: the one of fill and texture (None: not checked)."""
+    check_meta("offset", offset, shape=(n, 2), dtype=torch.int32, device=device, like=like)
+    check_meta("texture_index", texture_index, shape=(n,), dtype=torch.int32, device=device,
+               like=like)  # fmt: skip
+    check_int32("stagger", stagger)
+    if mode == "constant" and fill is not None:
+        check_meta("fill", fill, shape=(c,), dtype=dtype, device=device, like=like)
+    if mode == "texture":
+        if (
+            texture.dim() != 4
+            or texture.shape[0] < 1
+            or texture.shape[1] not in (1, c)
+            or min(texture.shape[2:]) < 1
+        ):
+            raise ValueError(
+                f"texture must be (K, 1 or {c}, th, tw) with K, th, tw >= 1, got "
+                f"{tuple(texture.shape)}"
+            )
+        check_meta("texture", texture, dtype=dtype, device=device, like=like)
+
+
+def _check_pad(
+    x_shape: list[int] | torch.Size,
+    padding: list[int],
+    mode: str,
+    mode_name: str = "mode",
+) -> PadGeometry:
+    """The geometry of a valid ``x_shape`` and ``padding``, else a ValueError naming them."""
+    if len(x_shape) < 2 or min(x_shape) < 0:
+        raise ValueError(f"x must have shape (..., C, H, W) or (H, W), got {tuple(x_shape)}")
+    if len(padding) != 4 or min(padding) < 0:
+        raise ValueError(
+            f"padding must be 4 non-negative ints [left, top, right, bottom], got {padding}"
+        )
+    _check_mode(mode, mode_name)
+    g = PadGeometry.of(x_shape, padding)
+    reads_image = mode not in ("constant", "texture")
+    if reads_image and g.h * g.w == 0 and g.n * g.c * g.out_h * g.out_w > 0:
+        raise ValueError(f"{mode_name} {mode!r} needs a non-empty image, got {tuple(x_shape)}")
+    return g
+
+
+def _check_forward(
+    x: torch.Tensor,
+    padding: list[int],
+    mode: str,
+    fill: torch.Tensor,
+    texture: torch.Tensor,
+    offset: torch.Tensor,
+    texture_index: torch.Tensor,
+    stagger: int,
+    mode_name: str = "mode",
+) -> PadGeometry:
+    g = _check_pad(x.shape, padding, mode, mode_name)
+    _check_params(g.n, g.c, mode, fill, texture, offset, texture_index, stagger, x.dtype,
+                  x.device, "x")  # fmt: skip
+    return g
+
+
+def _check_out(out: torch.Tensor, g: PadGeometry, x: torch.Tensor) -> None:
+    check_meta("out", out, shape=g.out_shape(x.shape), dtype=x.dtype, device=x.device)
+    if not out.is_contiguous():
+        raise ValueError(f"out must be contiguous, got strides {out.stride()}")
+
+
 def _prepare(
-    x: torch.Tensor, padding: list[int], texture: torch.Tensor, texture_index: torch.Tensor
-) -> tuple[PadGeometry, torch.Tensor, torch.Tensor]:
-    g = PadGeometry.of(x.shape, padding)
+    x: torch.Tensor, g: PadGeometry, texture: torch.Tensor, texture_index: torch.Tensor
+) -> tuple[torch.Tensor, torch.Tensor]:
     if texture.numel() > 0 and texture_index.device.type == "cpu":
         # Free on the host. A device-resident index is checked by texture_pad before it moves
         # there (or, for a direct op call, clamped by the kernel so it never reads outside the
@@ -52,7 +138,7 @@ def _prepare(
         check_bank_index(texture.shape[0], texture_index)
     # reshape copies only when needed (channels-last, slices); the kernel wants row-major planes.
     image = x.detach().reshape(g.n, g.c, g.h, g.w).contiguous()
-    return g, image, texture.detach().contiguous()
+    return image, texture.detach().contiguous()
 
 
 @torch.library.custom_op("tipad::pad", mutates_args=())
@@ -66,8 +152,13 @@ def pad(
     texture_index: torch.Tensor,
     stagger: int,
 ) -> torch.Tensor:
-    """Pad ``x`` (``(..., C, H, W)`` or ``(H, W)``) into a new tensor; see the module docstring."""
-    g, image, tex = _prepare(x, padding, texture, texture_index)
+    """Pad ``x`` (``(..., C, H, W)`` or ``(H, W)``) into a new tensor; see the module docstring.
+
+    Raises ValueError/TypeError naming the argument for shapes, dtypes and devices the kernel
+    cannot take (the fake implementation checks the same).
+    """
+    g = _check_forward(x, padding, mode, fill, texture, offset, texture_index, stagger)
+    image, tex = _prepare(x, g, texture, texture_index)
     canvas = torch.empty(g.n, g.c, g.out_h, g.out_w, dtype=x.dtype, device=x.device)
     _run(
         g,
@@ -85,7 +176,7 @@ def pad(
 
 @pad.register_fake
 def _(x, padding, mode, fill, texture, offset, texture_index, stagger):  # type: ignore[no-untyped-def]
-    g = PadGeometry.of(x.shape, padding)
+    g = _check_forward(x, padding, mode, fill, texture, offset, texture_index, stagger)
     return x.new_empty(g.out_shape(x.shape))
 
 
@@ -106,13 +197,18 @@ def pad_out(
     The mode argument is ``pad_mode``, not ``mode``: torch.compile functionalizes this mutating
     op through a higher-order op that takes its own ``mode`` keyword, and a schema argument of
     that name collides with it ("got multiple values for argument 'mode'").
+
+    Raises ValueError/TypeError naming ``out`` for a wrong shape, dtype, device or a
+    non-contiguous ``out``, and ValueError ``"out must not overlap NAME in memory"`` when ``x``,
+    ``fill``, ``texture``, ``offset`` or ``texture_index`` shares memory with it (checked
+    eagerly only: a compiled graph functionalizes the write).
     """
-    g, image, tex = _prepare(x, padding, texture, texture_index)
-    if not out.is_contiguous() or list(out.shape) != g.out_shape(x.shape):
-        raise ValueError(
-            f"out must be contiguous with shape {tuple(g.out_shape(x.shape))}, got "
-            f"{tuple(out.shape)} with strides {out.stride()}"
-        )
+    g = _check_forward(x, padding, pad_mode, fill, texture, offset, texture_index, stagger,
+                       "pad_mode")  # fmt: skip
+    _check_out(out, g, x)
+    check_no_overlap(out, x=x, fill=fill, texture=texture, offset=offset,
+                     texture_index=texture_index)  # fmt: skip
+    image, tex = _prepare(x, g, texture, texture_index)
     canvas = out.view(g.n, g.c, g.out_h, g.out_w)
     _run(
         g,
@@ -129,7 +225,27 @@ def pad_out(
 
 @pad_out.register_fake
 def _(x, padding, pad_mode, fill, texture, offset, texture_index, stagger, out):  # type: ignore[no-untyped-def]
-    return None
+    g = _check_forward(x, padding, pad_mode, fill, texture, offset, texture_index, stagger,
+                       "pad_mode")  # fmt: skip
+    _check_out(out, g, x)
+
+
+def _check_backward(
+    grad: torch.Tensor,
+    x_shape: list[int],
+    padding: list[int],
+    mode: str,
+    texture: torch.Tensor,
+    offset: torch.Tensor,
+    texture_index: torch.Tensor,
+    stagger: int,
+) -> PadGeometry:
+    g = _check_pad(x_shape, padding, mode)
+    _check_float_grad(grad)
+    check_meta("grad", grad, shape=g.out_shape(x_shape))
+    _check_params(g.n, g.c, mode, None, texture, offset, texture_index, stagger, None,
+                  grad.device, "grad")  # fmt: skip
+    return g
 
 
 @torch.library.custom_op("tipad::pad_backward", mutates_args=())
@@ -149,7 +265,7 @@ def pad_backward(
     interior copy and, for edge/reflect/symmetric/circular, the border); the texture receives
     the border gradients of texture mode. Half types accumulate in float32.
     """
-    g = PadGeometry.of(x_shape, padding)
+    g = _check_backward(grad, x_shape, padding, mode, texture, offset, texture_index, stagger)
     acc = grad.dtype if grad.dtype in (torch.float32, torch.float64) else torch.float32
     canvas_grad = grad.detach().reshape(g.n, g.c, g.out_h, g.out_w).to(acc).contiguous()
     tex = texture.detach().contiguous()
@@ -176,7 +292,13 @@ def pad_backward(
 
 @pad_backward.register_fake
 def _(grad, x_shape, padding, mode, texture, offset, texture_index, stagger):  # type: ignore[no-untyped-def]
+    _check_backward(grad, x_shape, padding, mode, texture, offset, texture_index, stagger)
     return grad.new_empty(x_shape), grad.new_empty(texture.shape)
+
+
+def _check_float_grad(grad: torch.Tensor) -> None:
+    if not grad.is_floating_point():
+        raise TypeError(f"grad must be a floating point tensor, got {grad.dtype}")
 
 
 def _setup_context(ctx, inputs, output):  # type: ignore[no-untyped-def]
@@ -211,16 +333,8 @@ pad.register_autograd(_backward, setup_context=_setup_context)
 # pad_stack: N images of different sizes, packed flat, each padded to one canvas size.
 
 
-def _stack_sizes(
-    sizes: torch.Tensor,
-    numel: int,
-    canvas: list[int],
-    mode: str,
-    offset: torch.Tensor,
-    texture_index: torch.Tensor,
-) -> torch.Tensor:
-    """``sizes`` as an int64 CPU ``(N, 4)`` table, checked against the packed images' element
-    count and the canvas ``[C, H, W]``: the kernel trusts it for every memory access."""
+def _check_stack(sizes: torch.Tensor, canvas: list[int], mode: str) -> int:
+    """The number of images ``N`` of a well-formed ``sizes`` table (metadata only)."""
     if sizes.dim() != 2 or sizes.shape[1] != 4 or sizes.is_floating_point():
         raise ValueError(
             f"sizes must be an (N, 4) int tensor of (h, w, top, left), got {tuple(sizes.shape)} "
@@ -228,10 +342,15 @@ def _stack_sizes(
         )
     if len(canvas) != 3 or min(canvas) < 0:
         raise ValueError(f"canvas must be [C, H, W] non-negative, got {canvas}")
-    if mode not in MODE_CODES:
-        raise ValueError(f"mode must be one of {', '.join(MODE_CODES)}; got {mode!r}")
+    _check_mode(mode, "mode")
+    return int(sizes.shape[0])
+
+
+def _stack_sizes(sizes: torch.Tensor, numel: int, canvas: list[int], mode: str) -> torch.Tensor:
+    """``sizes`` (checked by ``_check_stack``) as an int64 CPU ``(N, 4)`` table, its values
+    checked against the packed images' element count and the canvas ``[C, H, W]``: the kernel
+    trusts it for every memory access."""
     table = sizes.detach().to("cpu", torch.int64)
-    n = table.shape[0]
     c, out_h, out_w = canvas
     h, w, top, left = table.unbind(1)
     misfit = (table < 0).any(1) | (top + h > out_h) | (left + w > out_w)
@@ -254,12 +373,25 @@ def _stack_sizes(
         raise ValueError(
             f"images hold {numel} elements; sizes and {c} channels describe {described}"
         )
-    if tuple(offset.shape) != (n, 2) or tuple(texture_index.shape) != (n,):
-        raise ValueError(
-            f"offset must be ({n}, 2) and texture_index ({n},), got {tuple(offset.shape)} and "
-            f"{tuple(texture_index.shape)}"
-        )
     return table
+
+
+def _check_stack_forward(
+    images: torch.Tensor,
+    sizes: torch.Tensor,
+    canvas: list[int],
+    mode: str,
+    fill: torch.Tensor,
+    texture: torch.Tensor,
+    offset: torch.Tensor,
+    texture_index: torch.Tensor,
+    stagger: int,
+) -> None:
+    if images.dim() != 1:
+        raise ValueError(f"images must be 1-D (packed), got shape {tuple(images.shape)}")
+    n = _check_stack(sizes, canvas, mode)
+    _check_params(n, canvas[0], mode, fill, texture, offset, texture_index, stagger,
+                  images.dtype, images.device, "images")  # fmt: skip
 
 
 @torch.library.custom_op("tipad::pad_stack", mutates_args=())
@@ -281,9 +413,9 @@ def pad_stack(
     ``pad``, per image. Canvas ``i`` equals ``pad`` of image ``i`` with padding ``(left_i,
     top_i, W - left_i - w_i, H - top_i - h_i)``.
     """
-    if images.dim() != 1:
-        raise ValueError(f"images must be 1-D (packed), got shape {tuple(images.shape)}")
-    table = _stack_sizes(sizes, images.numel(), canvas, mode, offset, texture_index)
+    _check_stack_forward(images, sizes, canvas, mode, fill, texture, offset, texture_index,
+                         stagger)  # fmt: skip
+    table = _stack_sizes(sizes, images.numel(), canvas, mode)
     tex = texture.detach().contiguous()
     if tex.numel() > 0 and texture_index.device.type == "cpu":
         check_bank_index(tex.shape[0], texture_index)  # as in _prepare
@@ -303,7 +435,31 @@ def pad_stack(
 
 @pad_stack.register_fake
 def _(images, sizes, canvas, mode, fill, texture, offset, texture_index, stagger):  # type: ignore[no-untyped-def]
+    _check_stack_forward(images, sizes, canvas, mode, fill, texture, offset, texture_index,
+                         stagger)  # fmt: skip
     return images.new_empty(sizes.shape[0], *canvas)
+
+
+def _check_stack_backward(
+    grad: torch.Tensor,
+    sizes: torch.Tensor,
+    numel: int,
+    mode: str,
+    texture: torch.Tensor,
+    offset: torch.Tensor,
+    texture_index: torch.Tensor,
+    stagger: int,
+) -> None:
+    _check_float_grad(grad)
+    if grad.dim() != 4:
+        raise ValueError(f"grad must be (N, C, H, W), got shape {tuple(grad.shape)}")
+    if numel < 0:
+        raise ValueError(f"numel must be >= 0, got {numel}")
+    n = _check_stack(sizes, list(grad.shape[1:]), mode)
+    if grad.shape[0] != n:
+        raise ValueError(f"grad must hold {n} canvases (one per row of sizes), got {grad.shape[0]}")
+    _check_params(n, grad.shape[1], mode, None, texture, offset, texture_index, stagger, None,
+                  grad.device, "grad")  # fmt: skip
 
 
 @torch.library.custom_op("tipad::pad_stack_backward", mutates_args=())
@@ -319,8 +475,9 @@ def pad_stack_backward(
 ) -> tuple[torch.Tensor, torch.Tensor]:
     """Gradients of ``pad_stack``: ``(grad_images, grad_texture)``, ``(numel,)`` and the
     texture's shape; sums as ``pad_backward``, per image. Half types accumulate in float32."""
+    _check_stack_backward(grad, sizes, numel, mode, texture, offset, texture_index, stagger)
     _, c, out_h, out_w = grad.shape
-    table = _stack_sizes(sizes, numel, [c, out_h, out_w], mode, offset, texture_index)
+    table = _stack_sizes(sizes, numel, [c, out_h, out_w], mode)
     acc = grad.dtype if grad.dtype in (torch.float32, torch.float64) else torch.float32
     canvas_grad = grad.detach().to(acc).contiguous()
     tex = texture.detach().contiguous()
@@ -342,6 +499,7 @@ def pad_stack_backward(
 
 @pad_stack_backward.register_fake
 def _(grad, sizes, numel, mode, texture, offset, texture_index, stagger):  # type: ignore[no-untyped-def]
+    _check_stack_backward(grad, sizes, numel, mode, texture, offset, texture_index, stagger)
     return grad.new_empty(numel), grad.new_empty(texture.shape)
 
 

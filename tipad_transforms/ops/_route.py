@@ -24,21 +24,42 @@ _warned: set[tuple[str, str]] = set()
 # Frames of these packages sit between the user's call and the op's implementation, how many
 # depends on the path taken (functional, transform, torch.compile, autograd, a DataLoader
 # worker's loop).
+_PACKAGE = os.path.dirname(os.path.dirname(__file__)) + os.sep  # tipad_transforms
 _SITE = os.path.dirname(os.path.dirname(torch.__file__ or ""))
 _INTERNAL = (
-    os.path.dirname(os.path.dirname(__file__)) + os.sep,  # tipad_transforms
-    os.path.join(_SITE, "torch") + os.sep,
+    _PACKAGE,
+    os.path.join(_SITE, "torch") + os.sep,  # torch.utils.data's worker loop and fetchers too
     os.path.join(_SITE, "torchvision") + os.sep,
+)
+# The standard library's runners of other code: a DataLoader worker's stack starts in
+# multiprocessing's bootstrap, a thread's in threading, an executor's in concurrent.futures.
+_STDLIB = os.path.dirname(os.__file__) + os.sep
+_RUNNERS = (
+    os.path.join(_STDLIB, "multiprocessing") + os.sep,
+    os.path.join(_STDLIB, "concurrent") + os.sep,
+    os.path.join(_STDLIB, "threading.py"),
 )
 
 
 def _user_stacklevel() -> int:
-    """``stacklevel`` for a warning issued by our caller that points at the user's code."""
+    """``stacklevel`` for a warning issued by our caller that points at the user's code.
+
+    The first frame (going out) outside tipad_transforms, torch, torchvision and the standard
+    library's runners: the user's transform call, Dataset.__getitem__ or loop. Where the stack
+    holds none (a tipad transform run by a DataLoader worker), the first frame outside
+    tipad_transforms.
+    """
     frame: types.FrameType | None = sys._getframe(1)  # level 1: the caller of warnings.warn
     level = 1
-    while frame is not None and frame.f_code.co_filename.startswith(_INTERNAL):
+    fallback = None
+    while frame is not None:
+        name = frame.f_code.co_filename
+        if fallback is None and not name.startswith(_PACKAGE):
+            fallback = level
+        if not name.startswith(_INTERNAL + _RUNNERS):
+            return level
         frame, level = frame.f_back, level + 1
-    return level
+    return fallback if fallback is not None else 1
 
 
 def warn_once(reason: str, what: str) -> None:

@@ -17,7 +17,7 @@ from typing import Any
 import torch
 
 from .. import _fallback, _runtime
-from ._common import check_float
+from ._common import check_float, check_meta, check_tensor
 from ._route import kernel_ran
 
 __all__ = ["time_conv", "time_conv_backward", "time_conv_forward"]
@@ -28,9 +28,10 @@ def _math(*dtypes: torch.dtype) -> torch.dtype:
     return torch.float64 if torch.float64 in dtypes else torch.float32
 
 
-def _check(w: Any, k: Any, eps: Any) -> None:
+def _check(w: torch.Tensor, k: torch.Tensor) -> None:
     """TypeError/ValueError naming the argument unless ``w`` is ``(C, L)`` and ``k`` ``(B, C, T)``
-    float tensors on one device with ``L >= 1``, and ``eps`` a real number."""
+    float tensors on one device with ``L >= 1`` (metadata only: the fake implementations run
+    it too)."""
     check_float("w", w)
     check_float("k", k)
     if w.dim() != 2:
@@ -46,8 +47,6 @@ def _check(w: Any, k: Any, eps: Any) -> None:
         raise ValueError(f"w must hold at least one tap (L >= 1), got shape {tuple(w.shape)}")
     if w.device != k.device:
         raise ValueError(f"w is on {w.device}, k on {k.device}: use one device")
-    if isinstance(eps, bool) or not isinstance(eps, numbers.Real):
-        raise TypeError(f"eps must be a real number, got {type(eps).__name__} {eps!r}")
 
 
 def _operand(t: torch.Tensor, dtype: torch.dtype) -> torch.Tensor:
@@ -58,7 +57,7 @@ def _operand(t: torch.Tensor, dtype: torch.dtype) -> torch.Tensor:
 def time_conv_forward(w: torch.Tensor, k: torch.Tensor, eps: float) -> torch.Tensor:
     """``time_conv`` for ``w`` ``(C, L)`` (checked as ``time_conv`` checks): a new ``(B, C, T)``
     tensor of dtype ``promote_types(w.dtype, k.dtype)``."""
-    _check(w, k, eps)
+    _check(w, k)
     m = _math(w.dtype, k.dtype)
     ww, kk = _operand(w, m), _operand(k, m)
     b, c, t = k.shape
@@ -72,8 +71,14 @@ def time_conv_forward(w: torch.Tensor, k: torch.Tensor, eps: float) -> torch.Ten
 
 @time_conv_forward.register_fake
 def _(w, k, eps):  # type: ignore[no-untyped-def]
-    _check(w, k, eps)
+    _check(w, k)
     return k.new_empty(k.shape, dtype=torch.promote_types(w.dtype, k.dtype))
+
+
+def _check_backward(grad: torch.Tensor, w: torch.Tensor, k: torch.Tensor) -> None:
+    _check(w, k)
+    check_float("grad", grad)
+    check_meta("grad", grad, shape=k.shape, device=k.device, like="k")
 
 
 @torch.library.custom_op("tipad::time_conv_backward", mutates_args=())
@@ -86,6 +91,7 @@ def time_conv_backward(
     ``dw[c, L-1-j] = sum_{b,t} grad[b,c,t] k[b,c,t-j]``; one not asked for (``grad_w``,
     ``grad_k`` false) is returned as zeros without being computed.
     """
+    _check_backward(grad, w, k)
     m = _math(grad.dtype, w.dtype, k.dtype)
     b, c, t = k.shape
     length = w.shape[1]
@@ -109,6 +115,7 @@ def time_conv_backward(
 
 @time_conv_backward.register_fake
 def _(grad, w, k, grad_w, grad_k):  # type: ignore[no-untyped-def]
+    _check_backward(grad, w, k)
     return w.new_empty(w.shape), k.new_empty(k.shape)
 
 
@@ -154,11 +161,14 @@ def time_conv(w: torch.Tensor, k: torch.Tensor, eps: float = 0.0) -> torch.Tenso
     Where the Taichi runtime cannot serve the device (see ``_runtime.refusal``), a torch route
     (``F.conv1d``) computes the same values after one RuntimeWarning.
     """
-    check_float("w", w)
+    # Python types and the (C, 1, L) form here; the op checks dtypes, shapes and devices.
+    check_tensor("w", w)
+    check_tensor("k", k)
+    if isinstance(eps, bool) or not isinstance(eps, numbers.Real):
+        raise TypeError(f"eps must be a real number, got {type(eps).__name__} {eps!r}")
     if w.dim() == 3:
         if w.shape[1] != 1:
             raise ValueError(f"w must be (C, L) or (C, 1, L), got shape {tuple(w.shape)}")
         w = w.squeeze(1)
-    _check(w, k, eps)
     out: torch.Tensor = torch.ops.tipad.time_conv_forward(w, k, float(eps))
     return out

@@ -12,12 +12,12 @@ Being custom ops with fake implementations and registered autograd, they trace u
 
 from __future__ import annotations
 
-from typing import Any
+from typing import overload
 
 import torch
 
 from .. import _fallback, _runtime
-from ._common import check_float
+from ._common import check_float, check_meta, check_tensor
 from ._route import kernel_ran
 
 __all__ = ["init_wkv_state", "wkv", "wkv_backward", "wkv_forward"]
@@ -57,10 +57,17 @@ def _math(dtype: torch.dtype) -> torch.dtype:
     return torch.float64 if dtype == torch.float64 else torch.float32
 
 
-def _check(time_decay: Any, time_first: Any, k: Any, v: Any, state: Any) -> tuple[int, int, int]:
-    """``(B, T, C)`` of valid arguments, else a TypeError/ValueError naming the culprit."""
-    for name, t in (("time_decay", time_decay), ("time_first", time_first), ("k", k), ("v", v)):
-        check_float(name, t)
+def _check(
+    time_decay: torch.Tensor,
+    time_first: torch.Tensor,
+    k: torch.Tensor,
+    v: torch.Tensor,
+    state: torch.Tensor,
+) -> tuple[int, int, int]:
+    """``(B, T, C)`` of arguments the kernels can take, else a TypeError/ValueError naming the
+    culprit (metadata only: the fake implementations run it too)."""
+    for name, x in (("time_decay", time_decay), ("time_first", time_first), ("k", k), ("v", v)):
+        check_float(name, x)
     if k.dim() != 3:
         raise ValueError(f"k must be (B, T, C), got shape {tuple(k.shape)}")
     if v.shape != k.shape:
@@ -73,20 +80,13 @@ def _check(time_decay: Any, time_first: Any, k: Any, v: Any, state: Any) -> tupl
             raise ValueError(
                 f"{name} must be ({c},) for k of shape {tuple(k.shape)}, got {tuple(p.shape)}"
             )
-    named = [("time_decay", time_decay), ("time_first", time_first), ("v", v)]
-    if state is not None:
-        if not isinstance(state, torch.Tensor):
-            raise TypeError(f"state must be a torch.Tensor or None, got {type(state).__name__}")
-        if state.shape != (b, 3, c):
-            raise ValueError(
-                f"state must be ({b}, 3, {c}) for k of shape {tuple(k.shape)}, "
-                f"got {tuple(state.shape)}"
-            )
-        if state.dtype != _math(k.dtype):
-            raise TypeError(
-                f"state must be {_math(k.dtype)} for {k.dtype} inputs, got {state.dtype}"
-            )
-        named.append(("state", state))
+    if state.shape != (b, 3, c):
+        raise ValueError(
+            f"state must be ({b}, 3, {c}) for k of shape {tuple(k.shape)}, got {tuple(state.shape)}"
+        )
+    if state.dtype != _math(k.dtype):
+        raise TypeError(f"state must be {_math(k.dtype)} for {k.dtype} inputs, got {state.dtype}")
+    named = [("time_decay", time_decay), ("time_first", time_first), ("v", v), ("state", state)]
     for name, p in named:
         if p.device != k.device:
             raise ValueError(f"{name} is on {p.device}, k on {k.device}: use one device")
@@ -121,9 +121,10 @@ def wkv_forward(
     """``(y, new_state, saved)``: ``y`` ``(B, T, C)`` in ``k``'s dtype, the state after the last
     token ``(B, 3, C)``, and ``saved`` ``(3, B, S, C)`` in the math dtype: with ``save`` (S = T
     + 1) the state before every step, what ``wkv_backward`` reads, else (S = 1) the final state.
-    Arguments as ``wkv`` (``state`` required), checked by it.
+    Arguments as ``wkv`` (``state`` required); TypeError/ValueError naming the argument for
+    the dtypes, shapes and devices the kernels cannot take.
     """
-    b, t, c = k.shape
+    b, t, c = _check(time_decay, time_first, k, v, state)
     w, u, kk, vv, s = _operands(time_decay, time_first, k, v, state)
     y = kk.new_empty(b, t, c)
     states = kk.new_empty(3, b, t + 1 if save else 1, c)
@@ -140,9 +141,32 @@ def wkv_forward(
 
 @wkv_forward.register_fake
 def _(time_decay, time_first, k, v, state, save):  # type: ignore[no-untyped-def]
-    b, t, c = k.shape
+    b, t, c = _check(time_decay, time_first, k, v, state)
     saved = k.new_empty(3, b, t + 1 if save else 1, c, dtype=_math(k.dtype))
     return k.new_empty(k.shape), state.new_empty(state.shape), saved
+
+
+def _check_backward(
+    time_decay: torch.Tensor,
+    time_first: torch.Tensor,
+    k: torch.Tensor,
+    v: torch.Tensor,
+    state: torch.Tensor,
+    saved: torch.Tensor,
+    grad_y: torch.Tensor,
+    grad_state: torch.Tensor,
+) -> tuple[int, int, int]:
+    b, t, c = _check(time_decay, time_first, k, v, state)
+    if saved.dim() != 4 or tuple(saved.shape) not in ((3, b, 1, c), (3, b, t + 1, c)):
+        raise ValueError(
+            f"saved must be (3, {b}, 1 or {t + 1}, {c}) (wkv_forward's third output), got "
+            f"{tuple(saved.shape)}"
+        )
+    check_meta("saved", saved, dtype=_math(k.dtype), device=k.device, like="k")
+    for name, g, shape in (("grad_y", grad_y, (b, t, c)), ("grad_state", grad_state, (b, 3, c))):
+        check_float(name, g)
+        check_meta(name, g, shape=shape, device=k.device, like="k")
+    return b, t, c
 
 
 @torch.library.custom_op("tipad::wkv_backward", mutates_args=())
@@ -162,8 +186,10 @@ def wkv_backward(
     ``saved``: the forward's third output; recomputed when it holds only the final state. The
     per-chain gradients of ``w`` and ``u`` are summed over the batch here (a fixed order:
     deterministic); ``time_decay``'s is ``w``'s times ``w`` (``w = -exp(time_decay)``).
+    Arguments checked as ``wkv_forward``'s, ``saved`` as its output, the gradients as
+    ``y``'s and the state's (any float dtype).
     """
-    b, t, c = k.shape
+    b, t, c = _check_backward(time_decay, time_first, k, v, state, saved, grad_y, grad_state)
     w, u, kk, vv, s = _operands(time_decay, time_first, k, v, state)
     m = kk.dtype
     gy = grad_y.detach().to(m).contiguous()
@@ -197,6 +223,7 @@ def wkv_backward(
 
 @wkv_backward.register_fake
 def _(time_decay, time_first, k, v, state, saved, grad_y, grad_state):  # type: ignore[no-untyped-def]
+    _check_backward(time_decay, time_first, k, v, state, saved, grad_y, grad_state)
     return (
         time_decay.new_empty(time_decay.shape),
         time_first.new_empty(time_first.shape),
@@ -225,6 +252,26 @@ def _backward(ctx, grad_y, grad_state, _grad_saved):  # type: ignore[no-untyped-
 
 
 wkv_forward.register_autograd(_backward, setup_context=_setup_context)
+
+
+@overload
+def wkv(
+    time_decay: torch.Tensor,
+    time_first: torch.Tensor,
+    k: torch.Tensor,
+    v: torch.Tensor,
+    state: None = None,
+) -> torch.Tensor: ...
+
+
+@overload
+def wkv(
+    time_decay: torch.Tensor,
+    time_first: torch.Tensor,
+    k: torch.Tensor,
+    v: torch.Tensor,
+    state: torch.Tensor,
+) -> tuple[torch.Tensor, torch.Tensor]: ...
 
 
 def wkv(
@@ -256,8 +303,18 @@ def wkv(
             ``k``'s, or ``state`` has the wrong dtype.
         ValueError: wrong shapes, or arguments on different devices.
     """
-    b, _, c = _check(time_decay, time_first, k, v, state)
-    s = init_wkv_state(b, c, device=k.device, dtype=_math(k.dtype)) if state is None else state
+    # Python types here; the op checks shapes, dtypes and devices (once per call).
+    for name, t in (("time_decay", time_decay), ("time_first", time_first), ("k", k), ("v", v)):
+        check_tensor(name, t)
+    if state is None:
+        # The op reports a k that is not (B, T, C) or not floating point before this state.
+        b, c = (k.shape[0], k.shape[2]) if k.dim() == 3 else (0, 0)
+        dtype = _math(k.dtype) if k.is_floating_point() else torch.float32
+        s = init_wkv_state(b, c, device=k.device, dtype=dtype)
+    elif not isinstance(state, torch.Tensor):
+        raise TypeError(f"state must be a torch.Tensor or None, got {type(state).__name__}")
+    else:
+        s = state
     save = torch.is_grad_enabled() and any(
         t.requires_grad for t in (time_decay, time_first, k, v, s)
     )
