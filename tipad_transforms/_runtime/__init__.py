@@ -193,9 +193,30 @@ def session(
         ti = _ensure(device)
         kernels = _state["kernels"].get(family)
         if kernels is None:
-            kernels = _state["kernels"][family] = build(ti)
+            kernels = _state["kernels"][family] = _lean_kernels(ti, build(ti))
         with _ordered_with_torch(device):
             yield kernels
+
+
+#: Launches that move at most this many bytes run serially on the CPU (see ``serial_launch``).
+SERIAL_BYTES = 1 << 19
+
+
+def serial_launch(out: torch.Tensor) -> bool:
+    """Whether a CPU launch writing ``out`` should run on the launching thread alone.
+
+    Waking Taichi's thread pool costs tens of microseconds on a quiet machine and milliseconds on
+    a loaded one; a small launch (``SERIAL_BYTES``) finishes sooner on one thread. CUDA: never.
+    """
+    return out.device.type == "cpu" and out.numel() * out.element_size() <= SERIAL_BYTES
+
+
+def _lean_kernels(ti: Any, kernels: dict[str, Any]) -> dict[str, Any]:
+    """``kernels`` with each Taichi kernel wrapped in a ``LeanKernel`` (same call, less work)."""
+    return {
+        name: LeanKernel(ti, k) if getattr(k, "_is_wrapped_kernel", False) else k
+        for name, k in kernels.items()
+    }
 
 
 @contextlib.contextmanager
@@ -219,6 +240,7 @@ def _ordered_with_torch(device: torch.device) -> Iterator[None]:
 
 
 # The kernel families; imported last, as they use the names above.
+from ._lean import LeanKernel  # noqa: E402
 from ._pad import launch_pad, launch_pad_stack  # noqa: E402
 from ._time_conv import launch_time_conv  # noqa: E402
 from ._wkv import launch_wkv_backward, launch_wkv_forward  # noqa: E402
