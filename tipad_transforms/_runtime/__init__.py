@@ -202,13 +202,15 @@ def session(
 SERIAL_BYTES = 1 << 19
 
 
-def serial_launch(out: torch.Tensor) -> bool:
+def serial_launch(out: torch.Tensor, limit: int | None = None) -> bool:
     """Whether a CPU launch writing ``out`` should run on the launching thread alone.
 
     Waking Taichi's thread pool costs tens of microseconds on a quiet machine and milliseconds on
-    a loaded one; a small launch (``SERIAL_BYTES``) finishes sooner on one thread. CUDA: never.
+    a loaded one; a small launch (at most ``limit`` bytes of output, default ``SERIAL_BYTES``)
+    finishes sooner on one thread. CUDA: never.
     """
-    return out.device.type == "cpu" and out.numel() * out.element_size() <= SERIAL_BYTES
+    limit = SERIAL_BYTES if limit is None else limit
+    return out.device.type == "cpu" and out.numel() * out.element_size() <= limit
 
 
 def _lean_kernels(ti: Any, kernels: dict[str, Any]) -> dict[str, Any]:
