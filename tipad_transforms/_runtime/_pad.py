@@ -433,6 +433,8 @@ def _launch(
         if canvas.numel() == 0:
             return
         device = canvas.device
+        if not backward:
+            rt.advise_huge_pages(canvas)
         if mode == "constant":  # a 1x1 texture per channel, lattice at the origin
             mode, stagger, texture_grad = "texture", 0, False
             texture = fill.reshape(1, c, 1, 1) if not backward else canvas.new_zeros(1, c, 1, 1)
