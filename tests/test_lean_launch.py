@@ -180,3 +180,20 @@ def test_arguments_it_does_not_know_take_the_public_call() -> None:
     assert k._key((t,) * len(k._kinds)) is None
     assert k._key((torch.zeros(2, requires_grad=True),) * len(k._kinds)) is None
     assert k._key(()) is None
+
+
+def test_worker_context_preloads_taichi_in_the_forkserver() -> None:
+    import multiprocessing.forkserver as fs
+
+    from tipad_transforms.data import worker_context
+
+    saved = list(fs._forkserver._preload_modules)
+    try:
+        ctx = worker_context("forkserver")
+        assert ctx.get_start_method() == "forkserver"
+        assert fs._forkserver._preload_modules == ["__main__", "tipad_transforms._runtime._preload"]
+        assert worker_context("spawn").get_start_method() == "spawn"
+        with pytest.raises(ValueError, match="method"):
+            worker_context("fork")
+    finally:
+        fs._forkserver._preload_modules = saved
