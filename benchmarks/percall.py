@@ -17,6 +17,11 @@ Workloads (peers interleaved, medians; see ``_common.measure``):
 * ``canvas``: the seed canvas: a ``(1, 48, 32)`` float32 tile padded by ``(4096, 2048)`` with
   itself as texture, stagger 10 (``1 x 4144 x 8224``): a fresh output, into ``out=``, and
   torch's ``empty().fill_()`` of the same size (what first-touch page faults cost torch).
+* ``workers`` (``--workers``, not run by default: about a minute): DataLoader epochs of 64
+  ``(3, 96, 96)`` uint8 samples, 2 workers, batch 8, non-persistent (every epoch starts its
+  workers), the parent having used the package: per-sample ``BrickPad(16)`` against
+  ``v2.Pad(16, padding_mode="reflect")``, under plain ``forkserver`` and under
+  ``data.worker_context()`` (the forkserver preloads torch and Taichi's import); 2 epochs each.
 * ``first call``: ``brick_pad`` in a new process (import, Taichi init, first launch) with this
   machine's offline cache (warm after one run), two processes.
 
@@ -227,6 +232,55 @@ def first_calls(runs: int) -> list[dict[str, Any]]:
     return out
 
 
+class Samples(torch.utils.data.Dataset):  # type: ignore[type-arg]
+    """64 copies of one image through ``transform`` (module level: workers unpickle it)."""
+
+    def __init__(self, transform: Callable[[torch.Tensor], torch.Tensor]) -> None:
+        self.transform = transform
+        self.image = torch.randint(0, 256, (3, 96, 96), dtype=torch.uint8)
+
+    def __len__(self) -> int:
+        return 64
+
+    def __getitem__(self, i: int) -> torch.Tensor:
+        return self.transform(self.image)
+
+
+def worker_epochs(epochs: int) -> dict[str, list[float]]:
+    import multiprocessing
+    import time
+
+    from torch.utils.data import DataLoader
+
+    from tipad_transforms.data import worker_context
+
+    # The server and the workers must import this checkout's package, as this process does.
+    os.environ["PYTHONPATH"] = os.pathsep.join(
+        filter(None, [str(REPO), os.environ.get("PYTHONPATH")])
+    )
+    tt.BrickPad(16)(torch.zeros(3, 8, 8, dtype=torch.uint8))  # the parent used the package
+    out: dict[str, list[float]] = {}
+    # Plain forkserver first: worker_context changes the server's preload list for good.
+    for name, ctx in (("forkserver", multiprocessing.get_context("forkserver")),
+                      ("worker_context", worker_context("forkserver"))):  # fmt: skip
+        if name == "worker_context":
+            from multiprocessing import forkserver
+
+            forkserver._forkserver._stop()  # the next worker starts a server with the preload
+        for label, transform in (("BrickPad", tt.BrickPad(16)),
+                                 ("v2.Pad", v2.Pad(16, padding_mode="reflect"))):  # fmt: skip
+            times = []
+            for _ in range(epochs):
+                loader = DataLoader(Samples(transform), batch_size=8, num_workers=2,
+                                    multiprocessing_context=ctx)  # fmt: skip
+                t0 = time.perf_counter()
+                for _batch in loader:
+                    pass
+                times.append(time.perf_counter() - t0)
+            out[f"{name} {label}"] = times
+    return out
+
+
 def report(title: str, results: list[Measurement], yard: str) -> list[str]:
     base = next(m for m in results if m.peer.key == yard).stats.median_s
     rows = [
@@ -250,7 +304,18 @@ def main(argv: list[str] | None = None) -> None:
     p.add_argument("--threads", type=int, default=1)
     p.add_argument("--repeats", type=int, default=7)
     p.add_argument("--out", type=Path, default=Path("out/bench"))
+    p.add_argument("--workers", action="store_true", help="also time DataLoader worker epochs")
+    p.add_argument("--only-workers", action="store_true", help="time worker epochs only")
     args = p.parse_args(argv)
+    if args.only_workers:
+        epochs = worker_epochs(2)
+        for k, v in epochs.items():
+            print(f"{k:28s} " + "  ".join(f"{t:.2f} s" for t in v))
+        args.out.mkdir(parents=True, exist_ok=True)
+        write_json(args.out / "percall-workers.json",
+                   {"epochs_s": epochs, "load_average": os.getloadavg(),
+                    "machine": machine_info()})  # fmt: skip
+        return
     torch.set_num_threads(args.threads)
     repeats = 3 if args.quick else args.repeats
     sample = 0.05 if args.quick else 0.2
@@ -273,6 +338,9 @@ def main(argv: list[str] | None = None) -> None:
             print(f"\nRWKV-4 {n_layer}x{n_embd}: {check}")
             run(f"RWKV-4 {n_layer}x{n_embd}, one token", peers, peers[-1].key)
     run("seed canvas 1x4144x8224 float32", canvas_peers(args.quick), "fill", min_s=0.1)
+    epochs = worker_epochs(2) if args.workers else {}
+    for k, v in epochs.items():
+        print(f"{k:28s} " + "  ".join(f"{t:.2f} s" for t in v))
     firsts = first_calls(1 if args.quick else 2)
     print("\nfirst call in a new process (offline cache as this machine has it):")
     for i, r in enumerate(firsts):
@@ -287,6 +355,7 @@ def main(argv: list[str] | None = None) -> None:
             {"title": t, "yardstick": y, "peers": [m.to_json() for m in ms]}
             for t, ms, y in workloads
         ],
+        "worker_epochs_s": epochs,
         "first_call": firsts,
         "machine": machine_info(),
     }
