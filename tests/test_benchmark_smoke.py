@@ -38,3 +38,12 @@ def test_loader_benchmark_pipelines_check_their_batches(tmp_path: Path) -> None:
 def test_rwkv_benchmark_cross_checks_the_ops(tmp_path: Path) -> None:
     report = _run("rwkv_ops.py", tmp_path, "--repeats", "1")
     assert report["errors"] == [] and report["workloads"]
+
+
+@pytest.mark.slow
+def test_percall_benchmark_checks_its_peers(tmp_path: Path) -> None:
+    report = _run("percall.py", tmp_path, "--repeats", "1")
+    workloads = report["workloads"]
+    assert isinstance(workloads, list) and len(workloads) >= 4
+    checks = [p["check"] for w in workloads for p in w["peers"]]
+    assert "bit-equal to v2" in checks and "bit-equal to wkv" in checks

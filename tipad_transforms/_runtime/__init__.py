@@ -19,6 +19,7 @@ thread that initialised.
 import contextlib
 import io
 import os
+import sys
 import threading
 from collections.abc import Callable, Iterator
 from typing import Any
@@ -206,9 +207,68 @@ def session(
         ti = _ensure(device)
         kernels = _state["kernels"].get(family)
         if kernels is None:
-            kernels = _state["kernels"][family] = build(ti)
+            kernels = _state["kernels"][family] = _lean_kernels(ti, build(ti))
         with _ordered_with_torch(device):
             yield kernels
+
+
+#: Launches that move at most this many bytes run serially on the CPU (see ``serial_launch``).
+SERIAL_BYTES = 1 << 19
+
+
+def serial_launch(out: torch.Tensor, limit: int | None = None) -> bool:
+    """Whether a CPU launch writing ``out`` should run on the launching thread alone.
+
+    Waking Taichi's thread pool costs tens of microseconds on a quiet machine and milliseconds on
+    a loaded one; a small launch (at most ``limit`` bytes of output, default ``SERIAL_BYTES``)
+    finishes sooner on one thread. CUDA: never.
+    """
+    limit = SERIAL_BYTES if limit is None else limit
+    return out.device.type == "cpu" and out.numel() * out.element_size() <= limit
+
+
+_HUGE = 1 << 21  # a transparent huge page on x86-64 and most arm64 kernels
+_MADV_HUGEPAGE = 14
+_libc: list[Any] = []  # [ctypes libc] once loaded, [None] where madvise is unavailable
+
+
+def advise_huge_pages(out: torch.Tensor, min_bytes: int = 4 * _HUGE) -> None:
+    """Ask Linux to back a large, fresh CPU output with transparent huge pages.
+
+    A fresh output's first touch costs a page fault per 4 KiB page: more than the kernel's own
+    work for a large canvas (torch's allocator does this only under THP_MEM_ALLOC_ENABLE=1).
+    ``madvise(MADV_HUGEPAGE)`` on the 2 MiB-aligned part of ``out``'s memory makes the kernel's
+    first writes fault 2 MiB at a time where THP is set to ``madvise`` or ``always``. It never
+    changes the contents, so an output already written (``out=``) is fine. No-op off Linux, for
+    CUDA and for outputs below ``min_bytes``.
+    """
+    nbytes = out.numel() * out.element_size()
+    if out.device.type != "cpu" or nbytes < min_bytes or not sys.platform.startswith("linux"):
+        return
+    if not _libc:
+        try:
+            import ctypes
+
+            libc = ctypes.CDLL(None, use_errno=True)
+            libc.madvise.argtypes = [ctypes.c_void_p, ctypes.c_size_t, ctypes.c_int]
+            _libc.append(libc)
+        except (OSError, AttributeError):
+            _libc.append(None)
+    libc = _libc[0]
+    if libc is None:
+        return
+    start = -(-out.data_ptr() // _HUGE) * _HUGE
+    end = (out.data_ptr() + nbytes) // _HUGE * _HUGE
+    if end > start:
+        libc.madvise(start, end - start, _MADV_HUGEPAGE)  # advice only: failure is harmless
+
+
+def _lean_kernels(ti: Any, kernels: dict[str, Any]) -> dict[str, Any]:
+    """``kernels`` with each Taichi kernel wrapped in a ``LeanKernel`` (same call, less work)."""
+    return {
+        name: LeanKernel(ti, k) if getattr(k, "_is_wrapped_kernel", False) else k
+        for name, k in kernels.items()
+    }
 
 
 @contextlib.contextmanager
@@ -232,6 +292,7 @@ def _ordered_with_torch(device: torch.device) -> Iterator[None]:
 
 
 # The kernel families; imported last, as they use the names above.
+from ._lean import LeanKernel  # noqa: E402
 from ._pad import launch_pad, launch_pad_stack  # noqa: E402
 from ._time_conv import launch_time_conv  # noqa: E402
 from ._wkv import launch_wkv_backward, launch_wkv_forward  # noqa: E402

@@ -2,6 +2,7 @@
 images (``launch_pad``) and packed images of different sizes (``launch_pad_stack``)."""
 
 # No `from __future__ import annotations`: Taichi reads the kernels' annotations at runtime.
+from collections.abc import Callable
 from typing import Any
 
 import torch
@@ -161,7 +162,7 @@ def _build_kernels(ti: Any) -> dict[str, Any]:
     def pad_canvas(img: nd(ndim=1), canvas: nd(ndim=1), img_w: nd(ndim=1),
                    canvas_w: nd(ndim=1), tex: nd(ndim=1), words: nd(ndim=1),
                    meta: nd(dtype=ti.i32, ndim=1), lanes: ti.template(),
-                   backward: ti.template(), per_pixel: ti.template()):
+                   backward: ti.template(), per_pixel: ti.template(), serial: ti.template()):
         # Forward: canvas <- image, texture. Backward: img += canvas and (if tex_grad)
         # tex += canvas, along the same index map.  (No "-> None": Taichi would read it.)
         # Scalars arrive packed in `meta` (layout beside _HEADER): each kernel argument costs
@@ -187,6 +188,9 @@ def _build_kernels(ti: Any) -> dict[str, Any]:
         else:
             blocks = (out_h - 1) // _ROW_BLOCK + 1  # per plane (out_h >= 1; no int32 overflow)
             row_shift = stagger % tw  # tile-column step from one tile row to the next
+            # A small canvas runs on the launching thread: waking the pool costs more (tens of
+            # microseconds quiet, milliseconds on a loaded machine) than the rows take.
+            ti.loop_config(serialize=serial)
             for t in range(n_rows // out_h * blocks):
                 plane = t // blocks
                 y0 = (t - plane * blocks) * _ROW_BLOCK
@@ -318,8 +322,11 @@ def launch_pad(
     g = geometry
     # One record serves every sample: the image of sample b starts b * C*H*W further on.
     # An empty canvas reads nothing: no maps, however large the padding.
-    maps = _fold_maps(mode, g.h, g.w, g.top, g.left, g.out_h, g.out_w) if canvas.numel() else []
     record = [g.h, g.w, g.top, g.left, 0, _HEADER + _RECORD]
+
+    def maps() -> list[torch.Tensor]:
+        return _fold_maps(mode, g.h, g.w, g.top, g.left, g.out_h, g.out_w)
+
     _launch(mode, image, canvas, record, 0, g.c * g.h * g.w, maps, texture=texture, fill=fill,
             offset=offset, texture_index=texture_index, stagger=stagger, backward=backward,
             texture_grad=texture_grad)  # fmt: skip
@@ -357,7 +364,7 @@ def launch_pad_stack(
         records[:, _RMAPS] = _HEADER + n * _RECORD + torch.arange(n) * (out_h + out_w)
         for hi, wi, top_i, left_i in sizes.tolist():
             maps += _fold_maps(mode, hi, wi, top_i, left_i, out_h, out_w)
-    _launch(mode, images, canvas, records, _RECORD, 0, maps, texture=texture, fill=fill,
+    _launch(mode, images, canvas, records, _RECORD, 0, lambda: maps, texture=texture, fill=fill,
             offset=offset, texture_index=texture_index, stagger=stagger, backward=backward,
             texture_grad=texture_grad)  # fmt: skip
 
@@ -374,6 +381,32 @@ def _fold_maps(
     ]
 
 
+# The host-made part of `meta` (header, record, index maps) of recent single-record launches,
+# on their device: a transform applied to images of one size asks for the same one every call.
+_host_cache: dict[tuple[Any, ...], torch.Tensor] = {}
+_HOST_CACHE_SIZE = 64
+# Read-only stand-ins (never written, never read by the kernel) per (dtype, device), and int32
+# zeros per (length, device): the lattice of constant mode.
+_dummies: dict[tuple[torch.dtype, torch.device], torch.Tensor] = {}
+_zeros: dict[tuple[int, torch.device], torch.Tensor] = {}
+
+
+def _dummy(dtype: torch.dtype, device: torch.device) -> torch.Tensor:
+    t = _dummies.get((dtype, device))
+    if t is None:
+        t = _dummies[(dtype, device)] = torch.zeros(1, dtype=dtype, device=device)
+    return t
+
+
+def _int_zeros(n: int, device: torch.device) -> torch.Tensor:
+    t = _zeros.get((n, device))
+    if t is None:
+        if len(_zeros) >= 32:
+            _zeros.clear()
+        t = _zeros[(n, device)] = torch.zeros(n, dtype=torch.int32, device=device)
+    return t
+
+
 def _launch(
     mode: str,
     image: torch.Tensor,
@@ -381,7 +414,7 @@ def _launch(
     records: list[int] | torch.Tensor,
     record_step: int,
     image_step: int,
-    maps: list[torch.Tensor],
+    maps: Callable[[], list[torch.Tensor]],
     *,
     texture: torch.Tensor,
     fill: torch.Tensor,
@@ -393,53 +426,84 @@ def _launch(
 ) -> None:
     """Launch ``pad_canvas`` on ``canvas`` (``(N, C, H', W')``) with the geometry records (one
     shared with steps ``(0, C*H*W)``, or one per sample with steps ``(_RECORD, 0)``) and their
-    index maps, laid out as ``meta`` expects; the rest as in ``launch_pad``."""
+    index maps (made by ``maps()``, only when not cached), laid out as ``meta`` expects; the rest
+    as in ``launch_pad``."""
     n, c, out_h, out_w = canvas.shape
     with rt.session(canvas.device, "pad", _build_kernels, (image, canvas, texture)) as kernels:
         if canvas.numel() == 0:
             return
+        device = canvas.device
+        if not backward:
+            rt.advise_huge_pages(canvas)
         if mode == "constant":  # a 1x1 texture per channel, lattice at the origin
             mode, stagger, texture_grad = "texture", 0, False
             texture = fill.reshape(1, c, 1, 1) if not backward else canvas.new_zeros(1, c, 1, 1)
-            offset, texture_index = offset.new_zeros(n, 2), texture_index.new_zeros(n)
+            lattice = _int_zeros(3 * n, device)
+        else:
+            lattice = torch.cat([offset.reshape(-1), texture_index.reshape(-1)])
         if backward:  # float gradients are accumulated, not moved: no integer views
             img_arg, canvas_arg = image.reshape(-1), canvas.reshape(-1)
             tex_arg = texture.reshape(-1)
         else:
             img_arg, canvas_arg, tex_arg = _bits(image), _bits(canvas), _bits(texture)
         # Taichi needs non-empty arguments; a one-element dummy is never read.
-        dummy = canvas_arg.new_zeros(1)
-        tex_arg, img_arg = (a if a.numel() else dummy for a in (tex_arg, img_arg))
+        if not tex_arg.numel():
+            tex_arg = _dummy(canvas_arg.dtype, device)
+        if not img_arg.numel():
+            img_arg = _dummy(canvas_arg.dtype, device)
         # Unused word arguments get an int64 dummy: one compiled kernel per dtype, not per mode.
-        no_words = canvas_arg.new_zeros(1, dtype=torch.int64)
+        no_words = _dummy(torch.int64, device)
         _, tex_channels, th, tw = texture.shape if texture.dim() == 4 else (1, 1, 1, 1)
         lanes = 8 // canvas_arg.element_size()
-        img_w, canvas_w = _words(img_arg), _words(canvas_arg)
         # Word moves serve the CPU's row walk; CUDA's one-thread-per-pixel order has no use.
-        if backward or lanes == 1 or img_w is None or canvas_w is None or rt._state["per_pixel"]:
-            lanes, img_w, canvas_w, words = 1, no_words, no_words, no_words
-        else:
+        img_w: torch.Tensor | None = no_words
+        canvas_w: torch.Tensor | None = no_words
+        words = no_words
+        if not (backward or lanes == 1 or rt._state["per_pixel"]):
+            img_w, canvas_w = _words(img_arg), _words(canvas_arg)
+        if img_w is None or canvas_w is None or img_w is no_words:
+            lanes, img_w, canvas_w = 1, no_words, no_words
+        elif mode == "texture":
             border = canvas.numel() - image.numel()
             # The word table costs `lanes` times the texture; it pays only for a larger border.
-            use_words = mode == "texture" and tex_arg.numel() * lanes * 2 <= border
-            words = _cached_texture_words(tex_arg, tw, lanes) if use_words else no_words
-        n_records = len(records) // _RECORD if isinstance(records, list) else records.shape[0]
-        host_size = _HEADER + n_records * _RECORD + sum(m.numel() for m in maps)
-        if host_size + 3 * n > rt.MAX_ELEMENTS:  # meta is indexed (and its values) in int32
-            raise rt.RuntimeUnavailable(f"more than {rt.MAX_ELEMENTS} index map entries")
+            if tex_arg.numel() * lanes * 2 <= border:
+                words = _cached_texture_words(tex_arg, tw, lanes)
+        bank = texture.shape[0] if texture.dim() == 4 else 1
         header = [n * c * out_h, c, out_h, out_w, MODE_CODES[mode], tex_channels, th, tw,
-                  stagger, int(words is not no_words), int(texture_grad), n,
-                  texture.shape[0] if texture.dim() == 4 else 1, record_step, image_step,
-                  host_size]  # fmt: skip
+                  stagger, int(words is not no_words), int(texture_grad), n, bank,
+                  record_step, image_step]  # fmt: skip
+        key = None
+        host = None
         if isinstance(records, list):
-            host = [torch.tensor(header + records, dtype=torch.int32)]
-        else:
-            host = [torch.tensor(header, dtype=torch.int32), records.reshape(-1)]
-        meta = torch.cat(
-            [torch.cat(host + maps).to(device=canvas.device, dtype=torch.int32, non_blocking=True),
-             offset.reshape(-1), texture_index.reshape(-1)]
-        )  # fmt: skip
+            key = (*header, *records, device)
+            host = _host_cache.get(key)
+        if host is None:
+            host = _host_meta(header, records, maps(), n, device)
+            if key is not None:
+                if len(_host_cache) >= _HOST_CACHE_SIZE:
+                    _host_cache.pop(next(iter(_host_cache)))
+                _host_cache[key] = host
+        meta = torch.cat([host, lattice])
         kernels["pad_canvas"](
             img_arg, canvas_arg, img_w, canvas_w, tex_arg, words.reshape(-1), meta,
-            lanes, backward, rt._state["per_pixel"],
+            lanes, backward, rt._state["per_pixel"], rt.serial_launch(canvas_arg),
         )  # fmt: skip
+
+
+def _host_meta(
+    header: list[int],
+    records: list[int] | torch.Tensor,
+    maps: list[torch.Tensor],
+    n: int,
+    device: torch.device,
+) -> torch.Tensor:
+    """``meta`` up to the lattice (layout beside ``_HEADER``), int32 on ``device``."""
+    n_records = len(records) // _RECORD if isinstance(records, list) else records.shape[0]
+    host_size = _HEADER + n_records * _RECORD + sum(m.numel() for m in maps)
+    if host_size + 3 * n > rt.MAX_ELEMENTS:  # meta is indexed (and its values) in int32
+        raise rt.RuntimeUnavailable(f"more than {rt.MAX_ELEMENTS} index map entries")
+    if isinstance(records, list):
+        host = [torch.tensor([*header, host_size, *records], dtype=torch.int32)]
+    else:
+        host = [torch.tensor([*header, host_size], dtype=torch.int32), records.reshape(-1)]
+    return torch.cat(host + maps).to(device=device, dtype=torch.int32, non_blocking=True)

@@ -23,6 +23,9 @@ _LANES = 8
 # the float32 exponential (the polynomial below, or Taichi's libm call) and packed loads (the
 # CPU's float32 inputs read as vectors of _LANES when C allows).
 _options: dict[str, Any] = {"lanes": None, "fast_exp": True, "packed": True}
+# A forward whose output is at most this large runs serially on the CPU (rt.serial_launch):
+# 16k chains of one step (one-token generation), or fewer of a few steps.
+_SERIAL_BYTES = 1 << 16
 
 
 # fmt: off
@@ -233,9 +236,13 @@ def _build_kernels(ti: Any) -> dict[str, Any]:
         @ti.kernel
         def wkv_forward(params: nd(ndim=1), k: loads, v: loads, y: nd(ndim=1),
                         states: nd(ndim=1), meta: nd(dtype=ti.i32, ndim=1),
-                        lanes: ti.template(), save: ti.template(), fast: ti.template()):
+                        lanes: ti.template(), save: ti.template(), fast: ti.template(),
+                        serial: ti.template()):
             n_b, n_t, n_c = meta[0], meta[1], meta[2]
             blocks = (n_c - 1) // lanes + 1  # n_c >= 1; n_c + lanes could pass 2**31
+            # A few steps of a few chains (one-token generation) run on the launching thread:
+            # waking Taichi's pool would cost more than they take.
+            ti.loop_config(serialize=serial)
             # With lanes == 1, task = b * C + c: adjacent CUDA threads take adjacent channels.
             for task in range(n_b * blocks):
                 b = task // blocks
@@ -296,8 +303,19 @@ def _loads(t: torch.Tensor, packed: bool) -> torch.Tensor:
     return t.reshape(-1, _LANES) if packed else t.reshape(-1)
 
 
+_metas: dict[tuple[Any, ...], torch.Tensor] = {}
+
+
 def _meta(k: torch.Tensor) -> torch.Tensor:
-    return torch.tensor(list(k.shape), dtype=torch.int32).to(k.device, non_blocking=True)
+    """``[B, T, C]`` int32 on ``k``'s device (read only; cached: one per shape in use)."""
+    key = (*k.shape, k.device)
+    meta = _metas.get(key)
+    if meta is None:
+        if len(_metas) >= 64:
+            _metas.clear()
+        meta = torch.tensor(list(k.shape), dtype=torch.int32).to(k.device, non_blocking=True)
+        _metas[key] = meta
+    return meta
 
 
 def launch_wkv_forward(
@@ -325,7 +343,7 @@ def launch_wkv_forward(
         lanes, fast, packed = _switches(k)
         kernels["forward_packed" if packed else "forward"](
             params, _loads(k, packed), _loads(v, packed), y.reshape(-1), states.reshape(-1),
-            _meta(k), lanes, save, fast,
+            _meta(k), lanes, save, fast, rt.serial_launch(y, _SERIAL_BYTES),
         )  # fmt: skip
 
 

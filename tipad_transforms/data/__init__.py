@@ -13,8 +13,8 @@
 """
 
 from ._collate import GPUCollate, PadCollate
-from ._loader import DeviceLoader
+from ._loader import DeviceLoader, worker_context
 from ._ray import RayPadBatch
 from ._regions import Regions
 
-__all__ = ["DeviceLoader", "GPUCollate", "PadCollate", "RayPadBatch", "Regions"]
+__all__ = ["DeviceLoader", "GPUCollate", "PadCollate", "RayPadBatch", "Regions", "worker_context"]

@@ -9,7 +9,9 @@ run there.
 
 from __future__ import annotations
 
+import multiprocessing
 from collections.abc import Iterable, Iterator
+from multiprocessing.context import BaseContext
 from typing import Any
 
 import torch
@@ -17,7 +19,30 @@ import torch
 from ._device import Transforms, apply_transforms, check_device, check_transforms
 from ._tree import iter_tensors, to_device
 
-__all__ = ["DeviceLoader"]
+__all__ = ["DeviceLoader", "worker_context"]
+
+_PRELOAD = "tipad_transforms._runtime._preload"
+
+
+def worker_context(method: str = "forkserver") -> BaseContext:
+    """A ``multiprocessing_context`` for DataLoader workers that run the Taichi kernels.
+
+    ``"forkserver"``: the server process imports torch and Taichi (not initialised: that is
+    fork safe) besides your main module, once; every worker forked from it skips those imports,
+    initialises Taichi on its first launch and loads the kernels from Taichi's offline cache.
+    This sets the forkserver's preload list for the whole process (``["__main__"]`` plus this
+    package's preload module), so call it before the first forkserver worker starts.
+    ``"spawn"``: the plain spawn context (a spawned worker imports everything itself). Pair
+    either with ``persistent_workers=True`` to start workers (and Taichi in them) once, not
+    every epoch. Raises ``ValueError`` for another method (``fork`` workers of a process that
+    already ran a kernel cannot run it: see docs/data-loading.md).
+    """
+    if method == "forkserver":
+        multiprocessing.set_forkserver_preload(["__main__", _PRELOAD])
+    elif method != "spawn":
+        raise ValueError(f"method must be 'forkserver' or 'spawn', got {method!r}")
+    return multiprocessing.get_context(method)
+
 
 _END = object()
 

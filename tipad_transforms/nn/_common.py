@@ -77,6 +77,8 @@ def check_tuple(state: object, length: int, kind: str) -> tuple:
 def shifted(x: torch.Tensor, prev: torch.Tensor | None) -> torch.Tensor:
     """``x`` one step later in time: ``xx[:, t] = x[:, t-1]``, ``xx[:, 0] = prev`` (or zeros)."""
     first = x.new_zeros(x.shape[0], 1, x.shape[2]) if prev is None else prev.to(x.dtype)[:, None]
+    if x.shape[1] == 1:  # a one-token step: the previous token itself, no copy
+        return first
     return torch.cat([first, x[:, :-1]], dim=1)
 
 

@@ -104,9 +104,14 @@ def _operands(
     math dtype (the kernels take no bfloat16, and half precision loses the recurrence)."""
     m = _math(k.dtype)
     w = -torch.exp(time_decay.detach().to(m))
-    return tuple(
-        t.detach().to(m).contiguous() for t in (w, time_first, k, v, state)
-    )  # fmt: skip
+    return tuple(_operand(t, m) for t in (w, time_first, k, v, state))
+
+
+def _operand(t: torch.Tensor, m: torch.dtype) -> torch.Tensor:
+    # Most calls (one-token steps included) pass tensors that need nothing: skip three calls.
+    if t.dtype == m and not t.requires_grad and t.is_contiguous():
+        return t
+    return t.detach().to(m).contiguous()
 
 
 @torch.library.custom_op("tipad::wkv_forward", mutates_args=())

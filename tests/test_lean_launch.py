@@ -1,0 +1,199 @@
+"""The lean launcher (``_runtime/_lean.py``) against Taichi's public call.
+
+It relies on internals of one Taichi version: these tests fail loudly when an upgrade removes
+what it uses, and check that every kernel of every family gives bit-equal results through both
+paths, on seeded random inputs with poisoned outputs.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import types
+from collections.abc import Callable, Iterator
+from typing import Any
+
+import pytest
+import torch
+
+from tipad_transforms import _runtime
+from tipad_transforms import functional as F
+from tipad_transforms._runtime import _lean
+from tipad_transforms.ops import time_conv, wkv, wkv7
+
+
+def _ti() -> Any:
+    return _runtime._import_taichi()
+
+
+def _lean_kernels() -> list[_lean.LeanKernel]:
+    return [
+        k
+        for family in _runtime._state["kernels"].values()
+        for k in family.values()
+        if isinstance(k, _lean.LeanKernel)
+    ]
+
+
+@contextlib.contextmanager
+def _public_only() -> Iterator[None]:
+    kernels = _lean_kernels()
+    before = [k.enabled for k in kernels]
+    for k in kernels:
+        k.enabled = False
+    try:
+        yield
+    finally:
+        for k, e in zip(kernels, before, strict=True):
+            k.enabled = e
+
+
+def _poisoned(fn: Callable[[], Any]) -> Any:
+    # Outputs come from fresh allocations; poison the allocator's recent blocks by filling a
+    # few large NaN tensors first so unwritten elements would not read as plausible values.
+    for _ in range(3):
+        torch.full((1 << 16,), float("nan"))
+    return fn()
+
+
+def _cases() -> dict[str, Callable[[], Any]]:
+    g = torch.Generator().manual_seed(9)
+
+    def rnd(*shape: int, dtype: torch.dtype = torch.float32) -> torch.Tensor:
+        return torch.randn(*shape, generator=g, dtype=dtype)
+
+    img8 = torch.randint(0, 256, (2, 3, 13, 17), generator=g, dtype=torch.uint8)
+    img = rnd(2, 3, 13, 17)
+    tex = torch.randint(0, 256, (3, 5, 7), generator=g, dtype=torch.uint8)
+    b, t, c = 2, 5, 24
+    td, tf, k4, v4 = rnd(c), rnd(c), rnd(b, t, c), rnd(b, t, c)
+    st4 = torch.stack([rnd(b, c), rnd(b, c).abs() + 1, rnd(b, c)], 1)
+    r7 = [rnd(1, 4, 2, 8, dtype=torch.float64) * 0.5 for _ in range(6)]
+    r7[1] = -r7[1].abs() - 0.1  # log decays
+    s7 = rnd(1, 2, 8, 8, dtype=torch.float64)
+    w_tc, k_tc = rnd(6, 4), rnd(2, 6, 9)
+
+    def grads(fn: Callable[..., torch.Tensor], *xs: torch.Tensor) -> list[torch.Tensor]:
+        leaves = [x.clone().requires_grad_() for x in xs]
+        out = fn(*leaves)
+        out.backward(torch.ones_like(out))
+        return [out.detach()] + [x.grad for x in leaves if x.grad is not None]
+
+    return {
+        "pad texture uint8": lambda: F.texture_pad(img8, (3, 4, 5, 6), tex, stagger=2),
+        "pad reflect": lambda: F.pad(img8, (9, 2, 1, 20), padding_mode="reflect"),
+        "pad constant": lambda: F.pad(img, 3, fill=1.5),
+        "pad backward": lambda: grads(lambda x: F.pad(x, 4, padding_mode="symmetric"), img),
+        "pad_stack": lambda: F.pad_stack(
+            [img8[0], img8[1, :, :7, :9].contiguous()],
+            (20, 24),
+            torch.tensor([[2, 3], [9, 1]]),
+            padding_mode="reflect",
+        ),
+        "wkv forward/backward": lambda: grads(lambda *a: wkv(*a, state=st4)[0], td, tf, k4, v4),
+        "wkv packed float32": lambda: wkv(td, tf, k4, v4, st4),
+        "wkv7 forward/backward": lambda: grads(lambda *a: wkv7(*a, state=s7)[0], *r7),
+        "time_conv forward/backward": lambda: grads(time_conv, w_tc, k_tc),
+    }
+
+
+def _flat(x: Any) -> list[torch.Tensor]:
+    if isinstance(x, torch.Tensor):
+        return [x]
+    return [t for item in x for t in _flat(item)]
+
+
+def test_pinned_taichi_internals_exist() -> None:
+    """What the lean path reads of Taichi: an upgrade that changes it must fail here."""
+    ti = _ti()
+    assert _lean.lean_supported(ti), (
+        f"Taichi {ti.__name__} {ti.__version__} is not one the lean launcher knows "
+        f"({_lean.KNOWN}): check _runtime/_lean.py against its kernel_impl.py, then add it"
+    )
+    from taichi.lang import kernel_impl
+
+    for name in ("ensure_compiled", "compiled_kernels", "launch_kernel"):
+        assert hasattr(kernel_impl.Kernel, name) or name == "compiled_kernels"
+    F.pad(torch.zeros(1, 2, 2, dtype=torch.uint8), 1)  # builds the pad family
+    k = _runtime._state["kernels"]["pad"]["pad_canvas"]
+    assert isinstance(k, _lean.LeanKernel) and k.enabled
+    primal = k.public._primal
+    for attr in ("arguments", "compiled_kernels", "return_type", "has_print", "mapper"):
+        assert hasattr(primal, attr), attr
+    plan = next(iter(k._plans.values()))
+    ctx = plan.kernel.make_launch_context()
+    for method in ("set_arg_external_array_with_shape", "set_arg_int", "set_arg_float"):
+        assert callable(getattr(ctx, method)), method
+    runtime = ti.lang.impl.get_runtime()
+    for attr in ("prog", "target_tape", "fwd_mode_manager"):
+        assert hasattr(runtime, attr), attr
+    assert callable(runtime.prog.compile_kernel) and callable(runtime.prog.launch_kernel)
+
+
+@pytest.mark.parametrize("case", list(_cases()))
+def test_lean_equals_public_bit_for_bit(case: str) -> None:
+    run = _cases()[case]
+    run()  # builds the family, compiles (public call), records the plan
+    lean_before = {id(k): len(k._plans) for k in _lean_kernels()}
+    lean = _flat(_poisoned(run))
+    assert any(k.enabled and k._plans for k in _lean_kernels())
+    assert {id(k): len(k._plans) for k in _lean_kernels()} == lean_before  # served, not new
+    with _public_only():
+        public = _flat(_poisoned(run))
+    assert len(lean) == len(public)
+    for a, b in zip(lean, public, strict=True):
+        assert a.dtype == b.dtype and a.shape == b.shape
+        assert torch.equal(a.view(-1).view(torch.uint8), b.reshape(-1).view(torch.uint8)), case
+
+
+def test_every_family_runs_lean() -> None:
+    for run in _cases().values():
+        run()
+        run()
+    families = _runtime._state["kernels"]
+    assert {"pad", "wkv", "wkv7", "time_conv"} <= set(families)
+    for name in ("pad", "wkv", "wkv7", "time_conv"):
+        used = [k for k in families[name].values() if isinstance(k, _lean.LeanKernel) and k._plans]
+        assert used and all(k.enabled for k in used), name
+
+
+def test_unknown_taichi_takes_the_public_call(monkeypatch: pytest.MonkeyPatch) -> None:
+    calls: list[tuple[Any, ...]] = []
+
+    def kernel(*args: Any) -> None:
+        calls.append(args)
+
+    kernel._is_wrapped_kernel = True  # type: ignore[attr-defined]
+    fork = types.SimpleNamespace(__name__="taichi_forge", __version__=(0, 7, 0))
+    lk = _lean.LeanKernel(fork, kernel)
+    assert not lk.enabled
+    lk(torch.zeros(2), 3)
+    assert len(calls) == 1
+    monkeypatch.setenv("TIPAD_LEAN_LAUNCH", "0")
+    assert not _lean.lean_supported(_ti())
+
+
+def test_arguments_it_does_not_know_take_the_public_call() -> None:
+    x = torch.randint(0, 256, (3, 6, 6), dtype=torch.uint8)
+    F.pad(x, 2, padding_mode="reflect")
+    k = _runtime._state["kernels"]["pad"]["pad_canvas"]
+    t = torch.zeros(4, 2)[:, 0]  # not contiguous
+    assert k._key((t,) * len(k._kinds)) is None
+    assert k._key((torch.zeros(2, requires_grad=True),) * len(k._kinds)) is None
+    assert k._key(()) is None
+
+
+def test_worker_context_preloads_taichi_in_the_forkserver() -> None:
+    import multiprocessing.forkserver as fs
+
+    from tipad_transforms.data import worker_context
+
+    saved = list(fs._forkserver._preload_modules)
+    try:
+        ctx = worker_context("forkserver")
+        assert ctx.get_start_method() == "forkserver"
+        assert fs._forkserver._preload_modules == ["__main__", "tipad_transforms._runtime._preload"]
+        assert worker_context("spawn").get_start_method() == "spawn"
+        with pytest.raises(ValueError, match="method"):
+            worker_context("fork")
+    finally:
+        fs._forkserver._preload_modules = saved
