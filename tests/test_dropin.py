@@ -269,3 +269,17 @@ def test_regions_follow_tipad_and_torchvision_pads() -> None:
     assert torch.equal(batch[2], moved) and type(batch[0]) is torch.Tensor
     for i, (top, left, h, w) in enumerate(batch[2].tolist()):
         assert_bitwise_equal(batch[0][i, :, top : top + h, left : left + w], _samples()[i][0])
+
+
+def test_negative_padding_into_out() -> None:
+    x = random_image((2, 3, 5, 6), torch.uint8, seed=9)
+    want = tvF.pad(x, [-1, 2, 3, -2], fill=4)
+    out = torch.full_like(want, 77)
+    assert F.pad(x, [-1, 2, 3, -2], fill=4, out=out) is out
+    assert_bitwise_equal(out, want)
+    for bad in (
+        torch.empty(2, 3, 6, 9, dtype=torch.uint8),
+        torch.empty_like(want, dtype=torch.int16),
+    ):
+        with pytest.raises(ValueError, match="out"):
+            F.pad(x, [-1, 2, 3, -2], fill=4, out=bad)

@@ -155,8 +155,16 @@ def launch(
         ops.pad_out(*args, out)
         return out
     left, top, right, bottom = crop
-    result = ops.pad(*args)[..., top : g.out_h - bottom, left : g.out_w - right].contiguous()
     if out is None:
-        return result
+        return ops.pad(*args)[..., top : g.out_h - bottom, left : g.out_w - right].contiguous()
+    # A crop pads the grown canvas, then copies the kept window: out gets the op's checks on a
+    # canvas of its own shape first (copy_ would broadcast or cast where the op refuses).
+    shape = [*shape[:-2], g.out_h - top - bottom, g.out_w - left - right]
+    if list(out.shape) != shape or out.dtype != x.dtype or out.device != x.device:
+        raise ValueError(
+            f"out must have shape {tuple(shape)}, dtype {x.dtype} and device {x.device}; got "
+            f"{tuple(out.shape)}, {out.dtype}, {out.device}"
+        )
+    result = ops.pad(*args)[..., top : g.out_h - bottom, left : g.out_w - right]
     out.copy_(result)
     return out
