@@ -271,12 +271,17 @@ def compile_peer(
 # workloads
 
 
-def wkv_workloads(
-    shape: tuple[int, int, int], args: argparse.Namespace
-) -> list[tuple[str, str, list[Peer], dict[str, Any]]]:
-    b, t, c = shape
-    inputs = wkv_inputs(b, t, c, args.seed)
-    xs = [inputs[n] for n in ("time_decay", "time_first", "k", "v")]
+def _recurrence_workloads(
+    name: str,
+    op: Callable[..., torch.Tensor],
+    loop: Callable[..., torch.Tensor],
+    step: Callable[..., torch.Tensor],
+    xs: list[torch.Tensor],
+    grad: torch.Tensor,
+    args: argparse.Namespace,
+) -> list[tuple[list[Peer], dict[str, Any]]]:
+    """Forward and forward+backward peers of one recurrence: tipad's op, the eager torch loop,
+    and ``torch.compile`` of the loop or of one step (``args.compile_variants``)."""
     compiled: dict[str, Any] = {}
     out = []
     for kind in ("fwd", "fwd+bwd"):
@@ -284,29 +289,41 @@ def wkv_workloads(
         def make(fn: Callable[..., torch.Tensor], kind: str = kind) -> Callable[[], Any]:
             if kind == "fwd":
                 return _forward(fn, xs)
-            return _forward_backward(fn, xs, inputs["grad"])
+            return _forward_backward(fn, xs, grad)
 
         peers = [
-            Peer("tipad.wkv", "tipad ops.wkv (Taichi)", make(tops.wkv), "tipad"),
-            Peer("torch.eager", "torch eager loop", make(wkv_torch), "eager"),
+            Peer(f"tipad.{name}", f"tipad ops.{name} (Taichi)", make(op), "tipad"),
+            Peer("torch.eager", "torch eager loop", make(loop), "eager"),
         ]
         for variant in args.compile_variants:
             key = f"torch.compile-{variant}"
             if variant == "step":
-                step = torch.compile(wkv_step, dynamic=False)
+                compiled_step = torch.compile(step, dynamic=False)
 
-                def fn(*a: torch.Tensor, _s: Any = step) -> torch.Tensor:
-                    return wkv_torch(*a, step=_s)
+                def fn(*a: torch.Tensor, _s: Any = compiled_step) -> torch.Tensor:
+                    return loop(*a, step=_s)
             else:
-                fn = torch.compile(wkv_torch, dynamic=False)
+                fn = torch.compile(loop, dynamic=False)
             run, info = compile_peer(key, lambda fn=fn: make(fn), args.compile_cap)
             compiled[f"{key} {kind}"] = info
             log(f"  torch.compile ({variant}, {kind}): {info['status']}, {info['compile_s']:.1f} s")
             if run is not None:
                 peers.append(Peer(key, f"torch.compile ({variant})", run, key))
-        title = f"WKV {kind}, (B, T, C) = {shape}, float32"
-        out.append((f"wkv-{kind}-{b}x{t}x{c}", title, peers, {"torch_compile": compiled}))
+        out.append((peers, {"torch_compile": compiled}))
     return out
+
+
+def wkv_workloads(
+    shape: tuple[int, int, int], args: argparse.Namespace
+) -> list[tuple[str, str, list[Peer], dict[str, Any]]]:
+    b, t, c = shape
+    inputs = wkv_inputs(b, t, c, args.seed)
+    xs = [inputs[n] for n in ("time_decay", "time_first", "k", "v")]
+    pairs = _recurrence_workloads("wkv", tops.wkv, wkv_torch, wkv_step, xs, inputs["grad"], args)
+    return [
+        (f"wkv-{kind}-{b}x{t}x{c}", f"WKV {kind}, (B, T, C) = {shape}, float32", peers, extra)
+        for kind, (peers, extra) in zip(("fwd", "fwd+bwd"), pairs, strict=True)
+    ]
 
 
 def wkv7_workloads(
@@ -315,37 +332,18 @@ def wkv7_workloads(
     b, t, h, n = shape
     inputs = wkv7_inputs(b, t, h, n, args.seed)
     xs = [inputs[name] for name in ("r", "w", "k", "v", "a", "b")]
-    compiled: dict[str, Any] = {}
-    out = []
-    for kind in ("fwd", "fwd+bwd"):
-
-        def make(fn: Callable[..., torch.Tensor], kind: str = kind) -> Callable[[], Any]:
-            if kind == "fwd":
-                return _forward(fn, xs)
-            return _forward_backward(fn, xs, inputs["grad"])
-
-        peers = [
-            Peer("tipad.wkv7", "tipad ops.wkv7 (Taichi)", make(tops.wkv7), "tipad"),
-            Peer("torch.eager", "torch eager loop", make(wkv7_torch), "eager"),
-        ]
-        for variant in args.compile_variants:
-            key = f"torch.compile-{variant}"
-            if variant == "step":
-                step = torch.compile(wkv7_step, dynamic=False)
-
-                def fn(*a: torch.Tensor, _s: Any = step) -> torch.Tensor:
-                    return wkv7_torch(*a, step=_s)
-            else:
-                fn = torch.compile(wkv7_torch, dynamic=False)
-            run, info = compile_peer(key, lambda fn=fn: make(fn), args.compile_cap)
-            compiled[f"{key} {kind}"] = info
-            log(f"  torch.compile ({variant}, {kind}): {info['status']}, {info['compile_s']:.1f} s")
-            if run is not None:
-                peers.append(Peer(key, f"torch.compile ({variant})", run, key))
-        title = f"WKV-7 {kind}, (B, T, H, N) = {shape}, float32"
-        key = f"wkv7-{kind}-{b}x{t}x{h}x{n}"
-        out.append((key, title, peers, {"torch_compile": compiled, "need": 10.0}))
-    return out
+    pairs = _recurrence_workloads(
+        "wkv7", tops.wkv7, wkv7_torch, wkv7_step, xs, inputs["grad"], args
+    )
+    return [
+        (
+            f"wkv7-{kind}-{b}x{t}x{h}x{n}",
+            f"WKV-7 {kind}, (B, T, H, N) = {shape}, float32",
+            peers,
+            {**extra, "need": 10.0},
+        )
+        for kind, (peers, extra) in zip(("fwd", "fwd+bwd"), pairs, strict=True)
+    ]
 
 
 def conv_workloads(
