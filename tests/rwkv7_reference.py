@@ -14,6 +14,16 @@ import torch
 P = dict[str, torch.Tensor]
 
 
+def randomise(m: torch.nn.Module, seed: int = 0, scale: float = 0.3) -> torch.nn.Module:
+    """Move every parameter of the module under test off its init (several start at zero), so
+    a swapped or unused one shows."""
+    g = torch.Generator().manual_seed(seed)
+    with torch.no_grad():
+        for p in m.parameters():
+            p.add_(scale * torch.randn(p.shape, generator=g))
+    return m
+
+
 def params64(m: torch.nn.Module) -> P:
     return {k: v.detach().double() for k, v in m.state_dict().items()}
 

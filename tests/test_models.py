@@ -28,21 +28,13 @@ def _one_thread() -> Iterator[None]:
     torch.set_num_threads(threads)
 
 
-def randomise(m: nn.Module, seed: int = 0, scale: float = 0.3) -> nn.Module:
-    g = torch.Generator().manual_seed(seed)
-    with torch.no_grad():
-        for p in m.parameters():
-            p.add_(scale * torch.randn(p.shape, generator=g))
-    return m
-
-
 def rwkv7(**kw) -> RWKV7:
     m = RWKV7(V, C, L, head_size=N, **(LORA | kw))
-    return randomise(m)  # type: ignore[return-value]
+    return ref.randomise(m)  # type: ignore[return-value]
 
 
 def rwkv4() -> RWKV4:
-    return randomise(RWKV4(V, C, L))  # type: ignore[return-value]
+    return ref.randomise(RWKV4(V, C, L))  # type: ignore[return-value]
 
 
 def tokens(b: int = 2, t: int = 9, seed: int = 2, vocab: int = V) -> torch.Tensor:
@@ -145,7 +137,7 @@ def test_strict_load_of_a_bf16_x070_checkpoint(tmp_path: Path) -> None:
 
 def test_from_state_dict_reads_every_size() -> None:
     source = RWKV7(V, 48, 3, head_size=16, dim_ffn=80, w_lora=8, a_lora=16, v_lora=24, g_lora=32)
-    sd = randomise(source).state_dict()
+    sd = ref.randomise(source).state_dict()
     before = {k: v.clone() for k, v in sd.items()}
     model = RWKV7.from_state_dict(sd)
     assert model.n_layer == 3 and model.vocab_size == V and model.n_embd == 48
@@ -161,7 +153,7 @@ def test_from_state_dict_reads_every_size() -> None:
     half = RWKV7.from_state_dict(sd, dtype=torch.bfloat16)
     assert half.head.weight.dtype == torch.bfloat16 and half(idx).dtype == torch.bfloat16
 
-    four = randomise(RWKV4(V, 32, 2, dim_att=24, dim_ffn=40))
+    four = ref.randomise(RWKV4(V, 32, 2, dim_att=24, dim_ffn=40))
     loaded = RWKV4.from_state_dict(four.state_dict())
     assert loaded.blocks[0].att.dim_att == 24 and loaded.blocks[1].ffn.dim_ffn == 40
     torch.testing.assert_close(loaded(idx), four(idx), rtol=0, atol=0)
@@ -265,7 +257,7 @@ def test_same_logits_as_the_rwkv_package(kind: str, rwkv_package, tmp_path: Path
     package = rwkv_package(kind == "rwkv7")
     # A model the package's loader accepts: heads of 64 (its RWKV-7 assumes nothing else, but
     # the released models have them), LoRA widths by the released rule.
-    model = randomise(RWKV7(V, 128, 2) if kind == "rwkv7" else RWKV4(V, 64, 2), scale=0.2)
+    model = ref.randomise(RWKV7(V, 128, 2) if kind == "rwkv7" else RWKV4(V, 64, 2), scale=0.2)
     # Values rounded to bfloat16 as in released files, stored as float32: the package's RWKV-4
     # loader applies ln0 to the embedding in the file's dtype, which in bfloat16 alone moves
     # its logits by ~1e-2 (its RWKV-7 loader converts first).
