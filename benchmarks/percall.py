@@ -241,67 +241,79 @@ def _anon_huge_kib() -> int:
         return next(int(line.split()[1]) for line in f if line.startswith("AnonHugePages:"))
 
 
+def _clock() -> tuple[float, float, float]:
+    """Wall time, this process's CPU time (all threads: Taichi's workers too), its system part."""
+    import resource
+    import time
+
+    r = resource.getrusage(resource.RUSAGE_SELF)
+    return time.perf_counter(), r.ru_utime + r.ru_stime, r.ru_stime
+
+
 def canvas_breakdown(quick: bool, rounds: int) -> dict[str, Any]:
     """Where a fresh canvas's time goes, step by step, ``rounds`` times (medians; Linux only).
 
     Steps of one fresh call, timed apart: ``torch.empty``, ``advise_huge_pages`` (the runtime
     seam gives the same advice again inside the launch, a no-op then), the launch into that
     untouched memory (first-touch faults: the kernel's threads fault the pages in), and a launch
-    into the same now-resident canvas (the kernel alone). Page faults of this process, the
-    machine's THP fault counters and this process's ``AnonHugePages`` while the canvas lives
-    show whether huge pages back it; ``fill`` rows are torch's ``empty().fill_(1)`` with and
-    without the advice.
+    into the same now-resident canvas (the kernel alone); ``fill`` steps are torch's
+    ``empty().fill_(1)`` without and with the advice. Each step has its wall time, CPU time
+    (all threads) and the system part of it: on a shared machine the CPU times say what a step
+    costs, the wall times also what it waited. Page faults of this process, the machine's THP
+    fault counters and this process's ``AnonHugePages`` while the canvas lives show whether huge
+    pages back it.
     """
     import statistics
-    import time
 
     if not Path("/proc/self/smaps_rollup").exists():
         return {"skipped": "needs Linux /proc"}
     tile, pads = canvas_inputs(quick)
     shape = F.texture_pad(tile, pads, tile, stagger=CANVAS_STAGGER).shape
     thp_keys = ("thp_fault_alloc", "thp_fault_fallback")
-    steps: dict[str, list[float]] = {}
+    steps: dict[str, dict[str, list[float]]] = {}
     counts: dict[str, list[int]] = {}
 
-    def note(name: str, value: float, table: dict[str, Any]) -> None:
-        table.setdefault(name, []).append(value)
+    def step(name: str, fn: Callable[..., Any], *args: Any) -> Any:
+        c0 = _clock()
+        got = fn(*args)
+        c1 = _clock()
+        for key, a, b in zip(("wall", "cpu", "sys"), c0, c1, strict=True):
+            steps.setdefault(name, {}).setdefault(key, []).append(b - a)
+        return got
+
+    def pad_into(canvas: torch.Tensor) -> torch.Tensor:
+        return F.texture_pad(tile, pads, tile, stagger=CANVAS_STAGGER, out=canvas)
+
+    def fill(advise: bool) -> None:
+        t = torch.empty(shape)
+        if advise:
+            _runtime.advise_huge_pages(t)
+        t.fill_(1)
 
     for _ in range(rounds):
         base = _anon_huge_kib()
-        t0 = time.perf_counter()
-        canvas = torch.empty(shape)
-        t1 = time.perf_counter()
-        _runtime.advise_huge_pages(canvas)
-        t2 = time.perf_counter()
+        canvas = step("empty", torch.empty, shape)
+        step("advise", _runtime.advise_huge_pages, canvas)
         f0, v0 = _minor_faults(), _vmstat(*thp_keys)
-        F.texture_pad(tile, pads, tile, stagger=CANVAS_STAGGER, out=canvas)
-        t3 = time.perf_counter()
+        step("first_touch_launch", pad_into, canvas)
         f1, v1 = _minor_faults(), _vmstat(*thp_keys)
-        note("anon_huge_kib", _anon_huge_kib() - base, counts)
-        F.texture_pad(tile, pads, tile, stagger=CANVAS_STAGGER, out=canvas)
-        t4 = time.perf_counter()
-        del canvas
-        note("empty_s", t1 - t0, steps)
-        note("advise_s", t2 - t1, steps)
-        note("first_touch_launch_s", t3 - t2, steps)
-        note("resident_launch_s", t4 - t3, steps)
-        note("minor_faults", f1 - f0, counts)
+        counts.setdefault("anon_huge_kib", []).append(_anon_huge_kib() - base)
+        counts.setdefault("minor_faults", []).append(f1 - f0)
         for k in thp_keys:
-            note(k, v1[k] - v0[k], counts)
-        for label, advise in (("fill_s", False), ("fill_advised_s", True)):
-            t0 = time.perf_counter()
-            t = torch.empty(shape)
-            if advise:
-                _runtime.advise_huge_pages(t)
-            t.fill_(1)
-            note(label, time.perf_counter() - t0, steps)
-            del t
+            counts.setdefault(k, []).append(v1[k] - v0[k])
+        step("resident_launch", pad_into, canvas)
+        del canvas
+        step("fill", fill, False)
+        step("fill_advised", fill, True)
     nbytes = math.prod(shape) * 4
     return {
         "shape": list(shape),
         "bytes": nbytes,
         "rounds": rounds,
-        "medians_s": {k: statistics.median(v) for k, v in steps.items()},
+        "medians_s": {
+            name: {k: statistics.median(v) for k, v in kinds.items()}
+            for name, kinds in steps.items()
+        },
         "median_counts": {k: statistics.median(v) for k, v in counts.items()},
         "pages_4k": -(-nbytes // 4096),
         "huge_pages_2m": nbytes // (1 << 21),
@@ -321,14 +333,16 @@ def report_breakdown(b: dict[str, Any]) -> None:
     if "skipped" in b:
         print(f"\nfresh canvas breakdown skipped: {b['skipped']}")
         return
-    m, c = b["medians_s"], b["median_counts"]
+    c = b["median_counts"]
     shape = "x".join(map(str, b["shape"]))
     print(f"\nwhere a fresh {shape} float32 canvas goes (medians of {b['rounds']}; "
           f"THP {b['thp_setting']}, defrag {b['thp_defrag']}):")  # fmt: skip
-    for k in ("empty_s", "advise_s", "first_touch_launch_s", "resident_launch_s",
-              "fill_s", "fill_advised_s"):  # fmt: skip
-        print(f"  {k[:-2]:22s} {format_ms(m[k])}")
-    print(f"  first-touch launch: {c['minor_faults']:.0f} minor faults "
+    rows = [
+        [name, format_ms(m["wall"]), format_ms(m["cpu"]), format_ms(m["sys"])]
+        for name, m in b["medians_s"].items()
+    ]
+    print(format_table(["step", "wall", "cpu", "of which sys"], rows, right="123"))
+    print(f"first-touch launch: {c['minor_faults']:.0f} minor faults "
           f"({b['pages_4k']} 4 KiB pages, {b['huge_pages_2m']} whole 2 MiB pages), "
           f"thp_fault_alloc +{c['thp_fault_alloc']:.0f}, fallback +{c['thp_fault_fallback']:.0f}, "
           f"AnonHugePages +{c['anon_huge_kib'] / 1024:.0f} MiB")  # fmt: skip
