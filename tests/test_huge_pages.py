@@ -9,6 +9,7 @@ tensors (offset 0, contiguous, their own resizable storage).
 from __future__ import annotations
 
 import sys
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -126,7 +127,10 @@ def _vma_flags(addr: int) -> list[str]:
     raise AssertionError(f"no mapping holds {addr:#x}")
 
 
-@pytest.mark.skipif(not sys.platform.startswith("linux"), reason="reads /proc/self/smaps")
+@pytest.mark.skipif(
+    not Path("/sys/kernel/mm/transparent_hugepage").is_dir(),
+    reason="needs Linux with transparent huge pages (reads /proc/self/smaps)",
+)
 def test_advice_reaches_the_kernel_for_the_interior_only() -> None:
     t = torch.empty(8 * HUGE + 12345, dtype=torch.uint8)  # untouched: no page is written
     ptr = t.data_ptr()
