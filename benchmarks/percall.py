@@ -15,8 +15,13 @@ Workloads (peers interleaved, medians; see ``_common.measure``):
   strategy ``"cpu fp32"``, on the same weights (logits cross-checked first). Without the
   package, tipad alone.
 * ``canvas``: the seed canvas: a ``(1, 48, 32)`` float32 tile padded by ``(4096, 2048)`` with
-  itself as texture, stagger 10 (``1 x 4144 x 8224``): a fresh output, into ``out=``, and
-  torch's ``empty().fill_()`` of the same size (what first-touch page faults cost torch).
+  itself as texture, stagger 10 (``1 x 4144 x 8224``): tipad with a fresh output and into
+  ``out=``, the seed article's eager torch gather (``peers.gather_texture_pad``: coordinates ->
+  lattice cell -> tile pixel -> one ``index_select``; the yardstick of the issue's ">= 20x"
+  target, bit-equal to tipad's canvas before timing), and torch's ``empty().fill_()`` of the
+  same size (what first-touch page faults cost torch). Then a breakdown of where a fresh call's
+  time goes (``canvas_breakdown``: allocation, huge-page advice, first-touch launch, faults,
+  transparent huge pages used).
 * ``workers`` (``--workers``, not run by default: about a minute): DataLoader epochs of 64
   ``(3, 96, 96)`` uint8 samples, 2 workers, batch 8, non-persistent (every epoch starts its
   workers), the parent having used the package: per-sample ``BrickPad(16)`` against
@@ -34,6 +39,7 @@ from __future__ import annotations
 import argparse
 import contextlib
 import json
+import math
 import os
 import subprocess
 import sys
@@ -55,6 +61,7 @@ from _common import (
     plot_workloads,
     write_json,
 )
+from peers import gather_texture_pad
 from torchvision.transforms import v2
 
 import tipad_transforms as tt
@@ -185,31 +192,160 @@ def load_package(model: RWKV4, tmp: Path) -> Any | None:
     return RWKV(str(tmp / "model4"), strategy="cpu fp32")
 
 
-def canvas_peers(quick: bool) -> list[Peer]:
+CANVAS_TILE = (1, 48, 32)
+CANVAS_STAGGER = 10
+
+
+def canvas_inputs(quick: bool) -> tuple[torch.Tensor, tuple[int, int]]:
+    """The seed canvas's tile (also the image) and padding (``(left/right, top/bottom)``)."""
     g = torch.Generator().manual_seed(3)
-    tile = torch.rand(1, 48, 32, generator=g)
-    pads = (512, 256) if quick else (4096, 2048)
+    return torch.rand(*CANVAS_TILE, generator=g), (512, 256) if quick else (4096, 2048)
+
+
+def canvas_peers(quick: bool) -> list[Peer]:
+    tile, pads = canvas_inputs(quick)
+    sides = (pads[0], pads[1], pads[0], pads[1])  # (left, top, right, bottom)
 
     def seed(into: torch.Tensor | None) -> torch.Tensor:
-        return F.texture_pad(tile, pads, tile, stagger=10, out=into)
+        return F.texture_pad(tile, pads, tile, stagger=CANVAS_STAGGER, out=into)
 
     out = seed(None)
     return [
+        Peer("fresh", "tipad texture_pad, fresh output", lambda: seed(None), "canvas"),
+        Peer("out", "tipad texture_pad, out=", lambda: seed(out), "canvas", "out="),
         Peer(
-            "fresh",
-            "tipad texture_pad, fresh output",
-            lambda: F.texture_pad(tile, pads, tile, stagger=10),
+            "gather",
+            "torch gather, eager (the seed's method)",
+            lambda: gather_texture_pad(tile, sides, tile, CANVAS_STAGGER),
             "canvas",
-        ),
-        Peer(
-            "out",
-            "tipad texture_pad, out=",
-            lambda: F.texture_pad(tile, pads, tile, stagger=10, out=out),
-            "canvas",
-            "out=",
         ),
         Peer("fill", "torch.empty().fill_(1)", lambda: torch.empty(out.shape).fill_(1), "fill"),
     ]
+
+
+def _minor_faults() -> int:
+    """This process's minor page faults so far (all threads: Taichi's workers included)."""
+    with open("/proc/self/stat") as f:
+        return int(f.read().rsplit(")", 1)[1].split()[7])
+
+
+def _vmstat(*keys: str) -> dict[str, int]:
+    """Machine-wide counters (other processes' huge-page faults land here too)."""
+    with open("/proc/vmstat") as f:
+        pairs = (line.split() for line in f)
+        return {k: int(v) for k, v in pairs if k in keys}
+
+
+def _anon_huge_kib() -> int:
+    with open("/proc/self/smaps_rollup") as f:
+        return next(int(line.split()[1]) for line in f if line.startswith("AnonHugePages:"))
+
+
+def _clock() -> tuple[float, float, float]:
+    """Wall time, this process's CPU time (all threads: Taichi's workers too), its system part."""
+    import resource
+    import time
+
+    r = resource.getrusage(resource.RUSAGE_SELF)
+    return time.perf_counter(), r.ru_utime + r.ru_stime, r.ru_stime
+
+
+def canvas_breakdown(quick: bool, rounds: int) -> dict[str, Any]:
+    """Where a fresh canvas's time goes, step by step, ``rounds`` times (medians; Linux only).
+
+    Steps of one fresh call, timed apart: ``torch.empty``, ``advise_huge_pages`` (the runtime
+    seam gives the same advice again inside the launch, a no-op then), the launch into that
+    untouched memory (first-touch faults: the kernel's threads fault the pages in), and a launch
+    into the same now-resident canvas (the kernel alone); ``fill`` steps are torch's
+    ``empty().fill_(1)`` without and with the advice. Each step has its wall time, CPU time
+    (all threads) and the system part of it: on a shared machine the CPU times say what a step
+    costs, the wall times also what it waited. Page faults of this process, the machine's THP
+    fault counters and this process's ``AnonHugePages`` while the canvas lives show whether huge
+    pages back it.
+    """
+    import statistics
+
+    if not Path("/proc/self/smaps_rollup").exists():
+        return {"skipped": "needs Linux /proc"}
+    tile, pads = canvas_inputs(quick)
+    shape = F.texture_pad(tile, pads, tile, stagger=CANVAS_STAGGER).shape
+    thp_keys = ("thp_fault_alloc", "thp_fault_fallback")
+    steps: dict[str, dict[str, list[float]]] = {}
+    counts: dict[str, list[int]] = {}
+
+    def step(name: str, fn: Callable[..., Any], *args: Any) -> Any:
+        c0 = _clock()
+        got = fn(*args)
+        c1 = _clock()
+        for key, a, b in zip(("wall", "cpu", "sys"), c0, c1, strict=True):
+            steps.setdefault(name, {}).setdefault(key, []).append(b - a)
+        return got
+
+    def pad_into(canvas: torch.Tensor) -> torch.Tensor:
+        return F.texture_pad(tile, pads, tile, stagger=CANVAS_STAGGER, out=canvas)
+
+    def fill(advise: bool) -> None:
+        t = torch.empty(shape)
+        if advise:
+            _runtime.advise_huge_pages(t)
+        t.fill_(1)
+
+    for _ in range(rounds):
+        base = _anon_huge_kib()
+        canvas = step("empty", torch.empty, shape)
+        step("advise", _runtime.advise_huge_pages, canvas)
+        f0, v0 = _minor_faults(), _vmstat(*thp_keys)
+        step("first_touch_launch", pad_into, canvas)
+        f1, v1 = _minor_faults(), _vmstat(*thp_keys)
+        counts.setdefault("anon_huge_kib", []).append(_anon_huge_kib() - base)
+        counts.setdefault("minor_faults", []).append(f1 - f0)
+        for k in thp_keys:
+            counts.setdefault(k, []).append(v1[k] - v0[k])
+        step("resident_launch", pad_into, canvas)
+        del canvas
+        step("fill", fill, False)
+        step("fill_advised", fill, True)
+    nbytes = math.prod(shape) * 4
+    return {
+        "shape": list(shape),
+        "bytes": nbytes,
+        "rounds": rounds,
+        "medians_s": {
+            name: {k: statistics.median(v) for k, v in kinds.items()}
+            for name, kinds in steps.items()
+        },
+        "median_counts": {k: statistics.median(v) for k, v in counts.items()},
+        "pages_4k": -(-nbytes // 4096),
+        "huge_pages_2m": nbytes // (1 << 21),
+        "thp_setting": _read("/sys/kernel/mm/transparent_hugepage/enabled"),
+        "thp_defrag": _read("/sys/kernel/mm/transparent_hugepage/defrag"),
+    }
+
+
+def _read(path: str) -> str | None:
+    try:
+        return Path(path).read_text().strip()
+    except OSError:
+        return None
+
+
+def report_breakdown(b: dict[str, Any]) -> None:
+    if "skipped" in b:
+        print(f"\nfresh canvas breakdown skipped: {b['skipped']}")
+        return
+    c = b["median_counts"]
+    shape = "x".join(map(str, b["shape"]))
+    print(f"\nwhere a fresh {shape} float32 canvas goes (medians of {b['rounds']}; "
+          f"THP {b['thp_setting']}, defrag {b['thp_defrag']}):")  # fmt: skip
+    rows = [
+        [name, format_ms(m["wall"]), format_ms(m["cpu"]), format_ms(m["sys"])]
+        for name, m in b["medians_s"].items()
+    ]
+    print(format_table(["step", "wall", "cpu", "of which sys"], rows, right="123"))
+    print(f"first-touch launch: {c['minor_faults']:.0f} minor faults "
+          f"({b['pages_4k']} 4 KiB pages, {b['huge_pages_2m']} whole 2 MiB pages), "
+          f"thp_fault_alloc +{c['thp_fault_alloc']:.0f}, fallback +{c['thp_fault_fallback']:.0f}, "
+          f"AnonHugePages +{c['anon_huge_kib'] / 1024:.0f} MiB")  # fmt: skip
 
 
 def first_calls(runs: int) -> list[dict[str, Any]]:
@@ -337,7 +473,14 @@ def main(argv: list[str] | None = None) -> None:
             checks[f"rwkv4 {n_layer}x{n_embd}"] = check
             print(f"\nRWKV-4 {n_layer}x{n_embd}: {check}")
             run(f"RWKV-4 {n_layer}x{n_embd}, one token", peers, peers[-1].key)
-    run("seed canvas 1x4144x8224 float32", canvas_peers(args.quick), "fill", min_s=0.1)
+    run("seed canvas 1x4144x8224 float32", canvas_peers(args.quick), "gather", min_s=0.1)
+    canvas = {m.peer.key: m.stats.median_s for m in workloads[-1][1]}
+    speedups = {k: canvas["gather"] / canvas[k] for k in ("fresh", "out")}
+    speedup = f"fresh {speedups['fresh']:.1f}x, out= {speedups['out']:.1f}x (target: fresh >= 20x)"
+    checks["canvas speedup over the eager gather"] = speedup
+    print(f"speedup over the eager gather (medians): {speedup}")
+    breakdown = canvas_breakdown(args.quick, 3 if args.quick else 7)
+    report_breakdown(breakdown)
     epochs = worker_epochs(2) if args.workers else {}
     for k, v in epochs.items():
         print(f"{k:28s} " + "  ".join(f"{t:.2f} s" for t in v))
@@ -351,6 +494,7 @@ def main(argv: list[str] | None = None) -> None:
         "threads": args.threads,
         "load_average": os.getloadavg(),
         "checks": checks,
+        "canvas_breakdown": breakdown,
         "workloads": [
             {"title": t, "yardstick": y, "peers": [m.to_json() for m in ms]}
             for t, ms, y in workloads
