@@ -5,8 +5,11 @@ from __future__ import annotations
 import enum
 
 import torch
+from torch import nn
+from torch.nn.modules import module as _module
 
 from ..ops._common import check_float
+from ..ops._wkv import eager
 
 
 class Stateless(enum.Enum):
@@ -85,3 +88,61 @@ def shifted(x: torch.Tensor, prev: torch.Tensor | None) -> torch.Tensor:
 def last(x: torch.Tensor, prev: torch.Tensor) -> torch.Tensor:
     """The shift state after ``x``: its last token, or ``prev`` for an empty sequence."""
     return x[:, -1] if x.shape[1] else prev
+
+
+def plain(*modules: nn.Module) -> bool:
+    """Whether calling ``modules``' ``forward`` directly (or their functional form) is what
+    ``module(x)`` would do: no hooks on them or global ones, no TorchScript tracing."""
+    if (
+        _module._global_forward_hooks
+        or _module._global_forward_pre_hooks
+        or _module._global_backward_hooks
+        or _module._global_backward_pre_hooks
+        or torch._C._get_tracing_state() is not None
+    ):
+        return False
+    for m in modules:
+        if m._forward_hooks or m._forward_pre_hooks or m._backward_hooks or m._backward_pre_hooks:
+            return False
+    return True
+
+
+def fast_step(x: torch.Tensor, block: nn.Module, own: tuple[type, ...]) -> bool:
+    """Whether a stateful call of ``block`` on ``x`` may take the eager inference path: no
+    graph to record (``ops._wkv.eager``: grad off, or nothing requiring it), every descendant
+    a plain ``nn.Linear``/``nn.LayerNorm`` or exactly one of the classes ``own``, none with
+    hooks. That path calls ``F.linear`` / ``F.layer_norm`` and the mixers' steps directly,
+    skipping ``nn.Module.__call__`` (a one-token step is all fixed cost)."""
+    if not eager(x):
+        return False
+    children = list(block.modules())
+    if torch.is_grad_enabled() and any(p.requires_grad for p in block.parameters()):
+        return False
+    for m in children[1:]:
+        if type(m) not in _FAST_CHILDREN and type(m) not in own:
+            return False
+    return plain(*children)
+
+
+# Children whose functional form the fast step calls (with their own weights).
+_FAST_CHILDREN = (nn.Linear, nn.LayerNorm)
+
+
+def linear(m: nn.Module, x: torch.Tensor, fast: bool) -> torch.Tensor:
+    """``m(x)``, as ``F.linear`` on the fast path (``m`` is then a plain ``nn.Linear``)."""
+    if fast:
+        return torch.nn.functional.linear(x, m.weight, m.bias)  # type: ignore[arg-type]
+    return m(x)
+
+
+def layer_norm(m: nn.Module, x: torch.Tensor, fast: bool) -> torch.Tensor:
+    """``m(x)``, as ``F.layer_norm`` on the fast path (``m`` a plain ``nn.LayerNorm``)."""
+    if fast:
+        return torch.nn.functional.layer_norm(
+            x,
+            m.normalized_shape,  # type: ignore[arg-type]
+            m.weight,  # type: ignore[arg-type]
+            m.bias,  # type: ignore[arg-type]
+            m.eps,  # type: ignore[arg-type]
+        )
+    return m(x)
