@@ -39,6 +39,7 @@ from ._common import (
     check_tuple,
     check_x,
     fast_step,
+    generation_layout,
     last,
     layer_norm,
     linear,
@@ -171,9 +172,9 @@ class RWKVTimeMix(nn.Module):
         self.time_mix_v = nn.Parameter((ddd**r1a0 + 0.3 * r01).float())
         self.time_mix_r = nn.Parameter((ddd ** (0.5 * r1a0)).float())
 
-        self.key = nn.Linear(n_embd, self.dim_att, bias=False)
-        self.value = nn.Linear(n_embd, self.dim_att, bias=False)
-        self.receptance = nn.Linear(n_embd, self.dim_att, bias=False)
+        self.key = generation_layout(nn.Linear(n_embd, self.dim_att, bias=False))
+        self.value = generation_layout(nn.Linear(n_embd, self.dim_att, bias=False))
+        self.receptance = generation_layout(nn.Linear(n_embd, self.dim_att, bias=False))
         self.output = nn.Linear(self.dim_att, n_embd, bias=False)
 
     def init_state(
@@ -288,7 +289,7 @@ class RWKVChannelMix(nn.Module):
         self.time_mix_k = nn.Parameter((ddd**r1a0).float())
         self.time_mix_r = nn.Parameter((ddd**r1a0).float())
 
-        self.key = nn.Linear(n_embd, self.dim_ffn, bias=False)
+        self.key = generation_layout(nn.Linear(n_embd, self.dim_ffn, bias=False))
         self.receptance = nn.Linear(n_embd, n_embd, bias=False)
         self.value = nn.Linear(self.dim_ffn, n_embd, bias=False)
 
@@ -420,7 +421,8 @@ class RWKVBlock(nn.Module):
             return x + self.ffn(self.ln2(x))
         if state is None:
             state = self.init_state(x.shape[0], device=x.device, dtype=x.dtype)
-        if not fast_step(x, self, (RWKVTimeMix, RWKVChannelMix)):
+        mixers = ((self.att, RWKVTimeMix), (self.ffn, RWKVChannelMix))
+        if not fast_step(x, self, mixers, (self.ln0, self.ln1, self.ln2)):
             a, att_state = self.att(self.ln1(x), state[0])
             x = x + a
             f, ffn_state = self.ffn(self.ln2(x), state[1])

@@ -38,6 +38,7 @@ from ._common import (
     check_size,
     check_tuple,
     check_x,
+    generation_layout,
     last,
     shifted,
     state_dtype,
@@ -122,7 +123,7 @@ def _uniform_linear(n_in: int, n_out: int, bound: float) -> nn.Linear:
             layer.weight.zero_()
         else:
             layer.weight.uniform_(-bound, bound)
-    return layer
+    return generation_layout(layer)
 
 
 class RWKV7TimeMix(nn.Module):
