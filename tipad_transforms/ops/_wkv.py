@@ -133,12 +133,12 @@ def _operand(t: torch.Tensor, m: torch.dtype) -> torch.Tensor:
 
 
 def _params(time_decay: torch.Tensor, time_first: torch.Tensor, m: torch.Tensor) -> torch.Tensor:
-    """``[w, u]`` ``(2 C,)`` in ``m``'s dtype and device, ``w = -exp(time_decay)``: one
-    allocation (the forward kernel's ``params``)."""
-    params = torch.cat([time_decay.detach(), time_first.detach()]).to(m.dtype)
-    w = params[: time_decay.shape[0]]
-    w.exp_().neg_()
-    return params
+    """``[w, u]`` ``(2 C,)`` in ``m``'s dtype, ``w = -exp(time_decay)`` (the forward kernel's
+    ``params``)."""
+    td, tf = time_decay.detach(), time_first.detach()
+    if td.dtype != m.dtype or tf.dtype != m.dtype:
+        td, tf = td.to(m.dtype), tf.to(m.dtype)
+    return torch.cat([torch.exp(td).neg_(), tf])
 
 
 def _forward(
@@ -148,13 +148,13 @@ def _forward(
     v: torch.Tensor,
     state: torch.Tensor,
     save: bool,
-) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor | None]:
     """``wkv_forward``'s implementation, also run directly by the eager no-grad path (``wkv``
     and the layers' one-token steps): the same code, so the same bits.
 
-    Allocates what it returns (``y``, the new state, and ``saved``: with ``save`` the states
-    before every step, else an empty tensor) plus ``params`` ``(2 C,)`` and, for inputs that
-    are not contiguous math-dtype tensors, their converted copies.
+    Allocates what it returns (``y``, the new state, and with ``save`` the states before
+    every step, else None) plus ``params`` ``(2 C,)`` and, for inputs that are not contiguous
+    math-dtype tensors, their converted copies.
     """
     b, t, c = _check(time_decay, time_first, k, v, state)
     m = _math(k.dtype)
@@ -173,7 +173,7 @@ def _forward(
     if save:
         new_state = states[:, :, -1].transpose(0, 1).clone(memory_format=_DENSE)
         return y.to(k.dtype), new_state, states
-    return y.to(k.dtype), states, kk.new_empty(3, b, 0, c)
+    return y.to(k.dtype), states, None
 
 
 @torch.library.custom_op("tipad::wkv_forward", mutates_args=())
@@ -191,7 +191,10 @@ def wkv_forward(
     backward recomputes them). Arguments as ``wkv`` (``state`` required); TypeError/ValueError
     naming the argument for the dtypes, shapes and devices the kernels cannot take.
     """
-    return _forward(time_decay, time_first, k, v, state, save)
+    y, new_state, saved = _forward(time_decay, time_first, k, v, state, save)
+    if saved is None:
+        saved = y.new_empty(3, k.shape[0], 0, k.shape[2], dtype=new_state.dtype)
+    return y, new_state, saved
 
 
 @wkv_forward.register_fake
@@ -352,9 +355,13 @@ def wkv(
             (float64 for float64 inputs), e.g. ``init_wkv_state`` or a previous call's.
 
     Returns:
-        ``y`` ``(B, T, C)`` in ``k``'s dtype; with ``state``, ``(y, new_state)``. Running the
-        tokens in chunks, passing the state on, equals running them at once, gradients
-        included (all five arguments get them).
+        ``y`` ``(B, T, C)`` in ``k``'s dtype; with ``state``, ``(y, new_state)``, a new tensor
+        (``state`` is never modified). Running the tokens in chunks, passing the state on,
+        equals running them at once, gradients included (all five arguments get them).
+        Without a graph to record (``torch.no_grad``, or no argument requiring grad; eager,
+        not under ``torch.compile``), the custom op's implementation runs directly, skipping
+        the dispatcher: same bits, and ``y`` and ``new_state`` are the only tensors a
+        one-token step allocates besides ``[w, u]``.
 
     Raises:
         TypeError: an argument is not a tensor, not floating point, ``v``'s dtype differs from
