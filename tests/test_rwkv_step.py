@@ -235,3 +235,33 @@ def test_wide_linear_weights_are_stored_for_one_row_inputs(tmp_path: Any) -> Non
     again.load_state_dict(torch.load(tmp_path / "m.pth"))
     assert again.blocks[0].ffn.key.weight.stride() == (1, 64)
     assert torch.equal(again.blocks[0].ffn.key.weight, key)
+
+
+def wkv7_inputs(b: int, t: int, h: int, n: int, dtype: torch.dtype, seed: int) -> list[Any]:
+    g = torch.Generator().manual_seed(seed)
+    r, k, v = (torch.randn(b, t, h, n, generator=g, dtype=torch.float64) for _ in range(3))
+    w = -torch.rand(b, t, h, n, generator=g, dtype=torch.float64) - 0.1
+    kk = torch.nn.functional.normalize(torch.randn(b, t, h, n, generator=g, dtype=torch.float64),
+                                       dim=-1)  # fmt: skip
+    state = 0.5 * torch.randn(b, h, n, n, generator=g, dtype=torch.float64)
+    return [x.to(dtype) for x in (r, w, k, v, -kk, 0.5 * kk, state)]
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float64])
+@pytest.mark.parametrize(("b", "t", "h", "n"), [(1, 1, 3, 64), (2, 1, 2, 5), (1, 4, 2, 16)])
+def test_eager_wkv7_is_the_op_bit_for_bit(
+    dtype: torch.dtype, b: int, t: int, h: int, n: int, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from tipad_transforms.ops import _wkv7, wkv7
+
+    args = wkv7_inputs(b, t, h, n, dtype, seed=b + t + h + n)
+    y_op, s_op, _ = torch.ops.tipad.wkv7_forward(*args, False)
+    before = args[-1].clone()
+    monkeypatch.setattr(_wkv7, "wkv7_forward", refuse)
+    with torch.no_grad():
+        y, s = wkv7(*args)
+    assert torch.equal(y, y_op) and torch.equal(s, s_op)
+    assert torch.equal(args[-1], before)
+    grad_args = [x.clone().requires_grad_() for x in args]
+    with pytest.raises(AssertionError, match="op path ran"):
+        wkv7(*grad_args)
