@@ -343,9 +343,21 @@ def _build_kernels(ti: Any) -> dict[str, Any]:
 
 
 # fmt: on
+_metas: dict[tuple[Any, ...], torch.Tensor] = {}
+
+
 def _meta(k: torch.Tensor, chunk: int, slots: int) -> torch.Tensor:
-    header = [*k.shape, chunk, slots]
-    return torch.tensor(header, dtype=torch.int32).to(k.device, non_blocking=True)
+    """``[B, T, H, N, chunk, S]`` int32 on ``k``'s device (read only; cached: one per shape in
+    use, since building it costs a one-token step more than the kernel's arguments)."""
+    key = (*k.shape, chunk, slots, k.device)
+    meta = _metas.get(key)
+    if meta is None:
+        if len(_metas) >= 64:
+            _metas.clear()
+        header = [*k.shape, chunk, slots]
+        meta = torch.tensor(header, dtype=torch.int32).to(k.device, non_blocking=True)
+        _metas[key] = meta
+    return meta
 
 
 def launch_wkv7_forward(
