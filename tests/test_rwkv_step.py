@@ -265,3 +265,39 @@ def test_eager_wkv7_is_the_op_bit_for_bit(
     grad_args = [x.clone().requires_grad_() for x in args]
     with pytest.raises(AssertionError, match="op path ran"):
         wkv7(*grad_args)
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float64])
+@pytest.mark.parametrize("b", [1, 2])
+def test_rwkv7_block_step_is_the_module_path_bit_for_bit(
+    dtype: torch.dtype, b: int, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from tipad_transforms.nn import RWKV7Block, RWKV7ChannelMix, RWKV7TimeMix
+
+    torch.manual_seed(b)
+    blocks = [RWKV7Block(32, i, 2, head_size=8).to(dtype) for i in range(2)]
+    with torch.no_grad():
+        for p in (p for blk in blocks for p in blk.parameters()):
+            p.add_(0.1 * torch.randn_like(p))
+        prompt, x = torch.randn(b, 3, 32, dtype=dtype), torch.randn(b, 1, 32, dtype=dtype)
+        states, h, vf = [], prompt, None
+        for blk in blocks:
+            h, vf, s = blk(h, vf, None)
+            states.append(s)
+
+        def run() -> list[torch.Tensor]:
+            out, h, vf = [], x, None
+            for blk, s in zip(blocks, states, strict=True):
+                h, vf, s = blk(h, vf, s)
+                out += [h, vf, *torch.utils._pytree.tree_leaves(s)]
+            return out
+
+        hooks = [blk.ffn.register_forward_hook(lambda *args: None) for blk in blocks]
+        ref = run()  # the module path (hooks force it)
+        for hook in hooks:
+            hook.remove()
+        for cls in (nn.Linear, nn.GroupNorm, RWKV7TimeMix, RWKV7ChannelMix):
+            monkeypatch.setattr(cls, "forward", refuse)
+        fast = run()
+    for a, r in zip(fast, ref, strict=True):
+        assert torch.equal(a, r)

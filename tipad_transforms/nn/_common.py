@@ -114,7 +114,8 @@ def fast_step(x: torch.Tensor, block: nn.Module, mixers: tuple[tuple[nn.Module, 
     That path calls each mixer's step and ``F.linear`` / ``F.layer_norm`` with the children's
     own weights, skipping ``nn.Module.__call__`` (a one-token step is all fixed cost). It may
     when nothing needs a graph (``ops._wkv.eager``: grad off, or no input or parameter
-    requiring it), each mixer is exactly of its class with plain ``nn.Linear`` children, the
+    requiring it), each mixer is exactly of its class with plain ``nn.Linear`` (or
+    ``nn.GroupNorm``) children, the
     ``norms`` are plain ``nn.LayerNorm`` (or None), and no module involved has hooks.
     """
     if not eager(x):
@@ -132,7 +133,7 @@ def fast_step(x: torch.Tensor, block: nn.Module, mixers: tuple[tuple[nn.Module, 
             return False
         involved.append(mixer)
         for child in mixer._modules.values():
-            if type(child) is not nn.Linear:
+            if child is None or type(child) not in (nn.Linear, nn.GroupNorm):
                 return False
             involved.append(child)
     return plain(*involved)
@@ -175,3 +176,16 @@ def generation_layout(layer: nn.Linear) -> nn.Linear:
     if layer.out_features > layer.in_features and w.is_contiguous():
         layer.weight = nn.Parameter(w.detach().t().contiguous().t(), requires_grad=w.requires_grad)
     return layer
+
+
+def group_norm(m: nn.Module, x: torch.Tensor, fast: bool) -> torch.Tensor:
+    """``m(x)``, as ``F.group_norm`` on the fast path (``m`` a plain ``nn.GroupNorm``)."""
+    if fast:
+        return torch.nn.functional.group_norm(
+            x,
+            m.num_groups,  # type: ignore[arg-type]
+            m.weight,  # type: ignore[arg-type]
+            m.bias,  # type: ignore[arg-type]
+            m.eps,  # type: ignore[arg-type]
+        )
+    return m(x)
