@@ -1,6 +1,7 @@
 """Per-call and per-process costs (issue 9), each workload beside its peers in one process.
 
     python benchmarks/percall.py [--quick] [--threads 1] [--repeats 7] [--out out/bench]
+                                 [--only wkv --only rwkv4 ...]
 
 Workloads (peers interleaved, medians; see ``_common.measure``):
 
@@ -9,7 +10,9 @@ Workloads (peers interleaved, medians; see ``_common.measure``):
   ``TexturePad``, ``BrickPad``, and ``texture_pad`` again through Taichi's public launcher on
   its thread pool (the lean launch path and the serial small launch switched off: how the
   package launched before).
-* ``wkv``: ``ops.wkv`` with ``T = 1`` (``B = 1``, ``C = 768``, with a state), lean and public.
+* ``wkv``: ``ops.wkv`` with ``T = 1`` (``B = 1``, ``C = 768``, with a state; no gradient, so it
+  runs the op's implementation directly), the custom op called through ``torch.ops``, and
+  ``ops.wkv`` through Taichi's public launcher.
 * ``rwkv4``: one token through an RWKV-4 model (12 layers x 768, and 6 x 512; vocabulary 1024
   so the layers dominate), tipad ``RWKV4(idx, state)`` against BlinkDL's ``rwkv`` package,
   strategy ``"cpu fp32"``, on the same weights (logits cross-checked first). Without the
@@ -31,7 +34,8 @@ Workloads (peers interleaved, medians; see ``_common.measure``):
   machine's offline cache (warm after one run), two processes.
 
 Writes ``<out>/percall.json`` and ``<out>/percall.png``. ``--quick``: small models, few
-repeats (a smoke run, not a measurement).
+repeats (a smoke run, not a measurement). ``--only NAME`` (repeatable: ``image``, ``wkv``,
+``rwkv4``, ``canvas``): those workloads alone, without the first-call processes.
 """
 
 from __future__ import annotations
@@ -133,8 +137,12 @@ def wkv_peers() -> list[Peer]:
     def run() -> torch.Tensor:
         return wkv(td, tf, k, v, state)[0]
 
+    def op() -> torch.Tensor:  # the custom op's dispatch, what ops.wkv used to go through
+        return torch.ops.tipad.wkv_forward(td, tf, k, v, state, False)[0]
+
     return [
         Peer("wkv", "tipad ops.wkv T=1", run, "wkv"),
+        Peer("wkv-op", "torch.ops.tipad.wkv_forward T=1", op, "wkv"),
         Peer("wkv-public", "ops.wkv T=1, public launcher", publicly(run), "wkv"),
     ]
 
@@ -442,6 +450,12 @@ def main(argv: list[str] | None = None) -> None:
     p.add_argument("--out", type=Path, default=Path("out/bench"))
     p.add_argument("--workers", action="store_true", help="also time DataLoader worker epochs")
     p.add_argument("--only-workers", action="store_true", help="time worker epochs only")
+    p.add_argument(
+        "--only",
+        action="append",
+        choices=["image", "wkv", "rwkv4", "canvas"],
+        help="run only these workloads (repeatable); skips the first-call processes",
+    )
     args = p.parse_args(argv)
     if args.only_workers:
         epochs = worker_epochs(2)
@@ -464,27 +478,34 @@ def main(argv: list[str] | None = None) -> None:
         workloads.append((title, results, yard))
         report(title, results, yard)
 
-    run("one 3x224x224 uint8 image, pad 32", image_peers(), "v2")
-    run("ops.wkv, T=1, B=1, C=768", wkv_peers(), "wkv-public")
+    only = set(args.only or ["image", "wkv", "rwkv4", "canvas"])
+    if "image" in only:
+        run("one 3x224x224 uint8 image, pad 32", image_peers(), "v2")
+    if "wkv" in only:
+        run("ops.wkv, T=1, B=1, C=768", wkv_peers(), "wkv-public")
     models = [(1024, 128, 2)] if args.quick else [(1024, 768, 12), (1024, 512, 6)]
     with tempfile.TemporaryDirectory() as tmp, torch.no_grad():
-        for vocab, n_embd, n_layer in models:
+        for vocab, n_embd, n_layer in models if "rwkv4" in only else []:
             peers, check = rwkv4_peers(vocab, n_embd, n_layer, Path(tmp))
             checks[f"rwkv4 {n_layer}x{n_embd}"] = check
             print(f"\nRWKV-4 {n_layer}x{n_embd}: {check}")
             run(f"RWKV-4 {n_layer}x{n_embd}, one token", peers, peers[-1].key)
-    run("seed canvas 1x4144x8224 float32", canvas_peers(args.quick), "gather", min_s=0.1)
-    canvas = {m.peer.key: m.stats.median_s for m in workloads[-1][1]}
-    speedups = {k: canvas["gather"] / canvas[k] for k in ("fresh", "out")}
-    speedup = f"fresh {speedups['fresh']:.1f}x, out= {speedups['out']:.1f}x (target: fresh >= 20x)"
-    checks["canvas speedup over the eager gather"] = speedup
-    print(f"speedup over the eager gather (medians): {speedup}")
-    breakdown = canvas_breakdown(args.quick, 3 if args.quick else 7)
-    report_breakdown(breakdown)
+    breakdown: dict[str, Any] = {}
+    if "canvas" in only:
+        run("seed canvas 1x4144x8224 float32", canvas_peers(args.quick), "gather", min_s=0.1)
+        canvas = {m.peer.key: m.stats.median_s for m in workloads[-1][1]}
+        speedups = {k: canvas["gather"] / canvas[k] for k in ("fresh", "out")}
+        speedup = (
+            f"fresh {speedups['fresh']:.1f}x, out= {speedups['out']:.1f}x (target: fresh >= 20x)"
+        )
+        checks["canvas speedup over the eager gather"] = speedup
+        print(f"speedup over the eager gather (medians): {speedup}")
+        breakdown = canvas_breakdown(args.quick, 3 if args.quick else 7)
+        report_breakdown(breakdown)
     epochs = worker_epochs(2) if args.workers else {}
     for k, v in epochs.items():
         print(f"{k:28s} " + "  ".join(f"{t:.2f} s" for t in v))
-    firsts = first_calls(1 if args.quick else 2)
+    firsts = [] if args.only else first_calls(1 if args.quick else 2)
     print("\nfirst call in a new process (offline cache as this machine has it):")
     for i, r in enumerate(firsts):
         print(f"  run {i + 1}: {r.get('first_call_s', r.get('error'))}")

@@ -441,7 +441,7 @@ CASES: list[tuple[str, Callable[..., Any], Callable[..., list[Any]], dict[str, A
         _wkv_backward_args,
         dict(saved=torch.rand(3, 2, 3, 4)),
         E,
-        r"^saved must be \(3, 2, 1 or 4, 4\)",
+        r"^saved must be \(3, 2, 0 or 4, 4\)",
     ),
     (
         "wkv_backward saved dtype",

@@ -33,10 +33,11 @@ def _build_kernels(ti: Any) -> dict[str, Any]:
     """Compile-on-demand kernels ``forward`` and ``backward`` (float32 or float64), and their
     ``_packed`` twins (float32, the loaded arrays viewed as ``(N / _LANES, _LANES)``).
 
-    Layouts (all flat): ``k, v, y, gy, gk, gv``: ``(B, T, C)``. ``states``: ``(3, B, S, C)``,
-    rows aa, bb, pp; with ``save`` S = T + 1 and slot t holds the state before step t (slot T
-    the final state), else S = 1 and the one slot receives the final state. ``params``:
-    ``w (C), u (C), state (B, 3, C)`` for the forward, ``w, u, gstate (B, 3, C)`` (the
+    Layouts (all flat): ``k, v, y, gy, gk, gv``: ``(B, T, C)``. ``states``: with ``save``
+    ``(3, B, T + 1, C)``, rows aa, bb, pp, slot t the state before step t (slot T the final
+    state); without, ``(B, 3, C)``, the final state alone (the op's output, written in place).
+    ``params``: ``w (C), u (C)`` and the forward's ``state`` ``(B, 3, C)`` (a separate
+    argument: the one-token step then copies nothing), ``w, u, gstate (B, 3, C)`` (the
     gradient of the final state) for the backward. ``grads``: ``gw (B, C), gu (B, C),
     gstate_in (B, 3, C)``. ``meta``: int32 ``[B, T, C]``. Scalars travel packed because each
     kernel argument costs tens of microseconds of Python per launch.
@@ -97,22 +98,26 @@ def _build_kernels(ti: Any) -> dict[str, Any]:
         return ti.select(d >= 0, 1.0, e), ti.select(d >= 0, e, 1.0)
 
     @ti.func
-    def forward_chain(params: ti.template(), k: ti.template(), v: ti.template(),
-                      y: ti.template(), states: ti.template(), b: ti.i32, c: ti.i32,
+    def forward_chain(params: ti.template(), state: ti.template(), k: ti.template(),
+                      v: ti.template(), y: ti.template(), states: ti.template(), b: ti.i32,
+                      c: ti.i32,
                       n_b: ti.i32, n_t: ti.i32, n_c: ti.i32, n: ti.template(),
                       save: ti.template(), fast: ti.template(), packed: ti.template()):
         # Channels c .. c+n-1 of batch row b, the recurrence of rwkv.md:
         #   y = (e1 aa + e2 v) / (e1 bb + e2), scales of (pp, u + k);
         #   aa, bb, pp = f1 aa + f2 v, f1 bb + f2, max(w + pp, k), scales of (w + pp, k).
-        st = 2 * n_c + b * 3 * n_c + c
+        st = b * 3 * n_c + c
         w = ti.Vector([params[c + j] for j in ti.static(range(n))])
         u = ti.Vector([params[n_c + c + j] for j in ti.static(range(n))])
-        aa = ti.Vector([params[st + j] for j in ti.static(range(n))])
-        bb = ti.Vector([params[st + n_c + j] for j in ti.static(range(n))])
-        pp = ti.Vector([params[st + 2 * n_c + j] for j in ti.static(range(n))])
-        slots = n_t + 1 if ti.static(save) else 1
-        plane = n_b * slots * n_c
-        so = b * slots * n_c + c
+        aa = ti.Vector([state[st + j] for j in ti.static(range(n))])
+        bb = ti.Vector([state[st + n_c + j] for j in ti.static(range(n))])
+        pp = ti.Vector([state[st + 2 * n_c + j] for j in ti.static(range(n))])
+        # Without save the final state goes straight into the (B, 3, C) tensor the op returns.
+        plane = n_c
+        so = st
+        if ti.static(save):
+            plane = n_b * (n_t + 1) * n_c
+            so = b * (n_t + 1) * n_c + c
         off = b * n_t * n_c + c
         # Each step stores the previous step's outputs: a loop-carried vector of lanes is
         # what LLVM's SLP vectorizer starts from (stores cannot start it: each reloads the
@@ -234,8 +239,8 @@ def _build_kernels(ti: Any) -> dict[str, Any]:
         loads = nd(dtype=ti.types.vector(_LANES, ti.f32), ndim=1) if packed else nd(ndim=1)
 
         @ti.kernel
-        def wkv_forward(params: nd(ndim=1), k: loads, v: loads, y: nd(ndim=1),
-                        states: nd(ndim=1), meta: nd(dtype=ti.i32, ndim=1),
+        def wkv_forward(params: nd(ndim=1), state: nd(ndim=1), k: loads, v: loads,
+                        y: nd(ndim=1), states: nd(ndim=1), meta: nd(dtype=ti.i32, ndim=1),
                         lanes: ti.template(), save: ti.template(), fast: ti.template(),
                         serial: ti.template()):
             n_b, n_t, n_c = meta[0], meta[1], meta[2]
@@ -248,15 +253,15 @@ def _build_kernels(ti: Any) -> dict[str, Any]:
                 b = task // blocks
                 c0 = (task - b * blocks) * lanes
                 if ti.static(lanes == 1 or packed):
-                    forward_chain(params, k, v, y, states, b, c0, n_b, n_t, n_c, lanes, save,
-                                  fast, packed)
+                    forward_chain(params, state, k, v, y, states, b, c0, n_b, n_t, n_c, lanes,
+                                  save, fast, packed)
                 else:
                     if c0 <= n_c - lanes:
-                        forward_chain(params, k, v, y, states, b, c0, n_b, n_t, n_c, lanes,
+                        forward_chain(params, state, k, v, y, states, b, c0, n_b, n_t, n_c, lanes,
                                       save, fast, False)
                     else:  # the last, partial block: one channel at a time
                         for c in range(c0, n_c):
-                            forward_chain(params, k, v, y, states, b, c, n_b, n_t, n_c, 1,
+                            forward_chain(params, state, k, v, y, states, b, c, n_b, n_t, n_c, 1,
                                           save, fast, False)
 
         @ti.kernel
@@ -319,31 +324,29 @@ def _meta(k: torch.Tensor) -> torch.Tensor:
 
 
 def launch_wkv_forward(
-    w: torch.Tensor,
-    u: torch.Tensor,
+    params: torch.Tensor,
+    state: torch.Tensor,
     k: torch.Tensor,
     v: torch.Tensor,
-    state: torch.Tensor,
     y: torch.Tensor,
     states: torch.Tensor,
 ) -> None:
     """Run the WKV forward. All tensors contiguous, detached, float32 or float64 (one dtype),
     on one device, none empty.
 
-    ``w = -exp(time_decay)``, ``u = time_first``: ``(C,)``; ``k, v``: ``(B, T, C)``; ``state``:
-    ``(B, 3, C)`` (aa, bb, pp) before the first token. Writes ``y`` ``(B, T, C)`` and
-    ``states`` ``(3, B, S, C)``: with ``S = T + 1`` the state before every step and after the
-    last (what the backward reads), with ``S = 1`` the final state only.
+    ``params``: ``(2 C,)``, ``w = -exp(time_decay)`` then ``u = time_first``; ``k, v``:
+    ``(B, T, C)``; ``state``: ``(B, 3, C)`` (aa, bb, pp) before the first token. Writes ``y``
+    ``(B, T, C)`` and ``states``: given ``(3, B, T + 1, C)``, the state before every step and
+    after the last (what the backward reads); given ``(B, 3, C)``, the final state only.
 
     Raises ``RuntimeUnavailable`` when ``refusal(device)`` gives a reason.
     """
-    save = states.shape[2] == k.shape[1] + 1 and k.shape[1] > 0
-    params = torch.cat([w, u, state.reshape(-1)])
-    with rt.session(k.device, "wkv", _build_kernels, (k, states, params)) as kernels:
+    save = states.dim() == 4
+    with rt.session(k.device, "wkv", _build_kernels, (k, states)) as kernels:
         lanes, fast, packed = _switches(k)
         kernels["forward_packed" if packed else "forward"](
-            params, _loads(k, packed), _loads(v, packed), y.reshape(-1), states.reshape(-1),
-            _meta(k), lanes, save, fast, rt.serial_launch(y, _SERIAL_BYTES),
+            params, state.reshape(-1), _loads(k, packed), _loads(v, packed), y.reshape(-1),
+            states.reshape(-1), _meta(k), lanes, save, fast, rt.serial_launch(y, _SERIAL_BYTES),
         )  # fmt: skip
 
 

@@ -225,11 +225,14 @@ def _build_kernels(ti: Any) -> dict[str, Any]:
     def forward_rows(r: nd(ndim=1), d: nd(ndim=1), k: nd(ndim=1), v: nd(ndim=1),
                      a: nd(ndim=1), b: nd(ndim=1), state: nd(ndim=1), y: nd(ndim=1),
                      states: nd(ndim=1), meta: nd(dtype=ti.i32, ndim=1), save: ti.template(),
-                     nk: ti.template(), dt: ti.template()):
+                     nk: ti.template(), dt: ti.template(), serial: ti.template()):
         n_b, n_t, n_h = meta[_B], meta[_T], meta[_H]
         chunk, slots = meta[_CHUNK], meta[_SLOTS]
         nn = nk * nk
         step = n_h * nk
+        # A one-token step (generation) runs on the launching thread: waking Taichi's pool
+        # costs more than it takes (milliseconds on a busy machine).
+        ti.loop_config(serialize=serial)
         for task in range(n_b * n_h * ((nk + _ROWS - 1) // _ROWS)):
             bi, h, i0, rows, bh = group_of(task, n_h, nk)
             s = ti.Vector.zero(dt, _ROWS * nk)
@@ -340,9 +343,21 @@ def _build_kernels(ti: Any) -> dict[str, Any]:
 
 
 # fmt: on
+_metas: dict[tuple[Any, ...], torch.Tensor] = {}
+
+
 def _meta(k: torch.Tensor, chunk: int, slots: int) -> torch.Tensor:
-    header = [*k.shape, chunk, slots]
-    return torch.tensor(header, dtype=torch.int32).to(k.device, non_blocking=True)
+    """``[B, T, H, N, chunk, S]`` int32 on ``k``'s device (read only; cached: one per shape in
+    use, since building it costs a one-token step more than the kernel's arguments)."""
+    key = (*k.shape, chunk, slots, k.device)
+    meta = _metas.get(key)
+    if meta is None:
+        if len(_metas) >= 64:
+            _metas.clear()
+        header = [*k.shape, chunk, slots]
+        meta = torch.tensor(header, dtype=torch.int32).to(k.device, non_blocking=True)
+        _metas[key] = meta
+    return meta
 
 
 def launch_wkv7_forward(
@@ -374,7 +389,10 @@ def launch_wkv7_forward(
         if rt._state["per_pixel"]:
             kernels["forward"](*flat, meta, slots > 1, dt)
         else:
-            kernels["forward_rows"](*flat, meta, slots > 1, k.shape[3], dt)
+            # Work ~ B H N^2 T: serial up to what rt.SERIAL_BYTES allows for a state's bytes.
+            work = state.numel() * state.element_size() * k.shape[1]
+            serial = k.device.type == "cpu" and work <= rt.SERIAL_BYTES
+            kernels["forward_rows"](*flat, meta, slots > 1, k.shape[3], dt, serial)
 
 
 def launch_wkv7_backward(

@@ -5,8 +5,11 @@ from __future__ import annotations
 import enum
 
 import torch
+from torch import nn
+from torch.nn.modules import module as _module
 
 from ..ops._common import check_float
+from ..ops._wkv import eager
 
 
 class Stateless(enum.Enum):
@@ -85,3 +88,104 @@ def shifted(x: torch.Tensor, prev: torch.Tensor | None) -> torch.Tensor:
 def last(x: torch.Tensor, prev: torch.Tensor) -> torch.Tensor:
     """The shift state after ``x``: its last token, or ``prev`` for an empty sequence."""
     return x[:, -1] if x.shape[1] else prev
+
+
+def plain(*modules: nn.Module) -> bool:
+    """Whether calling ``modules``' ``forward`` directly (or their functional form) is what
+    ``module(x)`` would do: no hooks on them or global ones, no TorchScript tracing."""
+    if (
+        _module._global_forward_hooks
+        or _module._global_forward_pre_hooks
+        or _module._global_backward_hooks
+        or _module._global_backward_pre_hooks
+        or torch._C._get_tracing_state() is not None
+    ):
+        return False
+    for m in modules:
+        if m._forward_hooks or m._forward_pre_hooks or m._backward_hooks or m._backward_pre_hooks:
+            return False
+    return True
+
+
+def fast_step(x: torch.Tensor, block: nn.Module, mixers: tuple[tuple[nn.Module, type], ...],
+              norms: tuple[nn.Module | None, ...]) -> bool:  # fmt: skip
+    """Whether a stateful call of ``block`` on ``x`` may take the eager inference path.
+
+    That path calls each mixer's step and ``F.linear`` / ``F.layer_norm`` with the children's
+    own weights, skipping ``nn.Module.__call__`` (a one-token step is all fixed cost). It may
+    when nothing needs a graph (``ops._wkv.eager``: grad off, or no input or parameter
+    requiring it), each mixer is exactly of its class with plain ``nn.Linear`` (or
+    ``nn.GroupNorm``) children, the
+    ``norms`` are plain ``nn.LayerNorm`` (or None), and no module involved has hooks.
+    """
+    if not eager(x):
+        return False
+    if torch.is_grad_enabled() and any(p.requires_grad for p in block.parameters()):
+        return False
+    involved: list[nn.Module] = [block]
+    for m in norms:
+        if m is not None:
+            if type(m) is not nn.LayerNorm:
+                return False
+            involved.append(m)
+    for mixer, cls in mixers:
+        if type(mixer) is not cls:
+            return False
+        involved.append(mixer)
+        for child in mixer._modules.values():
+            if child is None or type(child) not in (nn.Linear, nn.GroupNorm):
+                return False
+            involved.append(child)
+    return plain(*involved)
+
+
+def linear(m: nn.Module, x: torch.Tensor, fast: bool) -> torch.Tensor:
+    """``m(x)``, as ``F.linear`` on the fast path (``m`` is then a plain ``nn.Linear``)."""
+    if fast:
+        return torch.nn.functional.linear(x, m.weight, m.bias)  # type: ignore[arg-type]
+    return m(x)
+
+
+def layer_norm(m: nn.Module, x: torch.Tensor, fast: bool) -> torch.Tensor:
+    """``m(x)``, as ``F.layer_norm`` on the fast path (``m`` a plain ``nn.LayerNorm``)."""
+    if fast:
+        return torch.nn.functional.layer_norm(
+            x,
+            m.normalized_shape,  # type: ignore[arg-type]
+            m.weight,  # type: ignore[arg-type]
+            m.bias,  # type: ignore[arg-type]
+            m.eps,  # type: ignore[arg-type]
+        )
+    return m(x)
+
+
+def generation_layout(layer: nn.Linear) -> nn.Linear:
+    """Store ``layer.weight`` ``(out, in)`` as the transpose of a row-major ``(in, out)`` tensor
+    when ``out > in``; returns ``layer``.
+
+    Same shape, values, name and autograd behaviour; only the strides change. A one-row input
+    (one-token generation) then reads the weight as ``x @ W.t()`` over contiguous rows, which
+    BLAS streams at memory speed, where ``F.linear`` on the row-major weight computes ``out``
+    short dot products: a 4x-wide feed-forward key map costs ~1.5x more that way (measured on
+    this package's CPU benchmark machine). BlinkDL's ``rwkv`` package stores every weight
+    transposed for the same reason; for ``out < in`` the row-major layout is the faster one.
+    ``load_state_dict``, ``.to()`` and optimizers keep the layout; ``safetensors`` wants
+    ``.contiguous()`` tensors.
+    """
+    w = layer.weight
+    if layer.out_features > layer.in_features and w.is_contiguous():
+        layer.weight = nn.Parameter(w.detach().t().contiguous().t(), requires_grad=w.requires_grad)
+    return layer
+
+
+def group_norm(m: nn.Module, x: torch.Tensor, fast: bool) -> torch.Tensor:
+    """``m(x)``, as ``F.group_norm`` on the fast path (``m`` a plain ``nn.GroupNorm``)."""
+    if fast:
+        return torch.nn.functional.group_norm(
+            x,
+            m.num_groups,  # type: ignore[arg-type]
+            m.weight,  # type: ignore[arg-type]
+            m.bias,  # type: ignore[arg-type]
+            m.eps,  # type: ignore[arg-type]
+        )
+    return m(x)

@@ -17,7 +17,7 @@ from typing import Any, TypeVar, cast, overload
 import torch
 from torch import nn
 
-from ._common import STATELESS, Stateless, check_size
+from ._common import STATELESS, Stateless, check_size, generation_layout
 from ._rwkv4 import BlockState, RWKVBlock
 from ._rwkv7 import RWKV7Block, RWKV7BlockState
 
@@ -49,6 +49,7 @@ class _RWKV(nn.Module):
             nn.init.uniform_(self.emb.weight, -1e-4, 1e-4)
             if not self.head.weight.is_meta:
                 nn.init.orthogonal_(self.head.weight, gain=0.5 * math.sqrt(max(ratio, 1.0)))
+        generation_layout(self.head)
 
     @property
     def n_layer(self) -> int:

@@ -38,7 +38,11 @@ from ._common import (
     check_size,
     check_tuple,
     check_x,
+    fast_step,
+    generation_layout,
     last,
+    layer_norm,
+    linear,
     shifted,
     state_dtype,
 )
@@ -168,9 +172,9 @@ class RWKVTimeMix(nn.Module):
         self.time_mix_v = nn.Parameter((ddd**r1a0 + 0.3 * r01).float())
         self.time_mix_r = nn.Parameter((ddd ** (0.5 * r1a0)).float())
 
-        self.key = nn.Linear(n_embd, self.dim_att, bias=False)
-        self.value = nn.Linear(n_embd, self.dim_att, bias=False)
-        self.receptance = nn.Linear(n_embd, self.dim_att, bias=False)
+        self.key = generation_layout(nn.Linear(n_embd, self.dim_att, bias=False))
+        self.value = generation_layout(nn.Linear(n_embd, self.dim_att, bias=False))
+        self.receptance = generation_layout(nn.Linear(n_embd, self.dim_att, bias=False))
         self.output = nn.Linear(self.dim_att, n_embd, bias=False)
 
     def init_state(
@@ -220,18 +224,25 @@ class RWKVTimeMix(nn.Module):
             return self.output(torch.sigmoid(r) * wkv(self.time_decay, self.time_first, k, v))
         if state is None:
             state = self.init_state(x.shape[0], device=x.device, dtype=x.dtype)
-        state = self._check_state(state, x)
-        k, v, r = self._kvr(x, shifted(x, state.shift))
+        return self._run(x, self._check_state(state, x), False)
+
+    def _run(
+        self, x: torch.Tensor, state: TimeMixState, fast: bool
+    ) -> tuple[torch.Tensor, TimeMixState]:
+        """The stateful call on checked arguments; ``fast``: the linear maps as ``F.linear``
+        (``RWKVBlock``'s eager inference step, which checked that this is what they are)."""
+        k, v, r = self._kvr(x, shifted(x, state.shift), fast)
         y, s = wkv(self.time_decay, self.time_first, k, v, state.wkv)
-        return self.output(torch.sigmoid(r) * y), TimeMixState(last(x, state.shift), s)
+        out = linear(self.output, torch.sigmoid(r) * y, fast)
+        return out, TimeMixState(last(x, state.shift), s)
 
     def _kvr(
-        self, x: torch.Tensor, xx: torch.Tensor
+        self, x: torch.Tensor, xx: torch.Tensor, fast: bool = False
     ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
         mix = _mixer(x, xx)
-        k = self.key(mix(self.time_mix_k))
-        v = self.value(mix(self.time_mix_v))
-        return k, v, self.receptance(mix(self.time_mix_r))
+        k = linear(self.key, mix(self.time_mix_k), fast)
+        v = linear(self.value, mix(self.time_mix_v), fast)
+        return k, v, linear(self.receptance, mix(self.time_mix_r), fast)
 
     def _check_state(self, state: object, x: torch.Tensor) -> TimeMixState:
         state = check_tuple(state, 2, "TimeMixState")
@@ -278,7 +289,7 @@ class RWKVChannelMix(nn.Module):
         self.time_mix_k = nn.Parameter((ddd**r1a0).float())
         self.time_mix_r = nn.Parameter((ddd**r1a0).float())
 
-        self.key = nn.Linear(n_embd, self.dim_ffn, bias=False)
+        self.key = generation_layout(nn.Linear(n_embd, self.dim_ffn, bias=False))
         self.receptance = nn.Linear(n_embd, n_embd, bias=False)
         self.value = nn.Linear(self.dim_ffn, n_embd, bias=False)
 
@@ -315,17 +326,25 @@ class RWKVChannelMix(nn.Module):
         Errors as ``RWKVTimeMix.forward``.
         """
         x = check_x(x, self.n_embd)
-        prev = None
-        if state is not STATELESS:
-            if state is None:
-                state = self.init_state(x.shape[0], device=x.device, dtype=x.dtype)
-            (prev,) = check_tuple(state, 1, "ChannelMixState")
-            prev = check_part("state.shift", prev, (x.shape[0], self.n_embd), x)
-        xx = shifted(x, prev)
-        mix = _mixer(x, xx)
-        k = torch.square(torch.relu(self.key(mix(self.time_mix_k))))
-        y = torch.sigmoid(self.receptance(mix(self.time_mix_r))) * self.value(k)
-        return y if prev is None else (y, ChannelMixState(last(x, prev)))
+        if state is STATELESS:
+            return self._mix(x, None, False)
+        if state is None:
+            state = self.init_state(x.shape[0], device=x.device, dtype=x.dtype)
+        return self._run(x, state, False)
+
+    def _run(
+        self, x: torch.Tensor, state: object, fast: bool
+    ) -> tuple[torch.Tensor, ChannelMixState]:
+        """The stateful call on a checked ``x``; ``fast`` as ``RWKVTimeMix._run``."""
+        (prev,) = check_tuple(state, 1, "ChannelMixState")
+        prev = check_part("state.shift", prev, (x.shape[0], self.n_embd), x)
+        return self._mix(x, prev, fast), ChannelMixState(last(x, prev))
+
+    def _mix(self, x: torch.Tensor, prev: torch.Tensor | None, fast: bool) -> torch.Tensor:
+        mix = _mixer(x, shifted(x, prev))
+        k = torch.square(torch.relu(linear(self.key, mix(self.time_mix_k), fast)))
+        r = linear(self.receptance, mix(self.time_mix_r), fast)
+        return torch.sigmoid(r) * linear(self.value, k, fast)
 
     def extra_repr(self) -> str:
         return f"n_embd={self.n_embd}, dim_ffn={self.dim_ffn}, layer_id={self.layer_id}"
@@ -402,7 +421,16 @@ class RWKVBlock(nn.Module):
             return x + self.ffn(self.ln2(x))
         if state is None:
             state = self.init_state(x.shape[0], device=x.device, dtype=x.dtype)
-        a, att_state = self.att(self.ln1(x), state[0])
+        mixers = ((self.att, RWKVTimeMix), (self.ffn, RWKVChannelMix))
+        if not fast_step(x, self, mixers, (self.ln0, self.ln1, self.ln2)):
+            a, att_state = self.att(self.ln1(x), state[0])
+            x = x + a
+            f, ffn_state = self.ffn(self.ln2(x), state[1])
+            return x + f, BlockState(att_state, ffn_state)
+        # Eager inference (one-token generation): the same computation without the module
+        # calls; the children's checks that matter (the states') still run.
+        xa = layer_norm(self.ln1, x, True)
+        a, att_state = self.att._run(xa, self.att._check_state(state[0], xa), True)
         x = x + a
-        f, ffn_state = self.ffn(self.ln2(x), state[1])
+        f, ffn_state = self.ffn._run(layer_norm(self.ln2, x, True), state[1], True)
         return x + f, BlockState(att_state, ffn_state)

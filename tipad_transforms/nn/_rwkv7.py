@@ -38,7 +38,12 @@ from ._common import (
     check_size,
     check_tuple,
     check_x,
+    fast_step,
+    generation_layout,
+    group_norm,
     last,
+    layer_norm,
+    linear,
     shifted,
     state_dtype,
 )
@@ -122,7 +127,7 @@ def _uniform_linear(n_in: int, n_out: int, bound: float) -> nn.Linear:
             layer.weight.zero_()
         else:
             layer.weight.uniform_(-bound, bound)
-    return layer
+    return generation_layout(layer)
 
 
 class RWKV7TimeMix(nn.Module):
@@ -273,6 +278,17 @@ class RWKV7TimeMix(nn.Module):
         ``x``). Raises ``ValueError`` naming ``x``, ``v_first`` or ``state`` for a wrong shape,
         batch size or device, ``TypeError`` for a wrong type.
         """
+        return self._forward(x, v_first, state, False)
+
+    def _forward(
+        self,
+        x: torch.Tensor,
+        v_first: torch.Tensor | None,
+        state: RWKV7TimeMixState | Stateless | None,
+        fast: bool,
+    ) -> tuple[torch.Tensor, torch.Tensor] | tuple[torch.Tensor, torch.Tensor, RWKV7TimeMixState]:
+        """``forward``; ``fast``: the children as ``F.linear`` / ``F.group_norm`` (what
+        ``RWKV7Block``'s eager inference step checked they are)."""
         x = check_x(x, self.n_embd)
         b, t, c = x.shape
         checked: RWKV7TimeMixState | None = None
@@ -288,13 +304,13 @@ class RWKV7TimeMix(nn.Module):
                 )
             v_first = check_part("v_first", v_first, (b, t, c), x)
         xx = shifted(x, None if checked is None else checked.shift) - x
-        r = self.receptance(x + xx * self.x_r)
+        r = linear(self.receptance, x + xx * self.x_r, fast)
         w = -_DECAY_SCALE * torch.sigmoid(
             self.w0 + torch.tanh((x + xx * self.x_w) @ self.w1) @ self.w2
         )
-        k = self.key(x + xx * self.x_k)
+        k = linear(self.key, x + xx * self.x_k, fast)
         xv = x + xx * self.x_v
-        v = self.value(xv)
+        v = linear(self.value, xv, fast)
         if self.layer_id == 0:
             v_first = v
         else:
@@ -315,9 +331,13 @@ class RWKV7TimeMix(nn.Module):
         else:
             y, s = cast(tuple[torch.Tensor, torch.Tensor], wkv7(*args, checked.wkv))
             new_state = RWKV7TimeMixState(last(x, checked.shift), s)
-        y = self.ln_x(y.reshape(b * t, c)).view(b, t, c) if b * t else y.reshape(b, t, c)
+        y = (
+            group_norm(self.ln_x, y.reshape(b * t, c), fast).view(b, t, c)
+            if b * t
+            else y.reshape(b, t, c)
+        )
         bonus = (heads(r) * heads(k) * self.r_k).sum(-1, keepdim=True) * heads(v)
-        out = self.output((y + bonus.view(b, t, c)) * g)
+        out = linear(self.output, (y + bonus.view(b, t, c)) * g, fast)
         return (out, v_first) if new_state is None else (out, v_first, new_state)
 
     def _check_state(self, state: object, x: torch.Tensor) -> RWKV7TimeMixState:
@@ -395,6 +415,12 @@ class RWKV7ChannelMix(nn.Module):
         """``x`` ``(B, T, n_embd)`` -> ``y`` of the same shape and dtype; with ``state``
         returns ``(y, new_state)``. Errors as ``RWKV7TimeMix.forward``.
         """
+        return self._forward(x, state, False)
+
+    def _forward(
+        self, x: torch.Tensor, state: ChannelMixState | Stateless | None, fast: bool
+    ) -> torch.Tensor | tuple[torch.Tensor, ChannelMixState]:
+        """``forward``; ``fast`` as ``RWKV7TimeMix._forward``."""
         x = check_x(x, self.n_embd)
         prev = None
         if state is not STATELESS:
@@ -403,7 +429,7 @@ class RWKV7ChannelMix(nn.Module):
             (prev,) = check_tuple(state, 1, "ChannelMixState")
             prev = check_part("state.shift", prev, (x.shape[0], self.n_embd), x)
         k = x + (shifted(x, prev) - x) * self.x_k
-        y = self.value(torch.square(torch.relu(self.key(k))))
+        y = linear(self.value, torch.square(torch.relu(linear(self.key, k, fast))), fast)
         return y if prev is None else (y, ChannelMixState(last(x, prev)))
 
     def extra_repr(self) -> str:
@@ -494,7 +520,16 @@ class RWKV7Block(nn.Module):
             return x + self.ffn(self.ln2(x)), v_first
         if state is None:
             state = self.init_state(x.shape[0], device=x.device, dtype=x.dtype)
-        a, v_first, att_state = self.att(self.ln1(x), v_first, state[0])
+        mixers = ((self.att, RWKV7TimeMix), (self.ffn, RWKV7ChannelMix))
+        if not fast_step(x, self, mixers, (self.ln0, self.ln1, self.ln2)):
+            a, v_first, att_state = self.att(self.ln1(x), v_first, state[0])
+            x = x + a
+            f, ffn_state = self.ffn(self.ln2(x), state[1])
+            return x + f, v_first, RWKV7BlockState(att_state, ffn_state)
+        # Eager inference (one-token generation): the same computation without module calls.
+        att = self.att._forward(layer_norm(self.ln1, x, True), v_first, state[0], True)
+        a, v_first, att_state = cast(tuple[torch.Tensor, torch.Tensor, RWKV7TimeMixState], att)
         x = x + a
-        f, ffn_state = self.ffn(self.ln2(x), state[1])
+        ffn = self.ffn._forward(layer_norm(self.ln2, x, True), state[1], True)
+        f, ffn_state = cast(tuple[torch.Tensor, ChannelMixState], ffn)
         return x + f, v_first, RWKV7BlockState(att_state, ffn_state)

@@ -53,6 +53,24 @@ def init_wkv_state(
     return state
 
 
+_PLAIN = (torch.Tensor, torch.nn.Parameter)
+
+
+def eager(*tensors: torch.Tensor) -> bool:
+    """Whether a call on ``tensors`` may run an op's implementation directly instead of through
+    ``torch.ops``: in eager mode (not traced by ``torch.compile``, no ``torch.func``
+    transform), with plain tensors (no subclass: fake, functional, a user's) none of which
+    needs a gradient. The op path (autograd, tracing, ``opcheck``) is taken otherwise.
+    """
+    if torch.compiler.is_compiling() or torch._C._are_functorch_transforms_active():
+        return False
+    grad = torch.is_grad_enabled()
+    for t in tensors:
+        if type(t) not in _PLAIN or (grad and t.requires_grad):
+            return False
+    return True
+
+
 def _math(dtype: torch.dtype) -> torch.dtype:
     return torch.float64 if dtype == torch.float64 else torch.float32
 
@@ -114,6 +132,50 @@ def _operand(t: torch.Tensor, m: torch.dtype) -> torch.Tensor:
     return t.detach().to(m).contiguous()
 
 
+def _params(time_decay: torch.Tensor, time_first: torch.Tensor, m: torch.Tensor) -> torch.Tensor:
+    """``[w, u]`` ``(2 C,)`` in ``m``'s dtype, ``w = -exp(time_decay)`` (the forward kernel's
+    ``params``)."""
+    td, tf = time_decay.detach(), time_first.detach()
+    if td.dtype != m.dtype or tf.dtype != m.dtype:
+        td, tf = td.to(m.dtype), tf.to(m.dtype)
+    return torch.cat([torch.exp(td).neg_(), tf])
+
+
+def _forward(
+    time_decay: torch.Tensor,
+    time_first: torch.Tensor,
+    k: torch.Tensor,
+    v: torch.Tensor,
+    state: torch.Tensor,
+    save: bool,
+) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor | None]:
+    """``wkv_forward``'s implementation, also run directly by the eager no-grad path (``wkv``
+    and the layers' one-token steps): the same code, so the same bits.
+
+    Allocates what it returns (``y``, the new state, and with ``save`` the states before
+    every step, else None) plus ``params`` ``(2 C,)`` and, for inputs that are not contiguous
+    math-dtype tensors, their converted copies.
+    """
+    b, t, c = _check(time_decay, time_first, k, v, state)
+    m = _math(k.dtype)
+    kk, vv, s = _operand(k, m), _operand(v, m), _operand(state, m)
+    y = kk.new_empty(b, t, c)
+    states = kk.new_empty(3, b, t + 1, c) if save else kk.new_empty(b, 3, c)
+    if t == 0 or b == 0 or c == 0:  # no step to take: the state passes through
+        states.copy_(s.transpose(0, 1).unsqueeze(2).expand(3, b, t + 1, c) if save else s)
+    else:
+        params = _params(time_decay, time_first, kk)
+        if not kernel_ran(
+            "computing wkv", lambda: _runtime.launch_wkv_forward(params, s, kk, vv, y, states)
+        ):
+            y, full = _fallback.wkv(params[:c], params[c:], kk, vv, s, save)
+            states = full if save else full[:, :, -1].transpose(0, 1).contiguous()
+    if save:
+        new_state = states[:, :, -1].transpose(0, 1).clone(memory_format=_DENSE)
+        return y.to(k.dtype), new_state, states
+    return y.to(k.dtype), states, None
+
+
 @torch.library.custom_op("tipad::wkv_forward", mutates_args=())
 def wkv_forward(
     time_decay: torch.Tensor,
@@ -125,29 +187,20 @@ def wkv_forward(
 ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
     """``(y, new_state, saved)``: ``y`` ``(B, T, C)`` in ``k``'s dtype, the state after the last
     token ``(B, 3, C)``, and ``saved`` ``(3, B, S, C)`` in the math dtype: with ``save`` (S = T
-    + 1) the state before every step, what ``wkv_backward`` reads, else (S = 1) the final state.
-    Arguments as ``wkv`` (``state`` required); TypeError/ValueError naming the argument for
-    the dtypes, shapes and devices the kernels cannot take.
+    + 1) the state before every step, what ``wkv_backward`` reads, else empty (S = 0: the
+    backward recomputes them). Arguments as ``wkv`` (``state`` required); TypeError/ValueError
+    naming the argument for the dtypes, shapes and devices the kernels cannot take.
     """
-    b, t, c = _check(time_decay, time_first, k, v, state)
-    w, u, kk, vv, s = _operands(time_decay, time_first, k, v, state)
-    y = kk.new_empty(b, t, c)
-    states = kk.new_empty(3, b, t + 1 if save else 1, c)
-    if kk.numel() == 0:  # no step to take: the state passes through
-        states.copy_(s.transpose(0, 1).unsqueeze(2))
-    else:
-        if not kernel_ran(
-            "computing wkv", lambda: _runtime.launch_wkv_forward(w, u, kk, vv, s, y, states)
-        ):
-            y, states = _fallback.wkv(w, u, kk, vv, s, save)
-    new_state = states[:, :, -1].transpose(0, 1).to(state.dtype).clone(memory_format=_DENSE)
-    return y.to(k.dtype), new_state, states
+    y, new_state, saved = _forward(time_decay, time_first, k, v, state, save)
+    if saved is None:
+        saved = y.new_empty(3, k.shape[0], 0, k.shape[2], dtype=new_state.dtype)
+    return y, new_state, saved
 
 
 @wkv_forward.register_fake
 def _(time_decay, time_first, k, v, state, save):  # type: ignore[no-untyped-def]
     b, t, c = _check(time_decay, time_first, k, v, state)
-    saved = k.new_empty(3, b, t + 1 if save else 1, c, dtype=_math(k.dtype))
+    saved = k.new_empty(3, b, t + 1 if save else 0, c, dtype=_math(k.dtype))
     return k.new_empty(k.shape), state.new_empty(state.shape), saved
 
 
@@ -162,9 +215,9 @@ def _check_backward(
     grad_state: torch.Tensor,
 ) -> tuple[int, int, int]:
     b, t, c = _check(time_decay, time_first, k, v, state)
-    if saved.dim() != 4 or tuple(saved.shape) not in ((3, b, 1, c), (3, b, t + 1, c)):
+    if saved.dim() != 4 or tuple(saved.shape) not in ((3, b, 0, c), (3, b, t + 1, c)):
         raise ValueError(
-            f"saved must be (3, {b}, 1 or {t + 1}, {c}) (wkv_forward's third output), got "
+            f"saved must be (3, {b}, 0 or {t + 1}, {c}) (wkv_forward's third output), got "
             f"{tuple(saved.shape)}"
         )
     check_meta("saved", saved, dtype=_math(k.dtype), device=k.device, like="k")
@@ -207,8 +260,9 @@ def wkv_backward(
         ran = True
         if states.shape[2] != t + 1:
             states = kk.new_empty(3, b, t + 1, c)
+            params = torch.cat([w, u])
             ran = kernel_ran("computing wkv", lambda: _runtime.launch_wkv_forward(
-                w, u, kk, vv, s, kk.new_empty(b, t, c), states))  # fmt: skip
+                params, s, kk, vv, kk.new_empty(b, t, c), states))  # fmt: skip
         gk, gv, grads = kk.new_empty(kk.shape), kk.new_empty(kk.shape), kk.new_empty(5 * b * c)
         ran = ran and kernel_ran("computing wkv", lambda: _runtime.launch_wkv_backward(
             w, u, kk, vv, states.to(m).contiguous(), gy, gs, gk, gv, grads))  # fmt: skip
@@ -301,9 +355,13 @@ def wkv(
             (float64 for float64 inputs), e.g. ``init_wkv_state`` or a previous call's.
 
     Returns:
-        ``y`` ``(B, T, C)`` in ``k``'s dtype; with ``state``, ``(y, new_state)``. Running the
-        tokens in chunks, passing the state on, equals running them at once, gradients
-        included (all five arguments get them).
+        ``y`` ``(B, T, C)`` in ``k``'s dtype; with ``state``, ``(y, new_state)``, a new tensor
+        (``state`` is never modified). Running the tokens in chunks, passing the state on,
+        equals running them at once, gradients included (all five arguments get them).
+        Without a graph to record (``torch.no_grad``, or no argument requiring grad; eager,
+        not under ``torch.compile``), the custom op's implementation runs directly, skipping
+        the dispatcher: same bits, and ``y`` and ``new_state`` are the only tensors a
+        one-token step allocates besides ``[w, u]``.
 
     Raises:
         TypeError: an argument is not a tensor, not floating point, ``v``'s dtype differs from
@@ -322,8 +380,13 @@ def wkv(
         raise TypeError(f"state must be a torch.Tensor or None, got {type(state).__name__}")
     else:
         s = state
-    save = torch.is_grad_enabled() and any(
-        t.requires_grad for t in (time_decay, time_first, k, v, s)
-    )
-    y, new_state, _ = wkv_forward(time_decay, time_first, k, v, s, save)
+    if eager(time_decay, time_first, k, v, s):
+        # No graph to record: the op's implementation itself, without the dispatcher's ~80 us
+        # (a one-token step's WKV is a few microseconds of work).
+        y, new_state, _ = _forward(time_decay, time_first, k, v, s, False)
+    else:
+        save = torch.is_grad_enabled() and any(
+            t.requires_grad for t in (time_decay, time_first, k, v, s)
+        )
+        y, new_state, _ = wkv_forward(time_decay, time_first, k, v, s, save)
     return y if state is None else (y, new_state)

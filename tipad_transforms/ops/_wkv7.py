@@ -21,6 +21,7 @@ import torch
 from .. import _fallback, _runtime
 from ._common import check_float
 from ._route import kernel_ran
+from ._wkv import eager
 
 __all__ = ["MAX_HEAD_SIZE", "wkv7", "wkv7_backward", "wkv7_forward"]
 
@@ -107,6 +108,23 @@ def wkv7_forward(
     last token ``(B, H, N, N)``, and ``saved`` ``(B, H, S, N, N)`` in the math dtype: with
     ``save`` (S = ceil(T / _CHUNK) + 1) the checkpoints ``wkv7_backward`` reads and the final
     state, else (S = 1) the final state. Arguments as ``wkv7`` (``state`` required)."""
+    y, new_state, states = _forward(r, w, k, v, a, b, state, save)
+    return y, new_state.clone(memory_format=_DENSE) if not save else new_state, states
+
+
+def _forward(
+    r: torch.Tensor,
+    w: torch.Tensor,
+    k: torch.Tensor,
+    v: torch.Tensor,
+    a: torch.Tensor,
+    b: torch.Tensor,
+    state: torch.Tensor,
+    save: bool,
+) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    """``wkv7_forward``'s implementation, also run directly by ``wkv7`` without a graph to
+    record (same code, same bits). Without ``save`` the new state it returns is a view of the
+    states it returns (the op clones it: custom ops' outputs must not alias)."""
     _check((r, w, k, v, a, b), state)
     n_b, n_t, n_h, n_n = k.shape
     ops = _operands((r, w, k, v, a, b))
@@ -119,7 +137,9 @@ def wkv7_forward(
         "computing wkv7", lambda: _runtime.launch_wkv7_forward(*ops, s, y, states, _CHUNK)
     ):
         y, states = _fallback.wkv7(*ops, s, _CHUNK, save)
-    new_state = states[:, :, -1].to(state.dtype).clone(memory_format=_DENSE)
+    new_state = states[:, :, -1]
+    if save:
+        new_state = new_state.clone(memory_format=_DENSE)
     return y.to(r.dtype), new_state, states
 
 
@@ -254,6 +274,9 @@ def wkv7(
     s = state
     if s is None:
         s = r.new_zeros(n_b, n_h, n_n, n_n, dtype=_math(r.dtype))
-    save = torch.is_grad_enabled() and any(t.requires_grad for t in (*inputs, s))
-    y, new_state, _ = wkv7_forward(r, w, k, v, a, b, s, save)
+    if eager(*inputs, s):  # no graph to record: the implementation, without the dispatcher
+        y, new_state, _ = _forward(r, w, k, v, a, b, s, False)
+    else:
+        save = torch.is_grad_enabled() and any(t.requires_grad for t in (*inputs, s))
+        y, new_state, _ = wkv7_forward(r, w, k, v, a, b, s, save)
     return y if state is None else (y, new_state)
