@@ -155,14 +155,41 @@ def test_taichi_import_and_first_launch_rescan_no_modules() -> None:
         count_scans(log)
         import tipad_transforms.functional as F
         after_import = list(log)
+        padding_only = sorted(m for m in sys.modules if m.startswith("tipad_transforms"))
         from tipad_transforms._runtime import _backend
         _backend.load()
         after_taichi = list(log)
         F.brick_pad(torch.arange(48, dtype=torch.uint8).reshape(3, 4, 4), 2)
-        print(json.dumps({"import": after_import, "taichi": after_taichi, "all": log}))
+        print(json.dumps({"import": after_import, "taichi": after_taichi, "all": log,
+                          "modules": padding_only}))
         """
     )
+    # Padding imports neither the RWKV side nor the transform classes (lazy package names).
+    lazy = ("tipad_transforms.nn", "tipad_transforms.transforms", "tipad_transforms._runtime._wkv")
+    assert "tipad_transforms.functional" in out["modules"]
+    assert not [m for m in out["modules"] if m.startswith(lazy)]
     frozen = [f for f in out["all"] if f in _backend.FROZEN_FILES]
     assert frozen == []
     assert out["taichi"] == out["import"]  # importing Taichi rescanned nothing
     assert out["all"] == out["taichi"]  # nor did building and compiling the kernel
+
+
+def test_lazy_package_names_resolve() -> None:
+    import tipad_transforms
+    from tipad_transforms import _runtime
+
+    for name in tipad_transforms.__all__:
+        assert getattr(tipad_transforms, name) is not None
+        assert name in dir(tipad_transforms)
+    assert tipad_transforms.BrickPad is tipad_transforms.transforms.BrickPad
+    assert tipad_transforms.RWKV4 is tipad_transforms.nn.RWKV4
+    assert tipad_transforms.set_backend is _backend.set_backend
+    with pytest.raises(AttributeError, match="no attribute 'Brickpad'"):
+        tipad_transforms.Brickpad  # noqa: B018
+    for name in _runtime.__all__:
+        assert getattr(_runtime, name) is not None
+    from tipad_transforms._runtime._wkv7 import launch_wkv7_forward
+
+    assert _runtime.launch_wkv7_forward is launch_wkv7_forward
+    with pytest.raises(AttributeError, match="no attribute 'launch_nothing'"):
+        _runtime.launch_nothing  # noqa: B018
