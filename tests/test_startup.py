@@ -193,3 +193,54 @@ def test_lazy_package_names_resolve() -> None:
     assert _runtime.launch_wkv7_forward is launch_wkv7_forward
     with pytest.raises(AttributeError, match="no attribute 'launch_nothing'"):
         _runtime.launch_nothing  # noqa: B018
+
+
+WORKER_MAIN = """
+import json, os, sys
+
+import torch
+from torch.utils.data import DataLoader
+
+IMPORTED_BY = os.getpid()  # the process that ran this module's top level
+
+
+class Report(torch.utils.data.Dataset):
+    def __len__(self):
+        return 1
+
+    def __getitem__(self, i):
+        main = sys.modules["__mp_main__"]
+        return json.dumps({
+            "main_ran_in_worker": main.IMPORTED_BY == os.getpid(),
+            "ready": [m in sys.modules for m in ("torchvision", "taichi",
+                                                 "tipad_transforms.transforms")],
+            "taichi_started": sys.modules["tipad_transforms._runtime"].runtime_arch(),
+        })
+
+
+if __name__ == "__main__":
+    from tipad_transforms.data import worker_context
+
+    loader = DataLoader(Report(), batch_size=None, num_workers=1,
+                        multiprocessing_context=worker_context("forkserver"))
+    print(next(iter(loader)))
+"""
+
+
+@pytest.mark.slow  # a fresh interpreter, a forkserver and a worker: ~10 s on the 2-core box
+def test_forkserver_workers_inherit_the_main_module_and_imports(tmp_path: Path) -> None:
+    script = tmp_path / "train.py"
+    script.write_text(WORKER_MAIN)
+    env = dict(
+        os.environ,
+        PYTHONPATH=os.pathsep.join(filter(None, [str(ROOT), os.environ.get("PYTHONPATH")])),
+    )
+    env.pop("TIPAD_FORKSERVER_MAIN", None)
+    proc = subprocess.run(
+        [sys.executable, str(script)], capture_output=True, text=True, timeout=300, env=env
+    )
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    report = json.loads(proc.stdout.splitlines()[-1])
+    # The server imported the main module (CPython 3.11-3.13 would not by itself) and what a
+    # padding worker needs; Taichi imported there, never started (fork safe).
+    assert report == {"main_ran_in_worker": False, "ready": [True] * 3, "taichi_started": None}
