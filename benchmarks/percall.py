@@ -1,6 +1,7 @@
 """Per-call and per-process costs (issue 9), each workload beside its peers in one process.
 
     python benchmarks/percall.py [--quick] [--threads 1] [--repeats 7] [--out out/bench]
+    python benchmarks/percall.py --only-workers | --only-first RUNS
 
 Workloads (peers interleaved, medians; see ``_common.measure``):
 
@@ -23,7 +24,8 @@ Workloads (peers interleaved, medians; see ``_common.measure``):
   ``v2.Pad(16, padding_mode="reflect")``, under plain ``forkserver`` and under
   ``data.worker_context()`` (the forkserver preloads torch and Taichi's import); 2 epochs each.
 * ``first call``: ``brick_pad`` in a new process (import, Taichi init, first launch) with this
-  machine's offline cache (warm after one run), two processes.
+  machine's offline cache (warm after one run), two processes (``--only-first RUNS``: this
+  alone, in RUNS processes).
 
 Writes ``<out>/percall.json`` and ``<out>/percall.png``. ``--quick``: small models, few
 repeats (a smoke run, not a measurement).
@@ -306,7 +308,22 @@ def main(argv: list[str] | None = None) -> None:
     p.add_argument("--out", type=Path, default=Path("out/bench"))
     p.add_argument("--workers", action="store_true", help="also time DataLoader worker epochs")
     p.add_argument("--only-workers", action="store_true", help="time worker epochs only")
+    p.add_argument(
+        "--only-first",
+        type=int,
+        metavar="RUNS",
+        help="time the first call in RUNS new processes only",
+    )
     args = p.parse_args(argv)
+    if args.only_first:
+        firsts = first_calls(args.only_first)
+        for i, r in enumerate(firsts):
+            print(f"run {i + 1}: " + json.dumps(r))
+        args.out.mkdir(parents=True, exist_ok=True)
+        write_json(args.out / "percall-first.json",
+                   {"first_call": firsts, "load_average": os.getloadavg(),
+                    "machine": machine_info()})  # fmt: skip
+        return
     if args.only_workers:
         epochs = worker_epochs(2)
         for k, v in epochs.items():
