@@ -217,7 +217,7 @@ def _build_kernels(ti: Any) -> dict[str, Any]:
                     # The border of a row is [0, left) and [left + w, out_w) beside the image,
                     # the whole row above or below it; one call site keeps the kernel small,
                     # and a trip count LLVM cannot fold keeps it from unrolling the call twice.
-                    for part in range(1 + ti.cast(inside, ti.i32)):
+                    for part in range(2 if inside else 1):
                         x0 = 0
                         x1 = out_w if part == 0 else 0
                         tx = tx0
