@@ -22,7 +22,8 @@ Workloads (peers interleaved, medians; see ``_common.measure``):
   ``(3, 96, 96)`` uint8 samples, 2 workers, batch 8, non-persistent (every epoch starts its
   workers), the parent having used the package: per-sample ``BrickPad(16)`` against
   ``v2.Pad(16, padding_mode="reflect")``, under plain ``forkserver`` and under
-  ``data.worker_context()`` (the forkserver preloads torch and Taichi's import); 2 epochs each.
+  ``data.worker_context()`` (the forkserver preloads the main module, torch, torchvision,
+  the padding modules and Taichi's import); 2 epochs each.
 * ``first call``: ``brick_pad`` in a new process (import, Taichi init, first launch) with this
   machine's offline cache (warm after one run), two processes (``--only-first RUNS``: this
   alone, in RUNS processes).
