@@ -241,6 +241,6 @@ def test_forkserver_workers_inherit_the_main_module_and_imports(tmp_path: Path) 
     )
     assert proc.returncode == 0, proc.stderr[-3000:]
     report = json.loads(proc.stdout.splitlines()[-1])
-    # The server imported the main module (CPython 3.11-3.13 would not by itself) and what a
+    # The server imported the main module (CPython before gh-126631 would not by itself) and what a
     # padding worker needs; Taichi imported there, never started (fork safe).
     assert report == {"main_ran_in_worker": False, "ready": [True] * 3, "taichi_started": None}

@@ -4,9 +4,9 @@ starts with it.
 
 - The user's main module (as ``__mp_main__``, what a spawned or forkserver worker imports
   anyway). ``multiprocessing.set_forkserver_preload(["__main__", ...])`` is meant to do this,
-  but CPython 3.11-3.13 never hand the server the main path (``ForkServer.ensure_running``
-  asks ``get_preparation_data`` for ``"main_path"``, which it calls ``"init_main_from_path"``),
-  so every worker re-ran the main module: imported torchvision and whatever else it imports
+  but CPython before the fix of gh-126631 (3.11, 3.12, early 3.13) never hands the server the
+  main path (``ForkServer.ensure_running`` asks ``get_preparation_data`` for ``"main_path"``,
+  which it calls ``"init_main_from_path"``), so every worker re-ran the main module: imported torchvision and whatever else it imports
   (seconds per worker). ``worker_context`` passes the path in ``MAIN_PATH_ENV``.
 - torch, torchvision, this package's padding modules (the transform classes, the functional
   API, the custom ops they register, the runtime seam) and Taichi, not initialised: importing
