@@ -6,8 +6,9 @@ starts with it.
   anyway). ``multiprocessing.set_forkserver_preload(["__main__", ...])`` is meant to do this,
   but CPython before the fix of gh-126631 (3.11, 3.12, early 3.13) never hands the server the
   main path (``ForkServer.ensure_running`` asks ``get_preparation_data`` for ``"main_path"``,
-  which it calls ``"init_main_from_path"``), so every worker re-ran the main module: imported torchvision and whatever else it imports
-  (seconds per worker). ``worker_context`` passes the path in ``MAIN_PATH_ENV``.
+  which it calls ``"init_main_from_path"``), so every worker re-ran the main module: imported
+  torchvision and whatever else it imports (seconds per worker). ``worker_context`` passes the
+  path in ``MAIN_PATH_ENV``.
 - torch, torchvision, this package's padding modules (the transform classes, the functional
   API, the custom ops they register, the runtime seam) and Taichi, not initialised: importing
   is fork safe, initialising is not (a process forked after ``ti.init`` hangs). Each worker

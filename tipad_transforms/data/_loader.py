@@ -35,8 +35,8 @@ def worker_context(method: str = "forkserver") -> BaseContext:
     Taichi on its first launch and loads the kernels from Taichi's offline cache. This sets the
     forkserver's preload list for the whole process (``["__main__"]`` plus this package's
     preload module, which imports the main module itself: CPython before the gh-126631 fix
-    never gives the server its path) and the ``TIPAD_FORKSERVER_MAIN`` environment variable (that path), so
-    call it before the first forkserver worker starts.
+    never gives the server its path) and the ``TIPAD_FORKSERVER_MAIN`` environment variable
+    (that path), so call it before the first forkserver worker starts.
     ``"spawn"``: the plain spawn context (a spawned worker imports everything itself). Pair
     either with ``persistent_workers=True`` to start workers (and Taichi in them) once, not
     every epoch. Raises ``ValueError`` for another method (``fork`` workers of a process that
