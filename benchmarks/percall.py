@@ -2,6 +2,7 @@
 
     python benchmarks/percall.py [--quick] [--threads 1] [--repeats 7] [--out out/bench]
                                  [--only wkv --only rwkv4 ...]
+    python benchmarks/percall.py --only-workers | --only-first RUNS
 
 Workloads (peers interleaved, medians; see ``_common.measure``):
 
@@ -29,9 +30,11 @@ Workloads (peers interleaved, medians; see ``_common.measure``):
   ``(3, 96, 96)`` uint8 samples, 2 workers, batch 8, non-persistent (every epoch starts its
   workers), the parent having used the package: per-sample ``BrickPad(16)`` against
   ``v2.Pad(16, padding_mode="reflect")``, under plain ``forkserver`` and under
-  ``data.worker_context()`` (the forkserver preloads torch and Taichi's import); 2 epochs each.
+  ``data.worker_context()`` (the forkserver preloads the main module, torch, torchvision,
+  the padding modules and Taichi's import); 2 epochs each.
 * ``first call``: ``brick_pad`` in a new process (import, Taichi init, first launch) with this
-  machine's offline cache (warm after one run), two processes.
+  machine's offline cache (warm after one run), two processes (``--only-first RUNS``: this
+  alone, in RUNS processes).
 
 Writes ``<out>/percall.json`` and ``<out>/percall.png``. ``--quick``: small models, few
 repeats (a smoke run, not a measurement). ``--only NAME`` (repeatable: ``image``, ``wkv``,
@@ -456,7 +459,22 @@ def main(argv: list[str] | None = None) -> None:
         choices=["image", "wkv", "rwkv4", "canvas"],
         help="run only these workloads (repeatable); skips the first-call processes",
     )
+    p.add_argument(
+        "--only-first",
+        type=int,
+        metavar="RUNS",
+        help="time the first call in RUNS new processes only",
+    )
     args = p.parse_args(argv)
+    if args.only_first:
+        firsts = first_calls(args.only_first)
+        for i, r in enumerate(firsts):
+            print(f"run {i + 1}: " + json.dumps(r))
+        args.out.mkdir(parents=True, exist_ok=True)
+        write_json(args.out / "percall-first.json",
+                   {"first_call": firsts, "load_average": os.getloadavg(),
+                    "machine": machine_info()})  # fmt: skip
+        return
     if args.only_workers:
         epochs = worker_epochs(2)
         for k, v in epochs.items():

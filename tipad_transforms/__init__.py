@@ -1,20 +1,33 @@
 """tipad_transforms: texture padding for PyTorch data pipelines and RWKV operators, each one
-fused Taichi kernel."""
+fused Taichi kernel.
 
-from . import nn, transforms
-from ._runtime import set_backend
+The names below are imported on first use (PEP 562, as torchvision does for its optional
+parts): ``import tipad_transforms.functional`` in a DataLoader worker or a script that pads
+images does not pay for the RWKV modules or the transform classes. ``from tipad_transforms
+import BrickPad`` and ``tipad_transforms.nn`` work as before.
+"""
+
+from __future__ import annotations
+
+import importlib
+from typing import TYPE_CHECKING, Any
+
 from ._version import __version__
-from .nn import (
-    RWKV4,
-    RWKV7,
-    RWKV7Block,
-    RWKV7ChannelMix,
-    RWKV7TimeMix,
-    RWKVBlock,
-    RWKVChannelMix,
-    RWKVTimeMix,
-)
-from .transforms import BrickPad, Pad, TexturePad
+
+if TYPE_CHECKING:  # what the lazy names are, for type checkers and IDEs
+    from . import nn, transforms
+    from ._runtime import set_backend
+    from .nn import (
+        RWKV4,
+        RWKV7,
+        RWKV7Block,
+        RWKV7ChannelMix,
+        RWKV7TimeMix,
+        RWKVBlock,
+        RWKVChannelMix,
+        RWKVTimeMix,
+    )
+    from .transforms import BrickPad, Pad, TexturePad
 
 __all__ = [
     "RWKV4",
@@ -33,3 +46,28 @@ __all__ = [
     "set_backend",
     "transforms",
 ]
+
+# name -> the submodule that defines it (None: the name is that submodule).
+_LAZY = {
+    "nn": None,
+    "transforms": None,
+    "set_backend": "._runtime",
+    **{name: ".nn" for name in __all__ if name.startswith("RWKV")},
+    **{name: ".transforms" for name in ("BrickPad", "Pad", "TexturePad")},
+}
+
+
+def __getattr__(name: str) -> Any:
+    where = _LAZY.get(name, "")
+    if where == "":
+        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+    if where is None:
+        value: Any = importlib.import_module(f".{name}", __name__)
+    else:
+        value = getattr(importlib.import_module(where, __name__), name)
+    globals()[name] = value  # later lookups are plain attribute reads
+    return value
+
+
+def __dir__() -> list[str]:
+    return sorted(set(globals()) | set(__all__))

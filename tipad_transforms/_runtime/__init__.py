@@ -17,12 +17,13 @@ thread that initialised.
 
 # No `from __future__ import annotations`: Taichi reads the kernels' annotations at runtime.
 import contextlib
+import importlib
 import io
 import os
 import sys
 import threading
 from collections.abc import Callable, Iterator
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import torch
 
@@ -298,9 +299,30 @@ def _ordered_with_torch(device: torch.device) -> Iterator[None]:
     current.wait_stream(default)
 
 
-# The kernel families; imported last, as they use the names above.
+# The kernel families; imported last, as they use the names above. Padding (what most
+# processes, DataLoader workers included, run) now; the RWKV families on their first use, so a
+# process that only pads does not import them (module __getattr__, PEP 562).
 from ._lean import LeanKernel  # noqa: E402
 from ._pad import launch_pad, launch_pad_stack  # noqa: E402
-from ._time_conv import launch_time_conv  # noqa: E402
-from ._wkv import launch_wkv_backward, launch_wkv_forward  # noqa: E402
-from ._wkv7 import launch_wkv7_backward, launch_wkv7_forward  # noqa: E402
+
+if TYPE_CHECKING:
+    from ._time_conv import launch_time_conv
+    from ._wkv import launch_wkv_backward, launch_wkv_forward
+    from ._wkv7 import launch_wkv7_backward, launch_wkv7_forward
+
+_FAMILIES = {
+    "launch_time_conv": "._time_conv",
+    "launch_wkv_backward": "._wkv",
+    "launch_wkv_forward": "._wkv",
+    "launch_wkv7_backward": "._wkv7",
+    "launch_wkv7_forward": "._wkv7",
+}
+
+
+def __getattr__(name: str) -> Any:
+    where = _FAMILIES.get(name)
+    if where is None:
+        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+    value = getattr(importlib.import_module(where, __name__), name)
+    globals()[name] = value  # later lookups are plain attribute reads
+    return value

@@ -43,6 +43,9 @@ ENV_VAR = "TIPAD_TAICHI"
 # pip's name for each, for the install hint and for the version without importing.
 _DISTRIBUTIONS = {"taichi": "taichi", "taichi_forge": "taichi-forge"}
 
+# Code run by the import machinery carries these file names (frozen modules, no source file).
+FROZEN_FILES = ("<frozen importlib._bootstrap>", "<frozen importlib._bootstrap_external>")
+
 _lock = threading.Lock()
 _choice: str | None = None  # set_backend's
 _module: ModuleType | None = None  # the one load() imported
@@ -153,6 +156,7 @@ def load() -> ModuleType:
         if _module is not None:
             return _module
         name = chosen()
+        seed_frozen_frames()
         os.environ.setdefault("TI_SKIP_VERSION_CHECK", "ON")
         os.environ.setdefault("ENABLE_TAICHI_HEADER_PRINT", "0")
         # Under pytest or Jupyter (a replaced sys.stdout) Taichi logs a line at import otherwise.
@@ -173,6 +177,25 @@ def load() -> ModuleType:
             ) from exc
         _module = module
         return module
+
+
+def seed_frozen_frames() -> None:
+    """Let ``inspect.getmodule`` answer at once for frames of the import machinery.
+
+    Taichi's ``@ti.kernel`` and ``@ti.func`` ask ``inspect.getframeinfo`` about a frame a few
+    levels up (is the function defined in a class?). At import time, and when our kernels are
+    built and compiled, that frame is often ``<frozen importlib._bootstrap>``: a file name that
+    ``inspect.modulesbyfile`` never holds, so every such call rescans all of ``sys.modules``
+    (2,400 modules after torch; 279 scans in ``import taichi``, 87 more for our first kernel),
+    and finds nothing: no module has that file. Recording the file names under a module name
+    that is never in ``sys.modules`` (the file name itself) caches that same answer: getmodule
+    still returns None for them, getframeinfo and findsource give what they gave, only without
+    the scan. An entry someone else already made is kept.
+    """
+    import inspect  # here: ``tipad --version`` imports this module and needs no inspect
+
+    for filename in FROZEN_FILES:
+        inspect.modulesbyfile.setdefault(filename, filename)
 
 
 def init_options(ti: ModuleType) -> dict[str, object]:

@@ -38,9 +38,17 @@ def _build_kernels(ti: Any) -> dict[str, Any]:
     a task walks a block of rows, advancing image row, texture row and tile column
     incrementally (no division per row or pixel) and moving 8-byte words where aligned; on CUDA
     one thread per pixel, so a warp writes contiguous memory.
+
+    The mode family is a template (``tiled``: texture and constant, else the standard modes):
+    a process compiles only the family it uses. Taichi's offline cache keeps LLVM IR, which
+    LLVM turns into machine code again in every process (at the first launch); with both
+    families in one body that took about twice as long (LLVM IR 2,247 -> 1,321 instructions
+    for the texture family, llc -O3 0.38 -> 0.21 s, mostly loop strength reduction). Each
+    loop below is unrolled and strength-reduced there; one pixel loop for a run's head and tail
+    instead of two took llc to 0.08 s but made uint8 batches 10-60% slower (a branch per
+    pixel), so the loops stay as they are.
     """
     nd = ti.types.ndarray
-    texture = MODE_CODES["texture"]
 
     @ti.func
     def move(src: ti.template(), i: ti.i32, canvas: ti.template(), o: ti.i32,
@@ -61,8 +69,8 @@ def _build_kernels(ti: Any) -> dict[str, Any]:
 
     @ti.func
     def row_setup(plane: ti.i32, y: ti.i32, rec: ti.template(), meta: ti.template(),
-                  c_count: ti.i32, mode: ti.i32, tex_channels: ti.i32, th: ti.i32, tw: ti.i32,
-                  stagger: ti.i32):
+                  c_count: ti.i32, tiled: ti.template(), tex_channels: ti.i32, th: ti.i32,
+                  tw: ti.i32, stagger: ti.i32):
         # Everything about row y of canvas plane `plane` (sample geometry `rec`) that does not
         # depend on the column: the image row iy (outside [0, h) for border rows), the flat
         # start of the source row (the mapped image row for standard modes, the texture row for
@@ -78,7 +86,7 @@ def _build_kernels(ti: Any) -> dict[str, Any]:
         src_row = 0
         tx0 = 0
         ty = 0
-        if mode != texture:
+        if ti.static(not tiled):
             src_row = first + meta[maps + y] * w
         else:
             offset = meta[_OFFSETS]  # (oy, ox) of sample b at meta[offset + 2b]
@@ -162,25 +170,26 @@ def _build_kernels(ti: Any) -> dict[str, Any]:
     def pad_canvas(img: nd(ndim=1), canvas: nd(ndim=1), img_w: nd(ndim=1),
                    canvas_w: nd(ndim=1), tex: nd(ndim=1), words: nd(ndim=1),
                    meta: nd(dtype=ti.i32, ndim=1), lanes: ti.template(),
-                   backward: ti.template(), per_pixel: ti.template(), serial: ti.template()):
+                   backward: ti.template(), per_pixel: ti.template(), serial: ti.template(),
+                   tiled: ti.template()):
         # Forward: canvas <- image, texture. Backward: img += canvas and (if tex_grad)
         # tex += canvas, along the same index map.  (No "-> None": Taichi would read it.)
         # Scalars arrive packed in `meta` (layout beside _HEADER): each kernel argument costs
         # tens of microseconds of Python per launch, which dominates single-image calls.
         n_rows, c_count, out_h, out_w = meta[_N_ROWS], meta[_C], meta[_OUT_H], meta[_OUT_W]
-        mode, tex_channels, th, tw = meta[_MODE], meta[_TEX_C], meta[_TH], meta[_TW]
+        tex_channels, th, tw = meta[_TEX_C], meta[_TH], meta[_TW]
         stagger, use_words, tex_grad = meta[_STAGGER], meta[_USE_WORDS], meta[_TEX_GRAD]
         if ti.static(per_pixel):
             for r, X in ti.ndrange(n_rows, out_w):
                 plane = r // out_h
                 rec = record(meta, plane // c_count)
                 h, w, left, maps = rec[0], rec[1], rec[3], rec[5]
-                s = row_setup(plane, r - plane * out_h, rec, meta, c_count, mode, tex_channels,
+                s = row_setup(plane, r - plane * out_h, rec, meta, c_count, tiled, tex_channels,
                               th, tw, stagger)
                 o = r * out_w + X
                 if 0 <= s[0] < h and left <= X < left + w:
                     move(img, s[4] + s[0] * w + X - left, canvas, o, backward)
-                elif mode == texture:
+                elif ti.static(tiled):
                     if ti.static(not backward) or tex_grad:
                         move(tex, s[1] + (s[2] + X % tw) % tw, canvas, o, backward)
                 else:  # the column map follows the row map
@@ -197,7 +206,8 @@ def _build_kernels(ti: Any) -> dict[str, Any]:
                 rec = record(meta, plane // c_count)
                 h, w, left, maps = rec[0], rec[1], rec[3], rec[5]
                 right_dx = (left + w) % tw  # tile-column step from canvas column 0 to left + w
-                s = row_setup(plane, y0, rec, meta, c_count, mode, tex_channels, th, tw, stagger)
+                s = row_setup(plane, y0, rec, meta, c_count, tiled, tex_channels, th, tw,
+                              stagger)
                 iy, src_row, tx0, ty, first = s[0], s[1], s[2], s[3], s[4]
                 for big_y in range(y0, y0 + ti.min(_ROW_BLOCK, out_h - y0)):
                     row = (plane * out_h + big_y) * out_w
@@ -205,11 +215,12 @@ def _build_kernels(ti: Any) -> dict[str, Any]:
                     if inside:
                         copy_run(img, canvas, img_w, canvas_w, first + iy * w, row + left, w,
                                  lanes, backward)
-                    if mode != texture:
+                    if ti.static(not tiled):
                         src_row = first + meta[maps + big_y] * w
                     # The border of a row is [0, left) and [left + w, out_w) beside the image,
-                    # the whole row above or below it; one call site keeps the kernel small.
-                    for part in range(2):
+                    # the whole row above or below it; one call site keeps the kernel small,
+                    # and a trip count LLVM cannot fold keeps it from unrolling the call twice.
+                    for part in range(2 if inside else 1):
                         x0 = 0
                         x1 = out_w if part == 0 else 0
                         tx = tx0
@@ -220,7 +231,7 @@ def _build_kernels(ti: Any) -> dict[str, Any]:
                                 tx += right_dx
                                 if tx >= tw:
                                     tx -= tw
-                        if mode == texture:
+                        if ti.static(tiled):
                             texture_run(tex, words, canvas, canvas_w, src_row, tx, row + x0,
                                         x1 - x0, tw, use_words, tex_grad, lanes, backward)
                         else:
@@ -230,7 +241,7 @@ def _build_kernels(ti: Any) -> dict[str, Any]:
                     # Next canvas row: one image row down; in texture mode one tile row down,
                     # and past the tile's last row, the next row of tiles, shifted by stagger.
                     iy += 1
-                    if mode == texture:
+                    if ti.static(tiled):
                         ty += 1
                         src_row += tw
                         if ty == th:
@@ -487,6 +498,7 @@ def _launch(
         kernels["pad_canvas"](
             img_arg, canvas_arg, img_w, canvas_w, tex_arg, words.reshape(-1), meta,
             lanes, backward, rt._state["per_pixel"], rt.serial_launch(canvas_arg),
+            mode == "texture",
         )  # fmt: skip
 
 

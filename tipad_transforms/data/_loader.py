@@ -10,6 +10,7 @@ run there.
 from __future__ import annotations
 
 import multiprocessing
+import os
 from collections.abc import Iterable, Iterator
 from multiprocessing.context import BaseContext
 from typing import Any
@@ -22,22 +23,32 @@ from ._tree import iter_tensors, to_device
 __all__ = ["DeviceLoader", "worker_context"]
 
 _PRELOAD = "tipad_transforms._runtime._preload"
+_MAIN_PATH_ENV = "TIPAD_FORKSERVER_MAIN"  # _preload.MAIN_PATH_ENV (that module imports Taichi)
 
 
 def worker_context(method: str = "forkserver") -> BaseContext:
     """A ``multiprocessing_context`` for DataLoader workers that run the Taichi kernels.
 
-    ``"forkserver"``: the server process imports torch and Taichi (not initialised: that is
-    fork safe) besides your main module, once; every worker forked from it skips those imports,
-    initialises Taichi on its first launch and loads the kernels from Taichi's offline cache.
-    This sets the forkserver's preload list for the whole process (``["__main__"]`` plus this
-    package's preload module), so call it before the first forkserver worker starts.
+    ``"forkserver"``: the server process imports your main module (a script's, as a worker
+    would), torch, torchvision, this package's padding modules and Taichi (not initialised:
+    that is fork safe), once; every worker forked from it skips those imports, initialises
+    Taichi on its first launch and loads the kernels from Taichi's offline cache. This sets the
+    forkserver's preload list for the whole process (``["__main__"]`` plus this package's
+    preload module, which imports the main module itself: CPython before the gh-126631 fix
+    never gives the server its path) and the ``TIPAD_FORKSERVER_MAIN`` environment variable
+    (that path), so call it before the first forkserver worker starts.
     ``"spawn"``: the plain spawn context (a spawned worker imports everything itself). Pair
     either with ``persistent_workers=True`` to start workers (and Taichi in them) once, not
     every epoch. Raises ``ValueError`` for another method (``fork`` workers of a process that
     already ran a kernel cannot run it: see docs/data-loading.md).
     """
     if method == "forkserver":
+        from multiprocessing import spawn
+
+        # The path exactly as a worker's `prepare` will compare it (absolute, normalised).
+        main_path = spawn.get_preparation_data("ignore").get("init_main_from_path")
+        if main_path:
+            os.environ[_MAIN_PATH_ENV] = main_path
         multiprocessing.set_forkserver_preload(["__main__", _PRELOAD])
     elif method != "spawn":
         raise ValueError(f"method must be 'forkserver' or 'spawn', got {method!r}")
