@@ -18,6 +18,7 @@ import torch
 from .. import ops
 from .._checks import INT64_MAX
 from .._geometry import PadGeometry, check_bank_index
+from ..ops._pad import direct_ok, pad_direct
 from ._convert import fill_values, per_sample, texture_bank
 
 __all__ = ["Border", "launch"]
@@ -150,6 +151,13 @@ def launch(
     args = (x, grow, border.mode, border.fill, border.texture, border.offset,
             border.texture_index, border.stagger)  # fmt: skip
     if not any(crop):
+        # Eager plain tensors without autograd: the op's implementation, minus the dispatch and
+        # the checks that the border and the geometry above already made.
+        if direct_ok(x, border.fill, border.texture, border.offset, border.texture_index) and (
+            out is None or direct_ok(out)
+        ):
+            return pad_direct(x, g, border.mode, border.fill, border.texture, border.offset,
+                              border.texture_index, border.stagger, out)  # fmt: skip
         if out is None:
             return ops.pad(*args)
         ops.pad_out(*args, out)
