@@ -187,9 +187,9 @@ def direct_ok(*tensors: torch.Tensor) -> bool:
 
     Only when the dispatcher could not do anything but call the op's CPU/CUDA implementation:
     not compiling or tracing, no functorch transform (vmap, grad, functionalize), no torch
-    dispatch or torch function mode (FakeTensorMode, make_fx, a user's mode), plain tensors
-    only (no subclass: FakeTensor, FunctionalTensor, tv_tensors), and no autograd to record
-    (grad mode off, or no tensor requires grad).
+    dispatch or torch function mode (FakeTensorMode, make_fx, a user's mode), plain CPU or
+    CUDA tensors only (no subclass: FakeTensor, FunctionalTensor, tv_tensors; no meta tensors),
+    and no autograd to record (grad mode off, or no tensor requires grad).
     """
     if (
         torch.compiler.is_compiling()
@@ -200,7 +200,11 @@ def direct_ok(*tensors: torch.Tensor) -> bool:
         return False
     grad = torch.is_grad_enabled()
     for t in tensors:
-        if type(t) is not torch.Tensor or (grad and t.requires_grad):
+        if (
+            type(t) is not torch.Tensor
+            or not (t.is_cpu or t.is_cuda)  # meta tensors go to the fake implementation
+            or (grad and t.requires_grad)
+        ):
             return False
     return True
 
