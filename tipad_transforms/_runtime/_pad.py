@@ -309,7 +309,8 @@ def launch_pad(
     backward: bool = False,
     texture_grad: bool = True,
 ) -> None:
-    """Run the padding kernel. All tensors contiguous, detached and on one device.
+    """Run the padding kernel. All tensors contiguous, detached and on one device; ``image`` and
+    ``canvas`` may have any shape holding their elements in row-major order.
 
     Forward: writes every element of ``canvas`` (``(N, C, H', W')``) from ``image``
     (``(N, C, H, W)``), ``texture`` (``(K, Ct, th, tw)``, Ct in {1, C}) or ``fill`` (``(C,)``),
@@ -327,9 +328,10 @@ def launch_pad(
     def maps() -> list[torch.Tensor]:
         return _fold_maps(mode, g.h, g.w, g.top, g.left, g.out_h, g.out_w)
 
-    _launch(mode, image, canvas, record, 0, g.c * g.h * g.w, maps, texture=texture, fill=fill,
-            offset=offset, texture_index=texture_index, stagger=stagger, backward=backward,
-            texture_grad=texture_grad)  # fmt: skip
+    dims = (g.n, g.c, g.out_h, g.out_w)
+    _launch(mode, image, canvas, dims, record, 0, g.c * g.h * g.w, maps, texture=texture,
+            fill=fill, offset=offset, texture_index=texture_index, stagger=stagger,
+            backward=backward, texture_grad=texture_grad)  # fmt: skip
 
 
 def launch_pad_stack(
@@ -364,7 +366,8 @@ def launch_pad_stack(
         records[:, _RMAPS] = _HEADER + n * _RECORD + torch.arange(n) * (out_h + out_w)
         for hi, wi, top_i, left_i in sizes.tolist():
             maps += _fold_maps(mode, hi, wi, top_i, left_i, out_h, out_w)
-    _launch(mode, images, canvas, records, _RECORD, 0, lambda: maps, texture=texture, fill=fill,
+    _launch(mode, images, canvas, (n, c, out_h, out_w), records, _RECORD, 0, lambda: maps,
+            texture=texture, fill=fill,
             offset=offset, texture_index=texture_index, stagger=stagger, backward=backward,
             texture_grad=texture_grad)  # fmt: skip
 
@@ -407,6 +410,7 @@ def _launch(
     mode: str,
     image: torch.Tensor,
     canvas: torch.Tensor,
+    dims: tuple[int, int, int, int],
     records: list[int] | torch.Tensor,
     record_step: int,
     image_step: int,
@@ -420,7 +424,8 @@ def _launch(
     backward: bool,
     texture_grad: bool,
 ) -> None:
-    """Launch ``pad_canvas`` on ``canvas`` (``(N, C, H', W')``) with the geometry records (one
+    """Launch ``pad_canvas`` on ``canvas`` (``dims`` ``(N, C, H', W')`` elements, any shape)
+    with the geometry records (one
     shared with steps ``(0, C*H*W)``, or one per sample with steps ``(_RECORD, 0)``) and their
     index maps (made by ``maps()``, only when not cached), laid out as ``meta`` expects; the rest
     as in ``launch_pad``. A single-record launch takes its ``_Plan`` from a cache."""
@@ -433,12 +438,12 @@ def _launch(
         key = None
         plan = None
         if isinstance(records, list):
-            key = (mode, image.shape, canvas.shape, canvas.dtype, canvas.device, texture.shape,
+            key = (mode, dims, image.numel(), canvas.dtype, canvas.device, texture.shape,
                    texture.dtype, stagger, backward, texture_grad, record_step, image_step,
                    per_pixel, rt.SERIAL_BYTES, *records)  # fmt: skip
             plan = _plans.get(key)
         if plan is None:
-            plan = _Plan(mode, image, canvas, records, record_step, image_step, maps,
+            plan = _Plan(mode, image, canvas, dims, records, record_step, image_step, maps,
                          texture=texture, stagger=stagger, backward=backward,
                          texture_grad=texture_grad, per_pixel=per_pixel)  # fmt: skip
             if key is not None:
@@ -471,6 +476,7 @@ class _Plan:
         mode: str,
         image: torch.Tensor,
         canvas: torch.Tensor,
+        dims: tuple[int, int, int, int],
         records: list[int] | torch.Tensor,
         record_step: int,
         image_step: int,
@@ -482,7 +488,7 @@ class _Plan:
         texture_grad: bool,
         per_pixel: bool,
     ) -> None:
-        n, c, out_h, out_w = canvas.shape
+        n, c, out_h, out_w = dims
         self.device = canvas.device
         self.backward = backward
         self.constant = mode == "constant"

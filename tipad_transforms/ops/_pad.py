@@ -42,12 +42,14 @@ def _run(
     texture_index: torch.Tensor,
     stagger: int,
 ) -> None:
-    """Write every element of ``canvas`` (N, C, H', W'), contiguous."""
+    """Write every element of ``canvas`` (N*C*H'*W' elements, contiguous, any shape) from
+    ``image`` (N*C*H*W, contiguous)."""
     args: dict[str, Any] = dict(
         texture=texture, fill=fill, offset=offset, texture_index=texture_index, stagger=stagger
     )
     if not kernel_ran("padding", lambda: _runtime.launch_pad(g, mode, image, canvas, **args)):
-        canvas.copy_(_fallback.pad(g, mode, image, **args))
+        planes = image.view(g.n, g.c, g.h, g.w)
+        canvas.view(g.n, g.c, g.out_h, g.out_w).copy_(_fallback.pad(g, mode, planes, **args))
 
 
 def _check_mode(mode: str, name: str) -> None:
@@ -138,7 +140,6 @@ def _check_out(out: torch.Tensor, g: PadGeometry, x: torch.Tensor) -> None:
 
 def _prepare(
     x: torch.Tensor,
-    g: PadGeometry,
     texture: torch.Tensor,
     texture_index: torch.Tensor,
     check_index: bool = True,
@@ -148,9 +149,11 @@ def _prepare(
         # there (or, for a direct op call, clamped by the kernel so it never reads outside the
         # bank): checking it here would synchronise the host on every CUDA call.
         check_bank_index(texture.shape[0], texture_index)
-    # reshape copies only when needed (channels-last, slices); the kernel wants row-major planes.
-    image = x.detach().reshape(g.n, g.c, g.h, g.w).contiguous()
-    return image, texture.detach().contiguous()
+    # The kernel wants row-major planes: contiguous copies only when needed (channels-last,
+    # slices); no reshape (a view costs microseconds per call), and detached only where needed.
+    image = (x.detach() if x.requires_grad else x).contiguous()
+    tex = (texture.detach() if texture.requires_grad else texture).contiguous()
+    return image, tex
 
 
 def _forward(
@@ -167,14 +170,13 @@ def _forward(
 ) -> torch.Tensor:
     """The body of ``tipad::pad`` (``out`` None) and ``tipad::pad_out``, after their checks;
     the eager direct route (``pad_direct``) runs it too, so both give the same bits."""
-    image, tex = _prepare(x, g, texture, texture_index, check_index)
-    if out is None:
-        canvas = torch.empty(g.n, g.c, g.out_h, g.out_w, dtype=x.dtype, device=x.device)
-    else:
-        canvas = out.view(g.n, g.c, g.out_h, g.out_w)
+    image, tex = _prepare(x, texture, texture_index, check_index)
+    canvas = (
+        torch.empty(g.out_shape(x.shape), dtype=x.dtype, device=x.device) if out is None else out
+    )
     _run(g, mode, image, canvas, tex, fill.contiguous(), offset.contiguous(),
          texture_index.contiguous(), stagger)  # fmt: skip
-    return canvas.reshape(g.out_shape(x.shape)) if out is None else out
+    return canvas
 
 
 #: Eager calls served by ``pad_direct`` (read by the tests: a direct route that silently stopped
