@@ -1,6 +1,7 @@
 """Per-call and per-process costs (issue 9), each workload beside its peers in one process.
 
     python benchmarks/percall.py [--quick] [--threads 1] [--repeats 7] [--out out/bench]
+                                 [--only image]
 
 Workloads (peers interleaved, medians; see ``_common.measure``):
 
@@ -25,8 +26,9 @@ Workloads (peers interleaved, medians; see ``_common.measure``):
 * ``first call``: ``brick_pad`` in a new process (import, Taichi init, first launch) with this
   machine's offline cache (warm after one run), two processes.
 
-Writes ``<out>/percall.json`` and ``<out>/percall.png``. ``--quick``: small models, few
-repeats (a smoke run, not a measurement).
+Writes ``<out>/percall.json`` and ``<out>/percall.png`` (``--only image``: that workload alone,
+into ``percall-image.*``). ``--quick``: small models, few repeats (a smoke run, not a
+measurement).
 """
 
 from __future__ import annotations
@@ -306,6 +308,11 @@ def main(argv: list[str] | None = None) -> None:
     p.add_argument("--out", type=Path, default=Path("out/bench"))
     p.add_argument("--workers", action="store_true", help="also time DataLoader worker epochs")
     p.add_argument("--only-workers", action="store_true", help="time worker epochs only")
+    p.add_argument(
+        "--only",
+        choices=("image",),
+        help="time this workload only (image: the one-image padding calls, ~20 s)",
+    )
     args = p.parse_args(argv)
     if args.only_workers:
         epochs = worker_epochs(2)
@@ -329,22 +336,25 @@ def main(argv: list[str] | None = None) -> None:
         report(title, results, yard)
 
     run("one 3x224x224 uint8 image, pad 32", image_peers(), "v2")
-    run("ops.wkv, T=1, B=1, C=768", wkv_peers(), "wkv-public")
-    models = [(1024, 128, 2)] if args.quick else [(1024, 768, 12), (1024, 512, 6)]
-    with tempfile.TemporaryDirectory() as tmp, torch.no_grad():
-        for vocab, n_embd, n_layer in models:
-            peers, check = rwkv4_peers(vocab, n_embd, n_layer, Path(tmp))
-            checks[f"rwkv4 {n_layer}x{n_embd}"] = check
-            print(f"\nRWKV-4 {n_layer}x{n_embd}: {check}")
-            run(f"RWKV-4 {n_layer}x{n_embd}, one token", peers, peers[-1].key)
-    run("seed canvas 1x4144x8224 float32", canvas_peers(args.quick), "fill", min_s=0.1)
-    epochs = worker_epochs(2) if args.workers else {}
-    for k, v in epochs.items():
-        print(f"{k:28s} " + "  ".join(f"{t:.2f} s" for t in v))
-    firsts = first_calls(1 if args.quick else 2)
-    print("\nfirst call in a new process (offline cache as this machine has it):")
-    for i, r in enumerate(firsts):
-        print(f"  run {i + 1}: {r.get('first_call_s', r.get('error'))}")
+    epochs: dict[str, list[float]] = {}
+    firsts: list[dict[str, Any]] = []
+    if args.only is None:
+        run("ops.wkv, T=1, B=1, C=768", wkv_peers(), "wkv-public")
+        models = [(1024, 128, 2)] if args.quick else [(1024, 768, 12), (1024, 512, 6)]
+        with tempfile.TemporaryDirectory() as tmp, torch.no_grad():
+            for vocab, n_embd, n_layer in models:
+                peers, check = rwkv4_peers(vocab, n_embd, n_layer, Path(tmp))
+                checks[f"rwkv4 {n_layer}x{n_embd}"] = check
+                print(f"\nRWKV-4 {n_layer}x{n_embd}: {check}")
+                run(f"RWKV-4 {n_layer}x{n_embd}, one token", peers, peers[-1].key)
+        run("seed canvas 1x4144x8224 float32", canvas_peers(args.quick), "fill", min_s=0.1)
+        epochs = worker_epochs(2) if args.workers else {}
+        for k, v in epochs.items():
+            print(f"{k:28s} " + "  ".join(f"{t:.2f} s" for t in v))
+        firsts = first_calls(1 if args.quick else 2)
+        print("\nfirst call in a new process (offline cache as this machine has it):")
+        for i, r in enumerate(firsts):
+            print(f"  run {i + 1}: {r.get('first_call_s', r.get('error'))}")
 
     args.out.mkdir(parents=True, exist_ok=True)
     payload = {
@@ -359,9 +369,11 @@ def main(argv: list[str] | None = None) -> None:
         "first_call": firsts,
         "machine": machine_info(),
     }
-    write_json(args.out / "percall.json", payload)
-    plot_workloads(workloads, args.out / "percall.png", "Per-call costs (issue 9)")
-    print(f"\nwrote {args.out / 'percall.json'}")
+    # A partial run does not overwrite a whole one's files.
+    stem = "percall" if args.only is None else f"percall-{args.only}"
+    write_json(args.out / f"{stem}.json", payload)
+    plot_workloads(workloads, args.out / f"{stem}.png", "Per-call costs (issue 9)")
+    print(f"\nwrote {args.out / f'{stem}.json'}")
 
 
 if __name__ == "__main__":
