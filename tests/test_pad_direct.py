@@ -254,3 +254,15 @@ def _poison_allocator(x: torch.Tensor) -> torch.Tensor:
     for _ in range(3):
         torch.full((1 << 14,), 0x5A, dtype=torch.uint8)
     return x
+
+
+def test_brickpad_tile_size_follows_changed_options() -> None:
+    """``tile_size`` is computed once per options, yet follows ``brick_options`` when changed."""
+    from tipad_transforms.functional._brick import brick_tile_size
+
+    t = BrickPad(4, random_offset=True, courses=3)
+    assert t.tile_size == brick_tile_size(courses=3)
+    t.brick_options["courses"] = 2
+    assert t.tile_size == brick_tile_size(courses=2)
+    t.brick_options = {"mortar": 1}
+    assert t.tile_size == brick_tile_size(mortar=1)
