@@ -457,6 +457,8 @@ def _launch(
 # for the same one on every call.
 _plans: dict[tuple[Any, ...], "_Plan"] = {}
 _PLANS_SIZE = 64
+# Lean raw-pointer launchers (``_lean.Bound``) per kernel signature, for every plan.
+_bounds: dict[tuple[Any, ...], Any] = {}
 # How run() passes a tensor to an ndarray slot: as the plan's element type (a same-size integer
 # view forward, the float gradient backward), as its whole 8-byte words, or as it is.
 _AS_ELEMENTS, _AS_WORDS, _AS_IS = range(3)
@@ -466,10 +468,11 @@ class _Plan:
     """Everything about a ``pad_canvas`` launch that depends only on its signature (mode,
     shapes, dtypes, device, padding, texture shape, stagger, direction): the kernel's scalars
     and index maps in the host part of ``meta`` (two variants: with and without the texture's
-    word table), the lane width, whether words can pay, and per alignment case a lean
-    ``Bound`` launcher. What a call still decides: whether its image and canvas addresses are
-    8-byte aligned (word moves), the texture's word table (cached by its memory and version)
-    and the lattice (offsets, bank indices) of texture mode."""
+    word table, the second made when first needed), the lane width and whether words can pay.
+    What a call still decides: whether its image and canvas addresses are 8-byte aligned (word
+    moves), the texture's word table (cached by its memory and version), the lattice (offsets,
+    bank indices) of texture mode, and which lean launcher (``_bounds``, per kernel signature)
+    runs it."""
 
     def __init__(
         self,
@@ -520,26 +523,36 @@ class _Plan:
         header = [n * c * out_h, c, out_h, out_w, MODE_CODES[mode], tex_channels, th, tw,
                   stagger, 0, int(texture_grad), n, bank, record_step, image_step]  # fmt: skip
         host = _host_meta(header, records, maps(), n, self.device)
-        with_table = host.clone()
-        with_table[_USE_WORDS] = 1
-        # Standard modes never read the lattice; constant mode's is zeros: their whole meta is
-        # known now. Texture mode appends each call's offsets and indices.
-        self.hosts = (host, with_table)
-        if self.constant:
-            zeros = _int_zeros(3 * n, self.device)
-            self.metas: tuple[torch.Tensor, torch.Tensor] | None = (
-                torch.cat([host, zeros]), torch.cat([with_table, zeros]))  # fmt: skip
-        elif not self.texture_mode:
-            self.metas = self.hosts
-        else:
-            self.metas = None
+        self.n = n
+        # Per use of the word table: the host part of meta, and for standard modes (which never
+        # read the lattice) and constant mode (whose lattice is zeros) the whole meta. Texture
+        # mode appends each call's offsets and indices.
+        self.hosts: list[torch.Tensor | None] = [host, None]
+        self.metas: list[torch.Tensor | None] = [self._whole(host), None]
         # The last call's lattice tensors, their versions and the meta made of them.
         self.last: tuple[Any, ...] = ()
-        self.bound: list[Any] = [None, None]  # per `aligned`: a lean launcher, once known
+
+    def _whole(self, host: torch.Tensor) -> torch.Tensor | None:
+        if self.constant:
+            return torch.cat([host, _int_zeros(3 * self.n, self.device)])
+        return None if self.texture_mode else host
+
+    def _host(self, table: bool) -> torch.Tensor:
+        host = self.hosts[table]
+        if host is None:  # the variant with the word table, first asked for now
+            base = self.hosts[0]
+            assert base is not None
+            host = base.clone()
+            host[_USE_WORDS] = 1
+            self.hosts[table] = host
+            self.metas[table] = self._whole(host)
+        return host
 
     def _meta(self, table: bool, offset: torch.Tensor, texture_index: torch.Tensor) -> torch.Tensor:
-        if self.metas is not None:
-            return self.metas[table]
+        host = self._host(table)
+        meta = self.metas[table]
+        if meta is not None:
+            return meta
         last = self.last
         if (
             last
@@ -551,9 +564,9 @@ class _Plan:
             and last[3] == offset._version
             and last[4] == texture_index._version
         ):
-            meta: torch.Tensor = last[5]
-            return meta
-        meta = torch.cat([self.hosts[table], offset.reshape(-1), texture_index.reshape(-1)])
+            last_meta: torch.Tensor = last[5]
+            return last_meta
+        meta = torch.cat([host, offset.reshape(-1), texture_index.reshape(-1)])
         if not (offset.is_inference() or texture_index.is_inference()):
             # Holds the tensors, so their memory cannot be reused by others meanwhile.
             self.last = (offset, texture_index, table, offset._version, texture_index._version,
@@ -589,16 +602,22 @@ class _Plan:
             (table, _AS_IS) if table is not None else (no_words, _AS_IS),
             (self._meta(table is not None, offset, texture_index), _AS_IS),
         ]
-        bound = self.bound[aligned]
+        lanes = self.lanes if aligned else 1
+        # The kernel's signature: its arrays' dtypes (the plan's element type, int64 words, int32
+        # meta; all 1-D) and its template values. Images of new sizes get new plans, not new
+        # signatures, so the lean launcher is shared by every plan of one signature.
+        signature = (kernel, self.dtype, lanes, self.backward, self.per_pixel, self.serial)
+        bound = _bounds.get(signature)
         if bound is not None and bound.launch([_raw(t, how) for t, how in slots]):
             return
-        lanes = self.lanes if aligned else 1
         args = (*(self._view(t, how) for t, how in slots), lanes, self.backward, self.per_pixel,
                 self.serial)  # fmt: skip
         kernel(*args)
         bind = getattr(kernel, "bind", None)
         if bind is not None:
-            self.bound[aligned] = bind(args)
+            if len(_bounds) >= _PLANS_SIZE:
+                _bounds.clear()
+            _bounds[signature] = bind(args)
 
     def _view(self, t: torch.Tensor, how: int) -> torch.Tensor:
         if how == _AS_WORDS:
