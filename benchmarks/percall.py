@@ -9,7 +9,8 @@ Workloads (peers interleaved, medians; see ``_common.measure``):
   (the yardstick), ``F.pad`` constant, tipad ``pad(reflect)`` (bit-equal to v2's),
   ``TexturePad``, ``BrickPad``, and ``texture_pad`` again through Taichi's public launcher on
   its thread pool (the lean launch path and the serial small launch switched off: how the
-  package launched before).
+  package launched before them; the direct route past the custom-op dispatch and the launch
+  plans stay on).
 * ``wkv``: ``ops.wkv`` with ``T = 1`` (``B = 1``, ``C = 768``, with a state), lean and public.
 * ``rwkv4``: one token through an RWKV-4 model (12 layers x 768, and 6 x 512; vocabulary 1024
   so the layers dominate), tipad ``RWKV4(idx, state)`` against BlinkDL's ``rwkv`` package,
