@@ -10,7 +10,8 @@ Workloads (peers interleaved, medians; see ``_common.measure``):
   (the yardstick), ``F.pad`` constant, tipad ``pad(reflect)`` (bit-equal to v2's),
   ``TexturePad``, ``BrickPad``, and ``texture_pad`` again through Taichi's public launcher on
   its thread pool (the lean launch path and the serial small launch switched off: how the
-  package launched before).
+  package launched before them; the direct route past the custom-op dispatch and the launch
+  plans stay on).
 * ``wkv``: ``ops.wkv`` with ``T = 1`` (``B = 1``, ``C = 768``, with a state; no gradient, so it
   runs the op's implementation directly), the custom op called through ``torch.ops``, and
   ``ops.wkv`` through Taichi's public launcher.
@@ -542,9 +543,11 @@ def main(argv: list[str] | None = None) -> None:
         "first_call": firsts,
         "machine": machine_info(),
     }
-    write_json(args.out / "percall.json", payload)
-    plot_workloads(workloads, args.out / "percall.png", "Per-call costs (issue 9)")
-    print(f"\nwrote {args.out / 'percall.json'}")
+    # A partial run does not overwrite a whole one's files.
+    stem = "percall" if args.only is None else "percall-" + "-".join(sorted(set(args.only)))
+    write_json(args.out / f"{stem}.json", payload)
+    plot_workloads(workloads, args.out / f"{stem}.png", "Per-call costs (issue 9)")
+    print(f"\nwrote {args.out / f'{stem}.json'}")
 
 
 if __name__ == "__main__":

@@ -182,6 +182,28 @@ def test_arguments_it_does_not_know_take_the_public_call() -> None:
     assert k._key(()) is None
 
 
+def test_pad_plans_bind_a_raw_pointer_launcher() -> None:
+    """The padding plans launch through ``_lean.Bound`` (raw pointers, no signature), which
+    rests on the same internals as ``LeanKernel``: it must exist for the pad kernel, give the
+    public call's bits, and hand the call back (False) when the lean path may not run."""
+    from tipad_transforms._runtime import _pad as runtime_pad
+
+    g = torch.Generator().manual_seed(21)
+    x = torch.randint(0, 256, (2, 3, 11, 16), generator=g, dtype=torch.uint8)
+    tex = torch.randint(0, 256, (3, 4, 6), generator=g, dtype=torch.uint8)
+    run = lambda: F.texture_pad(x, (9, 7, 10, 8), tex, stagger=2)  # noqa: E731
+    run()
+    run()
+    bounds = [b for b in runtime_pad._bounds.values() if b is not None]
+    assert bounds, "no padding plan bound a lean launcher"
+    assert all(isinstance(b, _lean.Bound) for b in bounds)
+    lean = _poisoned(run)
+    with _public_only():
+        assert not any(b.launch([]) for b in bounds)  # disabled: nothing launched, no error
+        public = _poisoned(run)
+    assert torch.equal(lean, public)
+
+
 def test_worker_context_preloads_taichi_in_the_forkserver() -> None:
     import multiprocessing.forkserver as fs
 

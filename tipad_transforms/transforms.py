@@ -443,10 +443,17 @@ class BrickPad(_TexturedPad):
             generator=generator,
         )
         self.brick_options: dict[str, Any] = dict(brick)
+        # Read by every random_offset call: computed once, again only if the options change.
+        self._tile_size = brick_tile_size(**brick)
+        self._tile_size_of, self._options = self.brick_options, dict(brick)
 
     @property
     def tile_size(self) -> tuple[int, int]:
-        return brick_tile_size(**self.brick_options)
+        if self._tile_size_of is not self.brick_options or self._options != self.brick_options:
+            # brick_options was replaced or changed after construction: follow it.
+            self._tile_size = brick_tile_size(**self.brick_options)
+            self._tile_size_of, self._options = self.brick_options, dict(self.brick_options)
+        return self._tile_size
 
     def transform(self, inpt: Any, params: dict[str, Any]) -> Any:
         """Pad one input with ``params`` (from ``make_params`` or stored from an earlier call)."""

@@ -31,7 +31,7 @@ from typing import Any
 
 import torch
 
-__all__ = ["KNOWN", "LeanKernel", "lean_supported"]
+__all__ = ["KNOWN", "Bound", "LeanKernel", "lean_supported"]
 
 #: The (module name, version) pairs whose internals the lean path was written and tested for.
 KNOWN = {("taichi", (1, 7, 4))}
@@ -187,3 +187,56 @@ class LeanKernel:
                 ctx.set_arg_float((slot,), float(a))
             slot += 1
         plan.prog.launch_kernel(plan.code, ctx)
+
+    def bind(self, args: tuple[Any, ...]) -> "Bound | None":
+        """A launcher for later calls of ``args``' signature that takes raw arrays, or None.
+
+        Call it after a call with ``args`` (which compiled and recorded the plan); None when the
+        lean path does not take them (disabled, a scalar slot, an unknown argument).
+        """
+        if not self.enabled:
+            return None
+        key = self._key(args)
+        plan = self._plans.get(key) if key is not None else None
+        kinds = self._kinds
+        if plan is None or kinds is None or _INT in kinds or _FLOAT in kinds:
+            return None
+        if any(edim for kind, edim in zip(kinds, self._edims, strict=True) if kind == _ARRAY):
+            return None
+        return Bound(self, plan, sum(kind == _ARRAY for kind in kinds))
+
+
+class Bound:
+    """One signature of a ``LeanKernel`` whose ndarray slots are all scalar-typed and which has
+    no scalar slots: ``launch`` sets each slot from ``(data_ptr, nbytes, shape)`` and launches,
+    so the caller needs no tensor views of the right dtype on every call (each costs a torch
+    call), and no signature is extracted. The caller keeps the arrays' dtypes, ndims and
+    template values those of the ``args`` it was bound with (its cache key says so)."""
+
+    __slots__ = ("_arrays", "_kernel", "_plan")
+
+    def __init__(self, kernel: LeanKernel, plan: _Plan, arrays: int) -> None:
+        self._kernel = kernel
+        self._plan = plan
+        self._arrays = arrays
+
+    def launch(self, arrays: list[tuple[int, int, tuple[int, ...]]]) -> bool:
+        """Launch with ``arrays`` (one ``(data_ptr, nbytes, shape)`` per ndarray slot, in
+        order); False, launching nothing, when the lean path may not run now (disabled, Taichi
+        re-initialised, an autodiff tape or forward-mode manager active): use the public call.
+        """
+        kernel, plan = self._kernel, self._plan
+        runtime = kernel._ti.lang.impl.get_runtime()
+        if (
+            not kernel.enabled
+            or plan.prog is not runtime.prog
+            or runtime.target_tape is not None
+            or runtime.fwd_mode_manager is not None
+        ):
+            return False
+        assert len(arrays) == self._arrays
+        ctx = plan.kernel.make_launch_context()
+        for slot, (ptr, nbytes, shape) in enumerate(arrays):
+            ctx.set_arg_external_array_with_shape((slot,), ptr, nbytes, shape, 0)
+        plan.prog.launch_kernel(plan.code, ctx)
+        return True

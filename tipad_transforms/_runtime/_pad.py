@@ -320,7 +320,8 @@ def launch_pad(
     backward: bool = False,
     texture_grad: bool = True,
 ) -> None:
-    """Run the padding kernel. All tensors contiguous, detached and on one device.
+    """Run the padding kernel. All tensors contiguous, detached and on one device; ``image`` and
+    ``canvas`` may have any shape holding their elements in row-major order.
 
     Forward: writes every element of ``canvas`` (``(N, C, H', W')``) from ``image``
     (``(N, C, H, W)``), ``texture`` (``(K, Ct, th, tw)``, Ct in {1, C}) or ``fill`` (``(C,)``),
@@ -338,9 +339,10 @@ def launch_pad(
     def maps() -> list[torch.Tensor]:
         return _fold_maps(mode, g.h, g.w, g.top, g.left, g.out_h, g.out_w)
 
-    _launch(mode, image, canvas, record, 0, g.c * g.h * g.w, maps, texture=texture, fill=fill,
-            offset=offset, texture_index=texture_index, stagger=stagger, backward=backward,
-            texture_grad=texture_grad)  # fmt: skip
+    dims = (g.n, g.c, g.out_h, g.out_w)
+    _launch(mode, image, canvas, dims, record, 0, g.c * g.h * g.w, maps, texture=texture,
+            fill=fill, offset=offset, texture_index=texture_index, stagger=stagger,
+            backward=backward, texture_grad=texture_grad)  # fmt: skip
 
 
 def launch_pad_stack(
@@ -375,7 +377,8 @@ def launch_pad_stack(
         records[:, _RMAPS] = _HEADER + n * _RECORD + torch.arange(n) * (out_h + out_w)
         for hi, wi, top_i, left_i in sizes.tolist():
             maps += _fold_maps(mode, hi, wi, top_i, left_i, out_h, out_w)
-    _launch(mode, images, canvas, records, _RECORD, 0, lambda: maps, texture=texture, fill=fill,
+    _launch(mode, images, canvas, (n, c, out_h, out_w), records, _RECORD, 0, lambda: maps,
+            texture=texture, fill=fill,
             offset=offset, texture_index=texture_index, stagger=stagger, backward=backward,
             texture_grad=texture_grad)  # fmt: skip
 
@@ -392,10 +395,6 @@ def _fold_maps(
     ]
 
 
-# The host-made part of `meta` (header, record, index maps) of recent single-record launches,
-# on their device: a transform applied to images of one size asks for the same one every call.
-_host_cache: dict[tuple[Any, ...], torch.Tensor] = {}
-_HOST_CACHE_SIZE = 64
 # Read-only stand-ins (never written, never read by the kernel) per (dtype, device), and int32
 # zeros per (length, device): the lattice of constant mode.
 _dummies: dict[tuple[torch.dtype, torch.device], torch.Tensor] = {}
@@ -422,6 +421,7 @@ def _launch(
     mode: str,
     image: torch.Tensor,
     canvas: torch.Tensor,
+    dims: tuple[int, int, int, int],
     records: list[int] | torch.Tensor,
     record_step: int,
     image_step: int,
@@ -435,71 +435,219 @@ def _launch(
     backward: bool,
     texture_grad: bool,
 ) -> None:
-    """Launch ``pad_canvas`` on ``canvas`` (``(N, C, H', W')``) with the geometry records (one
+    """Launch ``pad_canvas`` on ``canvas`` (``dims`` ``(N, C, H', W')`` elements, any shape)
+    with the geometry records (one
     shared with steps ``(0, C*H*W)``, or one per sample with steps ``(_RECORD, 0)``) and their
     index maps (made by ``maps()``, only when not cached), laid out as ``meta`` expects; the rest
-    as in ``launch_pad``."""
-    n, c, out_h, out_w = canvas.shape
+    as in ``launch_pad``. A single-record launch takes its ``_Plan`` from a cache."""
     with rt.session(canvas.device, "pad", _build_kernels, (image, canvas, texture)) as kernels:
         if canvas.numel() == 0:
             return
-        device = canvas.device
         if not backward:
             rt.advise_huge_pages(canvas)
-        if mode == "constant":  # a 1x1 texture per channel, lattice at the origin
-            mode, stagger, texture_grad = "texture", 0, False
-            texture = fill.reshape(1, c, 1, 1) if not backward else canvas.new_zeros(1, c, 1, 1)
-            lattice = _int_zeros(3 * n, device)
-        else:
-            lattice = torch.cat([offset.reshape(-1), texture_index.reshape(-1)])
-        if backward:  # float gradients are accumulated, not moved: no integer views
-            img_arg, canvas_arg = image.reshape(-1), canvas.reshape(-1)
-            tex_arg = texture.reshape(-1)
-        else:
-            img_arg, canvas_arg, tex_arg = _bits(image), _bits(canvas), _bits(texture)
-        # Taichi needs non-empty arguments; a one-element dummy is never read.
-        if not tex_arg.numel():
-            tex_arg = _dummy(canvas_arg.dtype, device)
-        if not img_arg.numel():
-            img_arg = _dummy(canvas_arg.dtype, device)
-        # Unused word arguments get an int64 dummy: one compiled kernel per dtype, not per mode.
-        no_words = _dummy(torch.int64, device)
-        _, tex_channels, th, tw = texture.shape if texture.dim() == 4 else (1, 1, 1, 1)
-        lanes = 8 // canvas_arg.element_size()
-        # Word moves serve the CPU's row walk; CUDA's one-thread-per-pixel order has no use.
-        img_w: torch.Tensor | None = no_words
-        canvas_w: torch.Tensor | None = no_words
-        words = no_words
-        if not (backward or lanes == 1 or rt._state["per_pixel"]):
-            img_w, canvas_w = _words(img_arg), _words(canvas_arg)
-        if img_w is None or canvas_w is None or img_w is no_words:
-            lanes, img_w, canvas_w = 1, no_words, no_words
-        elif mode == "texture":
-            border = canvas.numel() - image.numel()
-            # The word table costs `lanes` times the texture; it pays only for a larger border.
-            if tex_arg.numel() * lanes * 2 <= border:
-                words = _cached_texture_words(tex_arg, tw, lanes)
-        bank = texture.shape[0] if texture.dim() == 4 else 1
-        header = [n * c * out_h, c, out_h, out_w, MODE_CODES[mode], tex_channels, th, tw,
-                  stagger, int(words is not no_words), int(texture_grad), n, bank,
-                  record_step, image_step]  # fmt: skip
+        per_pixel = rt._state["per_pixel"]
         key = None
-        host = None
+        plan = None
         if isinstance(records, list):
-            key = (*header, *records, device)
-            host = _host_cache.get(key)
-        if host is None:
-            host = _host_meta(header, records, maps(), n, device)
+            key = (mode, dims, image.numel(), canvas.dtype, canvas.device, texture.shape,
+                   texture.dtype, stagger, backward, texture_grad, record_step, image_step,
+                   per_pixel, rt.SERIAL_BYTES, *records)  # fmt: skip
+            plan = _plans.get(key)
+        if plan is None:
+            plan = _Plan(mode, image, canvas, dims, records, record_step, image_step, maps,
+                         texture=texture, stagger=stagger, backward=backward,
+                         texture_grad=texture_grad, per_pixel=per_pixel)  # fmt: skip
             if key is not None:
-                if len(_host_cache) >= _HOST_CACHE_SIZE:
-                    _host_cache.pop(next(iter(_host_cache)))
-                _host_cache[key] = host
-        meta = torch.cat([host, lattice])
-        kernels["pad_canvas"](
-            img_arg, canvas_arg, img_w, canvas_w, tex_arg, words.reshape(-1), meta,
-            lanes, backward, rt._state["per_pixel"], rt.serial_launch(canvas_arg),
-            mode == "texture",
-        )  # fmt: skip
+                if len(_plans) >= _PLANS_SIZE:
+                    _plans.pop(next(iter(_plans)))
+                _plans[key] = plan
+        plan.run(kernels["pad_canvas"], image, canvas, texture, fill, offset, texture_index)
+
+
+# Launch plans of recent single-record launches: a transform applied to images of one size asks
+# for the same one on every call.
+_plans: dict[tuple[Any, ...], "_Plan"] = {}
+_PLANS_SIZE = 64
+# Lean raw-pointer launchers (``_lean.Bound``) per kernel signature, for every plan.
+_bounds: dict[tuple[Any, ...], Any] = {}
+# How run() passes a tensor to an ndarray slot: as the plan's element type (a same-size integer
+# view forward, the float gradient backward), as its whole 8-byte words, or as it is.
+_AS_ELEMENTS, _AS_WORDS, _AS_IS = range(3)
+
+
+class _Plan:
+    """Everything about a ``pad_canvas`` launch that depends only on its signature (mode,
+    shapes, dtypes, device, padding, texture shape, stagger, direction): the kernel's scalars
+    and index maps in the host part of ``meta`` (two variants: with and without the texture's
+    word table, the second made when first needed), the lane width and whether words can pay.
+    What a call still decides: whether its image and canvas addresses are 8-byte aligned (word
+    moves), the texture's word table (cached by its memory and version), the lattice (offsets,
+    bank indices) of texture mode, and which lean launcher (``_bounds``, per kernel signature)
+    runs it."""
+
+    def __init__(
+        self,
+        mode: str,
+        image: torch.Tensor,
+        canvas: torch.Tensor,
+        dims: tuple[int, int, int, int],
+        records: list[int] | torch.Tensor,
+        record_step: int,
+        image_step: int,
+        maps: Callable[[], list[torch.Tensor]],
+        *,
+        texture: torch.Tensor,
+        stagger: int,
+        backward: bool,
+        texture_grad: bool,
+        per_pixel: bool,
+    ) -> None:
+        n, c, out_h, out_w = dims
+        self.device = canvas.device
+        self.backward = backward
+        self.constant = mode == "constant"
+        self.c = c
+        if self.constant:  # a 1x1 texture per channel, lattice at the origin
+            mode, stagger, texture_grad = "texture", 0, False
+            tex_channels, th, tw, bank = c, 1, 1, 1
+        else:
+            _, tex_channels, th, tw = texture.shape if texture.dim() == 4 else (1, 1, 1, 1)
+            bank = texture.shape[0] if texture.dim() == 4 else 1
+        self.texture_mode = mode == "texture"
+        self.tw = tw
+        # Float gradients are accumulated, not moved: no integer views backward.
+        self.dtype = canvas.dtype if backward else _BITS[canvas.element_size()]
+        self.lanes = 8 // canvas.element_size()
+        # Word moves serve the CPU's row walk; CUDA's one-thread-per-pixel order has no use.
+        # ... and needs a whole word in the image and the canvas (the address is per call).
+        self.words = (
+            not (backward or self.lanes == 1 or per_pixel)
+            and image.numel() * image.element_size() >= 8
+            and canvas.numel() * canvas.element_size() >= 8
+        )
+        tex_numel = c if self.constant else texture.numel()
+        border = canvas.numel() - image.numel()
+        # The word table costs `lanes` times the texture; it pays only for a larger border.
+        self.table = self.words and self.texture_mode and tex_numel * self.lanes * 2 <= border
+        self.serial = rt.serial_launch(canvas)
+        self.per_pixel = per_pixel
+        header = [n * c * out_h, c, out_h, out_w, MODE_CODES[mode], tex_channels, th, tw,
+                  stagger, 0, int(texture_grad), n, bank, record_step, image_step]  # fmt: skip
+        host = _host_meta(header, records, maps(), n, self.device)
+        self.n = n
+        # Per use of the word table: the host part of meta, and for standard modes (which never
+        # read the lattice) and constant mode (whose lattice is zeros) the whole meta. Texture
+        # mode appends each call's offsets and indices.
+        self.hosts: list[torch.Tensor | None] = [host, None]
+        self.metas: list[torch.Tensor | None] = [self._whole(host), None]
+        # The last call's lattice tensors, their versions and the meta made of them.
+        self.last: tuple[Any, ...] = ()
+
+    def _whole(self, host: torch.Tensor) -> torch.Tensor | None:
+        if self.constant:
+            return torch.cat([host, _int_zeros(3 * self.n, self.device)])
+        return None if self.texture_mode else host
+
+    def _host(self, table: bool) -> torch.Tensor:
+        host = self.hosts[table]
+        if host is None:  # the variant with the word table, first asked for now
+            base = self.hosts[0]
+            assert base is not None
+            host = base.clone()
+            host[_USE_WORDS] = 1
+            self.hosts[table] = host
+            self.metas[table] = self._whole(host)
+        return host
+
+    def _meta(self, table: bool, offset: torch.Tensor, texture_index: torch.Tensor) -> torch.Tensor:
+        host = self._host(table)
+        meta = self.metas[table]
+        if meta is not None:
+            return meta
+        last = self.last
+        if (
+            last
+            and last[0] is offset
+            and last[1] is texture_index
+            and last[2] == table
+            and not offset.is_inference()
+            and not texture_index.is_inference()
+            and last[3] == offset._version
+            and last[4] == texture_index._version
+        ):
+            last_meta: torch.Tensor = last[5]
+            return last_meta
+        meta = torch.cat([host, offset.reshape(-1), texture_index.reshape(-1)])
+        if not (offset.is_inference() or texture_index.is_inference()):
+            # Holds the tensors, so their memory cannot be reused by others meanwhile.
+            self.last = (offset, texture_index, table, offset._version, texture_index._version,
+                         meta)  # fmt: skip
+        return meta
+
+    def run(
+        self,
+        kernel: Any,
+        image: torch.Tensor,
+        canvas: torch.Tensor,
+        texture: torch.Tensor,
+        fill: torch.Tensor,
+        offset: torch.Tensor,
+        texture_index: torch.Tensor,
+    ) -> None:
+        """Launch on these tensors (contiguous, the signature's shapes and dtypes)."""
+        if self.constant:
+            texture = fill if not self.backward else canvas.new_zeros(self.c)
+        aligned = self.words and image.data_ptr() % 8 == 0 and canvas.data_ptr() % 8 == 0
+        table = None
+        if aligned and self.table:
+            table = _cached_texture_words(_bits(texture), self.tw, self.lanes)
+        no_words = _dummy(torch.int64, self.device)
+        dummy = _dummy(self.dtype, self.device)
+        # Taichi needs non-empty arguments; a one-element dummy is never read.
+        slots = [
+            (image, _AS_ELEMENTS) if image.numel() else (dummy, _AS_IS),
+            (canvas, _AS_ELEMENTS),
+            (image, _AS_WORDS) if aligned else (no_words, _AS_IS),
+            (canvas, _AS_WORDS) if aligned else (no_words, _AS_IS),
+            (texture, _AS_ELEMENTS) if texture.numel() else (dummy, _AS_IS),
+            (table, _AS_IS) if table is not None else (no_words, _AS_IS),
+            (self._meta(table is not None, offset, texture_index), _AS_IS),
+        ]
+        lanes = self.lanes if aligned else 1
+        # The kernel's signature: its arrays' dtypes (the plan's element type, int64 words, int32
+        # meta; all 1-D) and its template values. Images of new sizes get new plans, not new
+        # signatures, so the lean launcher is shared by every plan of one signature.
+        signature = (kernel, self.dtype, lanes, self.backward, self.per_pixel, self.serial,
+                     self.texture_mode)  # fmt: skip
+        bound = _bounds.get(signature)
+        if bound is not None and bound.launch([_raw(t, how) for t, how in slots]):
+            return
+        args = (*(self._view(t, how) for t, how in slots), lanes, self.backward, self.per_pixel,
+                self.serial, self.texture_mode)  # fmt: skip
+        kernel(*args)
+        bind = getattr(kernel, "bind", None)
+        if bind is not None:
+            if len(_bounds) >= _PLANS_SIZE:
+                _bounds.clear()
+            _bounds[signature] = bind(args)
+
+    def _view(self, t: torch.Tensor, how: int) -> torch.Tensor:
+        if how == _AS_WORDS:
+            words = _words(t)
+            assert words is not None  # `aligned` checked the address and size
+            return words
+        flat = t.reshape(-1)
+        return flat.view(self.dtype) if how == _AS_ELEMENTS else flat
+
+
+def _raw(t: torch.Tensor, how: int) -> tuple[int, int, tuple[int, ...]]:
+    """``Plan._view(t, how)`` as ``(data_ptr, nbytes, shape)``: a same-size view keeps all
+    three, a word view drops the tail shorter than a word."""
+    size = t.numel() * t.element_size()
+    if how == _AS_WORDS:
+        size -= size % 8
+        return t.data_ptr(), size, (size // 8,)
+    return t.data_ptr(), size, (t.numel(),)
 
 
 def _host_meta(

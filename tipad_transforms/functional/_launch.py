@@ -18,6 +18,7 @@ import torch
 from .. import ops
 from .._checks import INT64_MAX
 from .._geometry import PadGeometry, check_bank_index
+from ..ops._pad import direct_ok, pad_direct
 from ._convert import fill_values, per_sample, texture_bank
 
 __all__ = ["Border", "launch"]
@@ -95,7 +96,7 @@ class Border:
             # The pattern repeats every th*tw rows and tw columns, and the stagger acts mod tw:
             # reducing keeps the result exact and the kernel's int32 index arithmetic in range.
             offsets = per_sample(offset, lead, (2,), "offset")
-            offsets = offsets.remainder(torch.tensor([th * tw, tw], device=offsets.device))
+            offsets = offsets.remainder(_periods(th, tw, offsets.device))
             offsets = offsets.to(device=x.device, dtype=torch.int32)
         if texture_index is None or (isinstance(texture_index, int) and texture_index == 0):
             index = _zeros(n, 0, x.device)
@@ -109,6 +110,20 @@ class Border:
             index = index.clamp(-1, 2**31 - 1).to(device=x.device, dtype=torch.int32)
         empty = _empty(x.dtype, x.device)
         return Border("texture", empty, bank, offsets, index, stagger % tw)
+
+
+# The lattice's periods (th * tw, tw) per tile size and device: a tensor made once, not per call.
+_PERIODS: dict[tuple[int, int, torch.device], torch.Tensor] = {}
+
+
+def _periods(th: int, tw: int, device: torch.device) -> torch.Tensor:
+    key = (th, tw, device)
+    t = _PERIODS.get(key)
+    if t is None:
+        if len(_PERIODS) >= 32:
+            _PERIODS.clear()
+        t = _PERIODS[key] = torch.tensor([th * tw, tw], device=device)
+    return t
 
 
 def _is_zero(offset: Any) -> bool:
@@ -150,6 +165,13 @@ def launch(
     args = (x, grow, border.mode, border.fill, border.texture, border.offset,
             border.texture_index, border.stagger)  # fmt: skip
     if not any(crop):
+        # Eager plain tensors without autograd: the op's implementation, minus the dispatch and
+        # the checks that the border and the geometry above already made.
+        if direct_ok(x, border.fill, border.texture, border.offset, border.texture_index) and (
+            out is None or direct_ok(out)
+        ):
+            return pad_direct(x, g, border.mode, border.fill, border.texture, border.offset,
+                              border.texture_index, border.stagger, out)  # fmt: skip
         if out is None:
             return ops.pad(*args)
         ops.pad_out(*args, out)

@@ -20,7 +20,15 @@ from .._geometry import MODE_CODES, PadGeometry, check_bank_index
 from ._common import check_int32, check_meta, check_no_overlap
 from ._route import kernel_ran
 
-__all__ = ["pad", "pad_backward", "pad_out", "pad_stack", "pad_stack_backward"]
+__all__ = [
+    "direct_ok",
+    "pad",
+    "pad_backward",
+    "pad_direct",
+    "pad_out",
+    "pad_stack",
+    "pad_stack_backward",
+]
 
 
 def _run(
@@ -34,12 +42,14 @@ def _run(
     texture_index: torch.Tensor,
     stagger: int,
 ) -> None:
-    """Write every element of ``canvas`` (N, C, H', W'), contiguous."""
+    """Write every element of ``canvas`` (N*C*H'*W' elements, contiguous, any shape) from
+    ``image`` (N*C*H*W, contiguous)."""
     args: dict[str, Any] = dict(
         texture=texture, fill=fill, offset=offset, texture_index=texture_index, stagger=stagger
     )
     if not kernel_ran("padding", lambda: _runtime.launch_pad(g, mode, image, canvas, **args)):
-        canvas.copy_(_fallback.pad(g, mode, image, **args))
+        planes = image.view(g.n, g.c, g.h, g.w)
+        canvas.view(g.n, g.c, g.out_h, g.out_w).copy_(_fallback.pad(g, mode, planes, **args))
 
 
 def _check_mode(mode: str, name: str) -> None:
@@ -129,16 +139,104 @@ def _check_out(out: torch.Tensor, g: PadGeometry, x: torch.Tensor) -> None:
 
 
 def _prepare(
-    x: torch.Tensor, g: PadGeometry, texture: torch.Tensor, texture_index: torch.Tensor
+    x: torch.Tensor,
+    texture: torch.Tensor,
+    texture_index: torch.Tensor,
+    check_index: bool = True,
 ) -> tuple[torch.Tensor, torch.Tensor]:
-    if texture.numel() > 0 and texture_index.device.type == "cpu":
+    if check_index and texture.numel() > 0 and texture_index.device.type == "cpu":
         # Free on the host. A device-resident index is checked by texture_pad before it moves
         # there (or, for a direct op call, clamped by the kernel so it never reads outside the
         # bank): checking it here would synchronise the host on every CUDA call.
         check_bank_index(texture.shape[0], texture_index)
-    # reshape copies only when needed (channels-last, slices); the kernel wants row-major planes.
-    image = x.detach().reshape(g.n, g.c, g.h, g.w).contiguous()
-    return image, texture.detach().contiguous()
+    # The kernel wants row-major planes: contiguous copies only when needed (channels-last,
+    # slices); no reshape (a view costs microseconds per call), and detached only where needed.
+    image = (x.detach() if x.requires_grad else x).contiguous()
+    tex = (texture.detach() if texture.requires_grad else texture).contiguous()
+    return image, tex
+
+
+def _forward(
+    g: PadGeometry,
+    x: torch.Tensor,
+    mode: str,
+    fill: torch.Tensor,
+    texture: torch.Tensor,
+    offset: torch.Tensor,
+    texture_index: torch.Tensor,
+    stagger: int,
+    out: torch.Tensor | None,
+    check_index: bool = True,
+) -> torch.Tensor:
+    """The body of ``tipad::pad`` (``out`` None) and ``tipad::pad_out``, after their checks;
+    the eager direct route (``pad_direct``) runs it too, so both give the same bits."""
+    image, tex = _prepare(x, texture, texture_index, check_index)
+    canvas = (
+        torch.empty(g.out_shape(x.shape), dtype=x.dtype, device=x.device) if out is None else out
+    )
+    _run(g, mode, image, canvas, tex, fill.contiguous(), offset.contiguous(),
+         texture_index.contiguous(), stagger)  # fmt: skip
+    return canvas
+
+
+#: Eager calls served by ``pad_direct`` (read by the tests: a direct route that silently stopped
+#: being taken would only show as lost speed).
+direct_calls = 0
+
+
+def direct_ok(*tensors: torch.Tensor) -> bool:
+    """Whether an eager call on ``tensors`` may skip the custom-op dispatch (``pad_direct``).
+
+    Only when the dispatcher could not do anything but call the op's CPU/CUDA implementation:
+    not compiling or tracing, no functorch transform (vmap, grad, functionalize), no torch
+    dispatch or torch function mode (FakeTensorMode, make_fx, a user's mode), plain CPU or
+    CUDA tensors only (no subclass: FakeTensor, FunctionalTensor, tv_tensors; no meta tensors),
+    and no autograd to record (grad mode off, or no tensor requires grad).
+    """
+    if (
+        torch.compiler.is_compiling()
+        or torch._C._are_functorch_transforms_active()
+        or torch._C._len_torch_dispatch_stack()
+        or torch._C._len_torch_function_stack()
+    ):
+        return False
+    grad = torch.is_grad_enabled()
+    for t in tensors:
+        if (
+            type(t) is not torch.Tensor
+            or not (t.is_cpu or t.is_cuda)  # meta tensors go to the fake implementation
+            or (grad and t.requires_grad)
+        ):
+            return False
+    return True
+
+
+def pad_direct(
+    x: torch.Tensor,
+    g: PadGeometry,
+    mode: str,
+    fill: torch.Tensor,
+    texture: torch.Tensor,
+    offset: torch.Tensor,
+    texture_index: torch.Tensor,
+    stagger: int,
+    out: torch.Tensor | None = None,
+) -> torch.Tensor:
+    """``tipad::pad`` (or ``tipad::pad_out`` into ``out``) without the custom-op dispatch.
+
+    For the functional layer, whose ``Border`` and geometry ``g`` (of ``x`` and a non-negative
+    padding) already hold what the op's checks establish: canonical ``mode``, ``fill``,
+    ``offset``, ``texture_index`` (in the bank) and ``stagger`` of the right shapes, dtypes and
+    device. A user's ``out`` is still checked (shape, dtype, device, contiguity, overlap). The
+    caller has checked ``direct_ok`` on every tensor argument. Same implementation as the ops.
+    """
+    global direct_calls
+    direct_calls += 1
+    if out is not None:
+        _check_out(out, g, x)
+        check_no_overlap(out, x=x, fill=fill, texture=texture, offset=offset,
+                         texture_index=texture_index)  # fmt: skip
+    return _forward(g, x, mode, fill, texture, offset, texture_index, stagger, out, False)
 
 
 @torch.library.custom_op("tipad::pad", mutates_args=())
@@ -158,20 +256,7 @@ def pad(
     cannot take (the fake implementation checks the same).
     """
     g = _check_forward(x, padding, mode, fill, texture, offset, texture_index, stagger)
-    image, tex = _prepare(x, g, texture, texture_index)
-    canvas = torch.empty(g.n, g.c, g.out_h, g.out_w, dtype=x.dtype, device=x.device)
-    _run(
-        g,
-        mode,
-        image,
-        canvas,
-        tex,
-        fill.contiguous(),
-        offset.contiguous(),
-        texture_index.contiguous(),
-        stagger,
-    )
-    return canvas.reshape(g.out_shape(x.shape))
+    return _forward(g, x, mode, fill, texture, offset, texture_index, stagger, None)
 
 
 @pad.register_fake
@@ -208,19 +293,7 @@ def pad_out(
     _check_out(out, g, x)
     check_no_overlap(out, x=x, fill=fill, texture=texture, offset=offset,
                      texture_index=texture_index)  # fmt: skip
-    image, tex = _prepare(x, g, texture, texture_index)
-    canvas = out.view(g.n, g.c, g.out_h, g.out_w)
-    _run(
-        g,
-        pad_mode,
-        image,
-        canvas,
-        tex,
-        fill.contiguous(),
-        offset.contiguous(),
-        texture_index.contiguous(),
-        stagger,
-    )
+    _forward(g, x, pad_mode, fill, texture, offset, texture_index, stagger, out)
 
 
 @pad_out.register_fake
