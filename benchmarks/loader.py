@@ -9,6 +9,8 @@ Same images, same worker count, same start method, same batch size, for every pi
 * ``b``   ``PadCollate`` (brick wall) as the ``collate_fn``: one launch per batch, in the workers;
 * ``b-reflect`` the same with ``padding_mode="reflect"``: the same canvases as ``a``, bit for
           bit (checked);
+* ``a-tipad`` ``a`` with tipad in place of ``v2.Pad``: every sample padded to the common size by
+          ``functional.brick_pad`` (brick wall) in the dataset's transform, one call per image;
 * ``a-brick`` ``a`` plus c's augmentation done per sample: ``BrickPad(16, random_offset=True)``
           on every image in the dataset's transform (one call per image, in the workers);
 * ``c``   ``PadCollate`` in the workers plus ``DeviceLoader`` running ``BrickPad(16,
@@ -44,10 +46,11 @@ from torch.utils.data import DataLoader, Dataset, default_collate
 from torchvision.transforms import v2
 
 from tipad_transforms import BrickPad
+from tipad_transforms import functional as F
 from tipad_transforms.assets import SAMPLE_NAMES, load_sample
 
 DEVICE_PAD = 16  # the device-stage BrickPad of pipeline c
-PEERS = ["a", "b", "b-reflect", "a-brick", "c"]
+PEERS = ["a", "b", "b-reflect", "a-tipad", "a-brick", "c"]
 
 NOTES = [
     "The images are made once in memory from the bundled sample photos (random crops resized "
@@ -63,7 +66,9 @@ NOTES = [
     "brick wall, one kernel launch per batch. b-reflect: PadCollate(size, padding_mode='reflect'), "
     "canvases bit-equal to a's. c: b's collate plus DeviceLoader(transforms=BrickPad(16, "
     "random_offset=True)) on the device: per-sample offsets, one launch per batch, output "
-    "(B, 3, max-side + 32, max-side + 32). a-brick: a's transform followed by the same "
+    "(B, 3, max-side + 32, max-side + 32). a-tipad: a with tipad's brick_pad in place of "
+    "v2.Pad (same canvas, brick wall instead of reflect), one call per image in the workers. "
+    "a-brick: a's transform followed by the same "
     "BrickPad(16, random_offset=True) per sample in the dataset (one call per image in the "
     "workers): c's output, made the per-sample way.",
     "All pipelines go through DeviceLoader(loader, device) (only c with transforms), so all "
@@ -120,6 +125,17 @@ class PadToSquare:
         pad = centre_padding(img.shape[-2], img.shape[-1], self.size)
         out: torch.Tensor = v2.functional.pad(img, pad, padding_mode=self.mode)
         return out
+
+
+class BrickToSquare(PadToSquare):
+    """Pipeline a-tipad's per-sample transform: tipad's ``brick_pad`` to a centred ``size``
+    square (a's transform with a brick wall instead of a reflection)."""
+
+    def __init__(self, size: int) -> None:
+        super().__init__(size, "brick")
+
+    def __call__(self, img: torch.Tensor) -> torch.Tensor:
+        return F.brick_pad(img, centre_padding(img.shape[-2], img.shape[-1], self.size))
 
 
 class VariableSizeImages(Dataset[tuple[torch.Tensor, int]]):
@@ -195,6 +211,7 @@ def build_pipelines(
         )
     plain = VariableSizeImages(images)
     padded = VariableSizeImages(images, PadToSquare(args.max_side, "reflect"))
+    padded_tipad = VariableSizeImages(images, BrickToSquare(args.max_side))
     # c's augmentation done the per-sample way: in the dataset, one BrickPad call per image.
     padded_brick = VariableSizeImages(
         images,
@@ -227,6 +244,11 @@ def build_pipelines(
                     **common,
                 )
             ),
+        ),
+        "a-tipad": Pipeline(
+            "a-tipad",
+            "a-tipad: tipad brick_pad per sample + default_collate",
+            wrap(DataLoader(padded_tipad, collate_fn=default_collate, **common)),
         ),
         "a-brick": Pipeline(
             "a-brick",
@@ -315,7 +337,7 @@ def evaluate_targets(pipes: dict[str, Pipeline], count: int, device: str) -> lis
     out: list[dict[str, Any]] = []
     if "a" not in med:
         return out
-    for k in ("b", "c"):
+    for k in ("b", "c", "a-tipad", "a-brick"):
         if k in med:
             ratio = med[k] / med["a"]
             out.append(
@@ -353,6 +375,7 @@ def plot(pipes: list[Pipeline], count: int, path: Path, title: str) -> Path | No
         "a": "#2980b9",
         "b": "#c0392b",
         "b-reflect": "#e67e22",
+        "a-tipad": "#1abc9c",
         "a-brick": "#5dade2",
         "c": "#8e44ad",
     }

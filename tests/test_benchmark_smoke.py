@@ -27,10 +27,10 @@ def _run(script: str, out: Path, *args: str) -> dict[str, object]:
 
 @pytest.mark.slow
 def test_loader_benchmark_pipelines_check_their_batches(tmp_path: Path) -> None:
-    report = _run("loader.py", tmp_path, "--peers", "a", "b", "c", "--repeats", "1")
+    report = _run("loader.py", tmp_path, "--peers", "a", "b", "a-tipad", "c", "--repeats", "1")
     pipelines = report["pipelines"]
     assert isinstance(pipelines, list)
-    assert [p["key"] for p in pipelines] == ["a", "b", "c"]
+    assert [p["key"] for p in pipelines] == ["a", "b", "a-tipad", "c"]
     assert all(str(p["check"]).startswith("first batch:") for p in pipelines)
 
 
