@@ -34,7 +34,7 @@ SHAPES = ((3, 8, 16), (2, 7, 5), (1, 13, 11))
 def _op_route(fn: Callable[[], torch.Tensor], monkeypatch: pytest.MonkeyPatch) -> torch.Tensor:
     """``fn()`` with the direct route switched off: through the custom op, as before."""
     with monkeypatch.context() as m:
-        m.setattr(_launch, "direct_ok", lambda *tensors: False)
+        m.setattr(_launch, "eager", lambda *tensors: False)
         before = ops_pad.direct_calls
         result = fn()
         assert ops_pad.direct_calls == before

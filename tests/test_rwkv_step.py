@@ -115,9 +115,29 @@ def test_eager_step_allocates_only_what_it_returns(monkeypatch: pytest.MonkeyPat
     # concatenation); nothing else of the state's size, nothing for the op's `saved`.
     monkeypatch.undo()
     allocations = Allocations()
+    # Under a dispatch mode a call goes through the op (the mode sees tipad::wkv_forward):
+    # let this one take the direct route anyway, the route whose allocations are counted.
+    monkeypatch.setattr(ops_module, "eager", lambda *tensors: True)
     with torch.no_grad(), allocations:
         wkv(td, tf, k, v, state)
     assert sorted(allocations.sizes) == sorted([b * c, 3 * b * c, c, 2 * c])
+
+
+def test_a_dispatch_mode_sees_the_op(monkeypatch: pytest.MonkeyPatch) -> None:
+    td, tf, k, v, state = inputs(2, 1, 8, torch.float32, seed=3)
+    seen: list[str] = []
+
+    class Names(TorchDispatchMode):
+        def __torch_dispatch__(self, func, types, args=(), kwargs=None):  # type: ignore[no-untyped-def]
+            seen.append(str(func))
+            return func(*args, **(kwargs or {}))
+
+    with torch.no_grad(), Names():
+        y, new = wkv(td, tf, k, v, state)
+    assert any("tipad.wkv_forward" in name for name in seen)
+    with torch.no_grad():
+        y_direct, new_direct = wkv(td, tf, k, v, state)
+    assert torch.equal(y, y_direct) and torch.equal(new, new_direct)
 
 
 def block_and_state(dtype: torch.dtype, layer_id: int, b: int, seed: int) -> tuple[Any, ...]:

@@ -18,7 +18,8 @@ import torch
 from .. import ops
 from .._checks import INT64_MAX
 from .._geometry import PadGeometry, check_bank_index
-from ..ops._pad import direct_ok, pad_direct
+from ..ops._pad import pad_direct
+from ..ops._route import eager
 from ._convert import fill_values, per_sample, texture_bank
 
 __all__ = ["Border", "launch"]
@@ -167,8 +168,8 @@ def launch(
     if not any(crop):
         # Eager plain tensors without autograd: the op's implementation, minus the dispatch and
         # the checks that the border and the geometry above already made.
-        if direct_ok(x, border.fill, border.texture, border.offset, border.texture_index) and (
-            out is None or direct_ok(out)
+        if eager(x, border.fill, border.texture, border.offset, border.texture_index) and (
+            out is None or eager(out)
         ):
             return pad_direct(x, g, border.mode, border.fill, border.texture, border.offset,
                               border.texture_index, border.stagger, out)  # fmt: skip

@@ -9,7 +9,7 @@ from torch import nn
 from torch.nn.modules import module as _module
 
 from ..ops._common import check_float
-from ..ops._wkv import eager
+from ..ops._route import eager
 
 
 class Stateless(enum.Enum):

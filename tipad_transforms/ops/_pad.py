@@ -21,7 +21,6 @@ from ._common import check_int32, check_meta, check_no_overlap
 from ._route import kernel_ran
 
 __all__ = [
-    "direct_ok",
     "pad",
     "pad_backward",
     "pad_direct",
@@ -184,33 +183,6 @@ def _forward(
 direct_calls = 0
 
 
-def direct_ok(*tensors: torch.Tensor) -> bool:
-    """Whether an eager call on ``tensors`` may skip the custom-op dispatch (``pad_direct``).
-
-    Only when the dispatcher could not do anything but call the op's CPU/CUDA implementation:
-    not compiling or tracing, no functorch transform (vmap, grad, functionalize), no torch
-    dispatch or torch function mode (FakeTensorMode, make_fx, a user's mode), plain CPU or
-    CUDA tensors only (no subclass: FakeTensor, FunctionalTensor, tv_tensors; no meta tensors),
-    and no autograd to record (grad mode off, or no tensor requires grad).
-    """
-    if (
-        torch.compiler.is_compiling()
-        or torch._C._are_functorch_transforms_active()
-        or torch._C._len_torch_dispatch_stack()
-        or torch._C._len_torch_function_stack()
-    ):
-        return False
-    grad = torch.is_grad_enabled()
-    for t in tensors:
-        if (
-            type(t) is not torch.Tensor
-            or not (t.is_cpu or t.is_cuda)  # meta tensors go to the fake implementation
-            or (grad and t.requires_grad)
-        ):
-            return False
-    return True
-
-
 def pad_direct(
     x: torch.Tensor,
     g: PadGeometry,
@@ -228,7 +200,7 @@ def pad_direct(
     padding) already hold what the op's checks establish: canonical ``mode``, ``fill``,
     ``offset``, ``texture_index`` (in the bank) and ``stagger`` of the right shapes, dtypes and
     device. A user's ``out`` is still checked (shape, dtype, device, contiguity, overlap). The
-    caller has checked ``direct_ok`` on every tensor argument. Same implementation as the ops.
+    caller has checked ``_route.eager`` on every tensor argument. Same implementation as the ops.
     """
     global direct_calls
     direct_calls += 1

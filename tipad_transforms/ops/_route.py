@@ -86,3 +86,36 @@ def kernel_ran(what: str, launch: Callable[[], object]) -> bool:
         warn_once(str(refused), what)
         return False
     return True
+
+
+_PLAIN = (torch.Tensor, torch.nn.Parameter)
+
+
+def eager(*tensors: torch.Tensor) -> bool:
+    """Whether a call on ``tensors`` may run an op's implementation directly, skipping the
+    ``torch.ops`` dispatch (its Python costs more than a small kernel).
+
+    Only where the dispatcher could do nothing but call the op's CPU/CUDA implementation: not
+    compiling or tracing, no functorch transform (vmap, grad, functionalize), no torch dispatch
+    or torch function mode (FakeTensorMode, make_fx, a user's mode), plain CPU or CUDA tensors
+    (``Tensor`` or ``Parameter``; no subclass such as FakeTensor, FunctionalTensor or a
+    tv_tensor; no meta tensor) and no autograd to record (grad mode off, or no tensor requires
+    grad). The ops and their direct callers share one implementation, so both give the same
+    bits; everything else goes through ``torch.ops``.
+    """
+    if (
+        torch.compiler.is_compiling()
+        or torch._C._are_functorch_transforms_active()
+        or torch._C._len_torch_dispatch_stack()
+        or torch._C._len_torch_function_stack()
+    ):
+        return False
+    grad = torch.is_grad_enabled()
+    for t in tensors:
+        if (
+            type(t) not in _PLAIN
+            or not (t.is_cpu or t.is_cuda)  # meta tensors go to the fake implementation
+            or (grad and t.requires_grad)
+        ):
+            return False
+    return True

@@ -18,7 +18,7 @@ import torch
 
 from .. import _fallback, _runtime
 from ._common import check_float, check_meta, check_tensor
-from ._route import kernel_ran
+from ._route import eager, kernel_ran
 
 __all__ = ["init_wkv_state", "wkv", "wkv_backward", "wkv_forward"]
 
@@ -51,24 +51,6 @@ def init_wkv_state(
     state = torch.zeros(batch_size, 3, channels, device=device, dtype=dtype)
     state[:, 2] = -1e38
     return state
-
-
-_PLAIN = (torch.Tensor, torch.nn.Parameter)
-
-
-def eager(*tensors: torch.Tensor) -> bool:
-    """Whether a call on ``tensors`` may run an op's implementation directly instead of through
-    ``torch.ops``: in eager mode (not traced by ``torch.compile``, no ``torch.func``
-    transform), with plain tensors (no subclass: fake, functional, a user's) none of which
-    needs a gradient. The op path (autograd, tracing, ``opcheck``) is taken otherwise.
-    """
-    if torch.compiler.is_compiling() or torch._C._are_functorch_transforms_active():
-        return False
-    grad = torch.is_grad_enabled()
-    for t in tensors:
-        if type(t) not in _PLAIN or (grad and t.requires_grad):
-            return False
-    return True
 
 
 def _math(dtype: torch.dtype) -> torch.dtype:
