@@ -12,6 +12,7 @@ from collections.abc import Iterator
 from typing import Any
 
 import pytest
+import torch
 
 # Same quiet defaults as the Makefile, for runs of plain `pytest`.
 os.environ.setdefault("TI_SKIP_VERSION_CHECK", "ON")
@@ -70,3 +71,13 @@ def launches(monkeypatch: pytest.MonkeyPatch) -> list[str]:
 
     monkeypatch.setattr(_runtime, "session", counting)
     return log
+
+
+@pytest.fixture(scope="module")
+def one_torch_thread() -> Iterator[None]:
+    """torch on one thread for a whole module, restored afterwards: the RWKV layer tests run
+    tiny tensors, where a second thread only adds waiting (a lot on a busy shared machine)."""
+    threads = torch.get_num_threads()
+    torch.set_num_threads(1)
+    yield
+    torch.set_num_threads(threads)

@@ -20,12 +20,7 @@ V, C, N, L = 50, 32, 8, 2
 LORA = {"w_lora": 8, "a_lora": 16, "v_lora": 4, "g_lora": 12}
 
 
-@pytest.fixture(autouse=True, scope="module")
-def _one_thread() -> Iterator[None]:
-    threads = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(threads)
+pytestmark = pytest.mark.usefixtures("one_torch_thread")
 
 
 def rwkv7(**kw) -> RWKV7:

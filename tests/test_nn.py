@@ -8,7 +8,6 @@ from __future__ import annotations
 
 import copy
 import math
-from collections.abc import Iterator
 
 import pytest
 import torch
@@ -28,13 +27,7 @@ from tipad_transforms.nn import (
 N_EMBD, DIM_ATT, DIM_FFN = 8, 12, 20
 
 
-@pytest.fixture(autouse=True, scope="module")
-def _one_thread() -> Iterator[None]:
-    """Tiny tensors: a second thread only adds waiting, a lot of it on a busy shared machine."""
-    threads = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(threads)
+pytestmark = pytest.mark.usefixtures("one_torch_thread")
 
 
 def rwkv4_block_keys(n: int, n_embd: int, dim_att: int, dim_ffn: int) -> dict[str, tuple]:

@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import copy
 import math
-from collections.abc import Iterator
 
 import pytest
 import rwkv7_reference as ref
@@ -27,12 +26,7 @@ H = C // N
 SMALL_LORA = {"w_lora": 8, "a_lora": 8, "v_lora": 4, "g_lora": 12}
 
 
-@pytest.fixture(autouse=True, scope="module")
-def _one_thread() -> Iterator[None]:
-    threads = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(threads)
+pytestmark = pytest.mark.usefixtures("one_torch_thread")
 
 
 def rand(*shape: int, seed: int = 1, **kw) -> torch.Tensor:

@@ -9,7 +9,6 @@ path to autograd and torch.compile.
 
 from __future__ import annotations
 
-from collections.abc import Iterator
 from typing import Any
 
 import pytest
@@ -22,13 +21,7 @@ from tipad_transforms.nn import RWKV4, RWKVBlock, RWKVChannelMix, RWKVTimeMix
 from tipad_transforms.ops import _wkv as ops_module
 from tipad_transforms.ops import init_wkv_state, wkv
 
-
-@pytest.fixture(autouse=True, scope="module")
-def _one_thread() -> Iterator[None]:
-    threads = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(threads)
+pytestmark = pytest.mark.usefixtures("one_torch_thread")
 
 
 def inputs(b: int, t: int, c: int, dtype: torch.dtype, seed: int) -> tuple[torch.Tensor, ...]:
