@@ -8,14 +8,16 @@ from typing import Any
 import torch
 
 from .. import _runtime as rt
-from .._geometry import MODE_CODES, PadGeometry, fold_index
+from .._geometry import PadGeometry, fold_index
 
 # Layout of the kernel's int32 `meta` argument: a header of scalars; the geometry records; for
 # standard modes the row and column index maps (one pair per record); then the per-sample
 # lattice offsets (oy, ox) and bank indices, at meta[_OFFSETS]. Host-made parts first, so
 # device-resident offsets need no round trip.
-(_N_ROWS, _C, _OUT_H, _OUT_W, _MODE, _TEX_C, _TH, _TW, _STAGGER, _USE_WORDS, _TEX_GRAD,
- _SAMPLES, _BANK, _REC_STEP, _IMG_STEP, _OFFSETS, _HEADER) = range(17)  # fmt: skip
+# The mode itself is not there: the mode family is a kernel template and a standard mode lives
+# in its index maps.
+(_N_ROWS, _C, _OUT_H, _OUT_W, _TEX_C, _TH, _TW, _STAGGER, _USE_WORDS, _TEX_GRAD,
+ _SAMPLES, _BANK, _REC_STEP, _IMG_STEP, _OFFSETS, _HEADER) = range(16)  # fmt: skip
 # A geometry record: the image's height and width, where its top-left pixel lands on the
 # canvas, the flat index of its first element, and where its row index map starts in meta (its
 # column map follows out_h entries later). Sample b reads the record at _HEADER + b *
@@ -531,8 +533,8 @@ class _Plan:
         self.table = self.words and self.texture_mode and tex_numel * self.lanes * 2 <= border
         self.serial = rt.serial_launch(canvas)
         self.per_pixel = per_pixel
-        header = [n * c * out_h, c, out_h, out_w, MODE_CODES[mode], tex_channels, th, tw,
-                  stagger, 0, int(texture_grad), n, bank, record_step, image_step]  # fmt: skip
+        header = [n * c * out_h, c, out_h, out_w, tex_channels, th, tw, stagger, 0,
+                  int(texture_grad), n, bank, record_step, image_step]  # fmt: skip
         host = _host_meta(header, records, maps(), n, self.device)
         self.n = n
         # Per use of the word table: the host part of meta, and for standard modes (which never
