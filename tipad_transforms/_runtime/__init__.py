@@ -53,6 +53,10 @@ class RuntimeUnavailable(RuntimeError):
     """The Taichi runtime of this process cannot serve this launch (device, process, size)."""
 
 
+#: The environment variable through which ``data.worker_context`` hands a forkserver the main
+#: module's path (``_preload`` imports it there; CPython before gh-126631 never passes it).
+FORKSERVER_MAIN_ENV = "TIPAD_FORKSERVER_MAIN"
+
 #: Taichi indexes ndarrays with 32-bit integers: a launch with a larger tensor is refused.
 MAX_ELEMENTS = 2**31 - 1
 

@@ -8,7 +8,7 @@ starts with it.
   main path (``ForkServer.ensure_running`` asks ``get_preparation_data`` for ``"main_path"``,
   which it calls ``"init_main_from_path"``), so every worker re-ran the main module: imported
   torchvision and whatever else it imports (seconds per worker). ``worker_context`` passes the
-  path in ``MAIN_PATH_ENV``.
+  path in ``FORKSERVER_MAIN_ENV``.
 - torch, torchvision, this package's padding modules (the transform classes, the functional
   API, the custom ops they register, the runtime seam) and Taichi, not initialised: importing
   is fork safe, initialising is not (a process forked after ``ti.init`` hangs). Each worker
@@ -20,14 +20,11 @@ import importlib
 import os
 import sys
 
-from . import _import_taichi
-
-#: Set by ``worker_context``: the main module's path, for the server to import it.
-MAIN_PATH_ENV = "TIPAD_FORKSERVER_MAIN"
+from . import FORKSERVER_MAIN_ENV, _import_taichi
 
 
 def _import_main() -> None:
-    path = os.environ.get(MAIN_PATH_ENV, "")
+    path = os.environ.get(FORKSERVER_MAIN_ENV, "")
     main = sys.modules.get("__main__")
     if not path or getattr(main, "__file__", None) == path or not os.path.isfile(path):
         return  # no script (an interactive parent), or a Python that preloaded it already

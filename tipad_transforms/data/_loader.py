@@ -17,13 +17,13 @@ from typing import Any
 
 import torch
 
+from .. import _runtime
 from ._device import Transforms, apply_transforms, check_device, check_transforms
 from ._tree import iter_tensors, to_device
 
 __all__ = ["DeviceLoader", "worker_context"]
 
 _PRELOAD = "tipad_transforms._runtime._preload"
-_MAIN_PATH_ENV = "TIPAD_FORKSERVER_MAIN"  # _preload.MAIN_PATH_ENV (that module imports Taichi)
 
 
 def worker_context(method: str = "forkserver") -> BaseContext:
@@ -48,7 +48,7 @@ def worker_context(method: str = "forkserver") -> BaseContext:
         # The path exactly as a worker's `prepare` will compare it (absolute, normalised).
         main_path = spawn.get_preparation_data("ignore").get("init_main_from_path")
         if main_path:
-            os.environ[_MAIN_PATH_ENV] = main_path
+            os.environ[_runtime.FORKSERVER_MAIN_ENV] = main_path
         multiprocessing.set_forkserver_preload(["__main__", _PRELOAD])
     elif method != "spawn":
         raise ValueError(f"method must be 'forkserver' or 'spawn', got {method!r}")
