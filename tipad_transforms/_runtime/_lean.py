@@ -59,6 +59,17 @@ class _Plan:
         self.code = code
 
 
+def _runnable(plan: _Plan, runtime: Any) -> bool:
+    """Whether ``plan`` may launch in Taichi's ``runtime`` now: the program that compiled it is
+    still the live one (a re-initialised Taichi dropped its code), and no autodiff tape or
+    forward-mode manager wants to see the launch."""
+    return (
+        plan.prog is runtime.prog
+        and runtime.target_tape is None
+        and runtime.fwd_mode_manager is None
+    )
+
+
 class LeanKernel:
     """Call a Taichi kernel (``@ti.kernel``) as the public call does, with less per-call work.
 
@@ -159,12 +170,7 @@ class LeanKernel:
         runtime = self._ti.lang.impl.get_runtime()
         key = self._key(args)
         plan = self._plans.get(key) if key is not None else None
-        if (
-            plan is None
-            or plan.prog is not runtime.prog  # re-initialised: compiled code is gone
-            or runtime.target_tape is not None
-            or runtime.fwd_mode_manager is not None
-        ):
+        if plan is None or not _runnable(plan, runtime):
             self.public(*args)
             if key is not None and runtime.target_tape is None:
                 self._plans[key] = self._plan(args)
@@ -226,13 +232,7 @@ class Bound:
         re-initialised, an autodiff tape or forward-mode manager active): use the public call.
         """
         kernel, plan = self._kernel, self._plan
-        runtime = kernel._ti.lang.impl.get_runtime()
-        if (
-            not kernel.enabled
-            or plan.prog is not runtime.prog
-            or runtime.target_tape is not None
-            or runtime.fwd_mode_manager is not None
-        ):
+        if not (kernel.enabled and _runnable(plan, kernel._ti.lang.impl.get_runtime())):
             return False
         assert len(arrays) == self._arrays
         ctx = plan.kernel.make_launch_context()
