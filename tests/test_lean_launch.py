@@ -91,6 +91,11 @@ def _cases() -> dict[str, Callable[[], Any]]:
         ),
         "wkv forward/backward": lambda: grads(lambda *a: wkv(*a, state=st4)[0], td, tf, k4, v4),
         "wkv packed float32": lambda: wkv(td, tf, k4, v4, st4),
+        # C not a multiple of the lanes: flat loads, a partial last block; float64: libm exp.
+        "wkv flat float32": lambda: wkv(td[:13], tf[:13], k4[..., :13], v4[..., :13],
+                                        st4[..., :13].contiguous()),  # fmt: skip
+        "wkv float64 one token": lambda: wkv(*(x.double() for x in (td, tf, k4[:, :1],
+                                             v4[:, :1], st4))),  # fmt: skip
         "wkv7 forward/backward": lambda: grads(lambda *a: wkv7(*a, state=s7)[0], *r7),
         "time_conv forward/backward": lambda: grads(time_conv, w_tc, k_tc),
     }
@@ -202,6 +207,43 @@ def test_pad_plans_bind_a_raw_pointer_launcher() -> None:
         assert not any(b.launch([]) for b in bounds)  # disabled: nothing launched, no error
         public = _poisoned(run)
     assert torch.equal(lean, public)
+
+
+def test_wkv_steps_bind_a_raw_pointer_launcher() -> None:
+    """``ops.wkv``'s forward launches through a per-signature ``_wkv._Step`` (``_lean.Bound``
+    with the sizes fixed) once a signature has run: packed and flat loads, float32 and
+    float64, with and without saved states; each gives the public call's bits."""
+    from tipad_transforms._runtime import _wkv as runtime_wkv
+
+    g = torch.Generator().manual_seed(22)
+
+    def rnd(*shape: int, dtype: torch.dtype) -> torch.Tensor:
+        return torch.randn(*shape, generator=g, dtype=dtype)
+
+    runs = []
+    for c, dtype, grad in ((16, torch.float32, False), (13, torch.float32, True),
+                           (5, torch.float64, False)):  # fmt: skip
+        td, tf, k, v = rnd(c, dtype=dtype), rnd(c, dtype=dtype), rnd(2, 3, c, dtype=dtype), rnd(
+            2, 3, c, dtype=dtype)  # fmt: skip
+        state = torch.stack([rnd(2, c, dtype=dtype), rnd(2, c, dtype=dtype).abs() + 1,
+                             rnd(2, c, dtype=dtype)], 1)  # fmt: skip
+        if grad:
+            td.requires_grad_()  # the op path, saving the states for the backward
+        runs.append(lambda td=td, tf=tf, k=k, v=v, s=state: _flat(wkv(td, tf, k, v, s)))
+    for run in runs:
+        run()
+    runtime_wkv._steps.clear()
+    firsts = [_poisoned(run) for run in runs]  # the public call, which binds the steps
+    steps = dict(runtime_wkv._steps)
+    assert len(steps) == 3 and all(isinstance(s.bound, _lean.Bound) for s in steps.values())
+    assert {key[3] for key in steps} == {False, True}  # final state only / every state saved
+    lean = [_poisoned(run) for run in runs]
+    assert runtime_wkv._steps == steps  # served by the steps, none added
+    with _public_only():
+        public = [_poisoned(run) for run in runs]
+    for a, b, c in zip(firsts, lean, public, strict=True):
+        for x, y, z in zip(a, b, c, strict=True):
+            assert torch.equal(x.detach(), y.detach()) and torch.equal(y.detach(), z.detach())
 
 
 def test_worker_context_preloads_taichi_in_the_forkserver() -> None:

@@ -22,7 +22,7 @@ import io
 import os
 import sys
 import threading
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
 import torch
@@ -186,14 +186,65 @@ def _ensure(device: torch.device) -> Any:
     return ti
 
 
-@contextlib.contextmanager
+class _Session:
+    """``session``'s context manager: a class, not a generator, because every launch enters
+    one and a small launch's whole budget is tens of microseconds."""
+
+    __slots__ = ("_build", "_device", "_family", "_lock", "_side")
+
+    def __init__(
+        self,
+        device: torch.device,
+        family: str,
+        build: Callable[[Any], dict[str, Any]],
+        tensors: tuple[torch.Tensor, ...],
+    ) -> None:
+        for t in tensors:
+            if t.numel() > MAX_ELEMENTS:
+                raise RuntimeUnavailable(f"more than {MAX_ELEMENTS} elements in one call")
+        self._device = device
+        self._family = family
+        self._build = build
+        self._side: torch.cuda.Stream | None = None
+
+    def __enter__(self) -> dict[str, Any]:
+        device = self._device
+        # The module's lock now: a forked child replaced it (_reset_after_fork).
+        self._lock = lock = _lock
+        lock.acquire()
+        try:
+            reason = refusal(device)
+            if reason is not None:
+                raise RuntimeUnavailable(reason)
+            if _state["arch"] is None:
+                _ensure(device)
+            kernels = _state["kernels"].get(self._family)
+            if kernels is None:
+                ti = _state["ti"]
+                kernels = _state["kernels"][self._family] = _lean_kernels(ti, self._build(ti))
+            if device.type == "cuda":
+                self._side = _order_before(device)
+        except BaseException:
+            lock.release()
+            raise
+        return kernels
+
+    def __exit__(self, *exc: object) -> None:
+        try:
+            if self._side is not None:
+                self._side.wait_stream(torch.cuda.default_stream(self._device))
+        finally:
+            self._lock.release()
+
+
 def session(
     device: torch.device,
     family: str,
     build: Callable[[Any], dict[str, Any]],
     tensors: tuple[torch.Tensor, ...] = (),
-) -> Iterator[dict[str, Any]]:
-    """Hold the runtime for launches on ``device``: yields the kernels of ``family``.
+) -> _Session:
+    """Hold the runtime for launches on ``device``: ``with session(...) as kernels`` gives the
+    kernels of ``family``.
 
     Refuses (``RuntimeUnavailable``) a launch over ``tensors`` when one holds more than
     ``MAX_ELEMENTS``. Under the lock (the first call picks the arch, so two threads must not
@@ -202,19 +253,7 @@ def session(
     ``build(ti)`` makes the family's kernels the first time; Taichi compiles each on its first
     launch per dtype.
     """
-    largest = max((t.numel() for t in tensors), default=0)
-    if largest > MAX_ELEMENTS:
-        raise RuntimeUnavailable(f"more than {MAX_ELEMENTS} elements in one call")
-    with _lock:
-        reason = refusal(device)
-        if reason is not None:
-            raise RuntimeUnavailable(reason)
-        ti = _ensure(device)
-        kernels = _state["kernels"].get(family)
-        if kernels is None:
-            kernels = _state["kernels"][family] = _lean_kernels(ti, build(ti))
-        with _ordered_with_torch(device):
-            yield kernels
+    return _Session(device, family, build, tensors)
 
 
 #: Launches that move at most this many bytes run serially on the CPU (see ``serial_launch``).
@@ -283,24 +322,16 @@ def _lean_kernels(ti: Any, kernels: dict[str, Any]) -> dict[str, Any]:
     }
 
 
-@contextlib.contextmanager
-def _ordered_with_torch(device: torch.device) -> Iterator[None]:
-    """Order a Taichi launch (legacy default stream) with torch's current stream.
-
-    Events, not host syncs: the default stream waits for the work queued on the side stream, and
-    the side stream waits for the Taichi kernel.
-    """
-    if device.type != "cuda":
-        yield
-        return
+def _order_before(device: torch.device) -> torch.cuda.Stream | None:
+    """Order a Taichi launch (legacy default stream) after torch's current stream; returns the
+    current stream when it is a side stream, which must then wait for the default one after
+    the launch (``_Session.__exit__``). Events, not host syncs."""
     current = torch.cuda.current_stream(device)
     default = torch.cuda.default_stream(device)
     if current == default:
-        yield
-        return
+        return None
     default.wait_stream(current)
-    yield
-    current.wait_stream(default)
+    return current
 
 
 # The kernel families; imported last, as they use the names above. Padding (what most

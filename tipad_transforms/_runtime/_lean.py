@@ -207,14 +207,13 @@ class LeanKernel:
         kinds = self._kinds
         if plan is None or kinds is None or _INT in kinds or _FLOAT in kinds:
             return None
-        if any(edim for kind, edim in zip(kinds, self._edims, strict=True) if kind == _ARRAY):
-            return None
         return Bound(self, plan, sum(kind == _ARRAY for kind in kinds))
 
 
 class Bound:
-    """One signature of a ``LeanKernel`` whose ndarray slots are all scalar-typed and which has
-    no scalar slots: ``launch`` sets each slot from ``(data_ptr, nbytes, shape)`` and launches,
+    """One signature of a ``LeanKernel`` which has no scalar slots: ``launch`` sets each
+    ndarray slot from ``(data_ptr, nbytes, shape)`` (the shape in elements of the slot's type:
+    a vector-typed slot's without its vector dims) and launches,
     so the caller needs no tensor views of the right dtype on every call (each costs a torch
     call), and no signature is extracted. The caller keeps the arrays' dtypes, ndims and
     template values those of the ``args`` it was bound with (its cache key says so)."""

@@ -36,9 +36,10 @@ def _build_kernels(ti: Any) -> dict[str, Any]:
     Layouts (all flat): ``k, v, y, gy, gk, gv``: ``(B, T, C)``. ``states``: with ``save``
     ``(3, B, T + 1, C)``, rows aa, bb, pp, slot t the state before step t (slot T the final
     state); without, ``(B, 3, C)``, the final state alone (the op's output, written in place).
-    ``params``: ``w (C), u (C)`` and the forward's ``state`` ``(B, 3, C)`` (a separate
-    argument: the one-token step then copies nothing), ``w, u, gstate (B, 3, C)`` (the
-    gradient of the final state) for the backward. ``grads``: ``gw (B, C), gu (B, C),
+    The forward's ``decay`` and ``first``: ``time_decay (C)`` and ``u = time_first (C)`` as
+    the user holds them (``w = -exp(time_decay)`` is computed per chain: a one-token step then
+    spends no torch call on it) and its ``state`` ``(B, 3, C)``; the backward's ``params``:
+    ``w, u, gstate (B, 3, C)`` (the gradient of the final state). ``grads``: ``gw (B, C), gu (B, C),
     gstate_in (B, 3, C)``. ``meta``: int32 ``[B, T, C]``. Scalars travel packed because each
     kernel argument costs tens of microseconds of Python per launch.
     """
@@ -98,7 +99,8 @@ def _build_kernels(ti: Any) -> dict[str, Any]:
         return ti.select(d >= 0, 1.0, e), ti.select(d >= 0, e, 1.0)
 
     @ti.func
-    def forward_chain(params: ti.template(), state: ti.template(), k: ti.template(),
+    def forward_chain(decay: ti.template(), first: ti.template(), state: ti.template(),
+                      k: ti.template(),
                       v: ti.template(), y: ti.template(), states: ti.template(), b: ti.i32,
                       c: ti.i32,
                       n_b: ti.i32, n_t: ti.i32, n_c: ti.i32, n: ti.template(),
@@ -107,8 +109,8 @@ def _build_kernels(ti: Any) -> dict[str, Any]:
         #   y = (e1 aa + e2 v) / (e1 bb + e2), scales of (pp, u + k);
         #   aa, bb, pp = f1 aa + f2 v, f1 bb + f2, max(w + pp, k), scales of (w + pp, k).
         st = b * 3 * n_c + c
-        w = ti.Vector([params[c + j] for j in ti.static(range(n))])
-        u = ti.Vector([params[n_c + c + j] for j in ti.static(range(n))])
+        w = ti.Vector([-ti.exp(decay[c + j]) for j in ti.static(range(n))])
+        u = ti.Vector([first[c + j] for j in ti.static(range(n))])
         aa = ti.Vector([state[st + j] for j in ti.static(range(n))])
         bb = ti.Vector([state[st + n_c + j] for j in ti.static(range(n))])
         pp = ti.Vector([state[st + 2 * n_c + j] for j in ti.static(range(n))])
@@ -239,10 +241,10 @@ def _build_kernels(ti: Any) -> dict[str, Any]:
         loads = nd(dtype=ti.types.vector(_LANES, ti.f32), ndim=1) if packed else nd(ndim=1)
 
         @ti.kernel
-        def wkv_forward(params: nd(ndim=1), state: nd(ndim=1), k: loads, v: loads,
-                        y: nd(ndim=1), states: nd(ndim=1), meta: nd(dtype=ti.i32, ndim=1),
-                        lanes: ti.template(), save: ti.template(), fast: ti.template(),
-                        serial: ti.template()):
+        def wkv_forward(decay: nd(ndim=1), first: nd(ndim=1), state: nd(ndim=1), k: loads,
+                        v: loads, y: nd(ndim=1), states: nd(ndim=1),
+                        meta: nd(dtype=ti.i32, ndim=1), lanes: ti.template(),
+                        save: ti.template(), fast: ti.template(), serial: ti.template()):
             n_b, n_t, n_c = meta[0], meta[1], meta[2]
             blocks = (n_c - 1) // lanes + 1  # n_c >= 1; n_c + lanes could pass 2**31
             # A few steps of a few chains (one-token generation) run on the launching thread:
@@ -253,16 +255,16 @@ def _build_kernels(ti: Any) -> dict[str, Any]:
                 b = task // blocks
                 c0 = (task - b * blocks) * lanes
                 if ti.static(lanes == 1 or packed):
-                    forward_chain(params, state, k, v, y, states, b, c0, n_b, n_t, n_c, lanes,
-                                  save, fast, packed)
+                    forward_chain(decay, first, state, k, v, y, states, b, c0, n_b, n_t, n_c,
+                                  lanes, save, fast, packed)
                 else:
                     if c0 <= n_c - lanes:
-                        forward_chain(params, state, k, v, y, states, b, c0, n_b, n_t, n_c, lanes,
-                                      save, fast, False)
+                        forward_chain(decay, first, state, k, v, y, states, b, c0, n_b, n_t,
+                                      n_c, lanes, save, fast, False)
                     else:  # the last, partial block: one channel at a time
                         for c in range(c0, n_c):
-                            forward_chain(params, state, k, v, y, states, b, c, n_b, n_t, n_c, 1,
-                                          save, fast, False)
+                            forward_chain(decay, first, state, k, v, y, states, b, c, n_b, n_t,
+                                          n_c, 1, save, fast, False)
 
         @ti.kernel
         def wkv_backward(params: nd(ndim=1), k: loads, v: loads, gy: loads, states: loads,
@@ -324,7 +326,8 @@ def _meta(k: torch.Tensor) -> torch.Tensor:
 
 
 def launch_wkv_forward(
-    params: torch.Tensor,
+    time_decay: torch.Tensor,
+    time_first: torch.Tensor,
     state: torch.Tensor,
     k: torch.Tensor,
     v: torch.Tensor,
@@ -334,20 +337,63 @@ def launch_wkv_forward(
     """Run the WKV forward. All tensors contiguous, detached, float32 or float64 (one dtype),
     on one device, none empty.
 
-    ``params``: ``(2 C,)``, ``w = -exp(time_decay)`` then ``u = time_first``; ``k, v``:
-    ``(B, T, C)``; ``state``: ``(B, 3, C)`` (aa, bb, pp) before the first token. Writes ``y``
-    ``(B, T, C)`` and ``states``: given ``(3, B, T + 1, C)``, the state before every step and
-    after the last (what the backward reads); given ``(B, 3, C)``, the final state only.
+    ``time_decay``, ``time_first``: ``(C,)`` (the kernel takes ``w = -exp(time_decay)`` and
+    ``u = time_first``); ``k, v``: ``(B, T, C)``; ``state``: ``(B, 3, C)`` (aa, bb, pp) before
+    the first token. Writes ``y`` ``(B, T, C)`` and ``states``: given ``(3, B, T + 1, C)``, the
+    state before every step and after the last (what the backward reads); given ``(B, 3, C)``,
+    the final state only.
 
     Raises ``RuntimeUnavailable`` when ``refusal(device)`` gives a reason.
     """
     save = states.dim() == 4
+    tensors = (time_decay, time_first, state, k, v, y, states)
     with rt.session(k.device, "wkv", _build_kernels, (k, states)) as kernels:
         lanes, fast, packed = _switches(k)
-        kernels["forward_packed" if packed else "forward"](
-            params, state.reshape(-1), _loads(k, packed), _loads(v, packed), y.reshape(-1),
-            states.reshape(-1), _meta(k), lanes, save, fast, rt.serial_launch(y, _SERIAL_BYTES),
+        key = (k.shape, k.dtype, k.device, save, lanes, fast, packed)
+        step = _steps.get(key)
+        if step is not None and step.launch(tensors):
+            return
+        kernel = kernels["forward_packed" if packed else "forward"]
+        args = (
+            time_decay, time_first, state.reshape(-1), _loads(k, packed), _loads(v, packed),
+            y.reshape(-1), states.reshape(-1), _meta(k), lanes, save, fast,
+            rt.serial_launch(y, _SERIAL_BYTES),
         )  # fmt: skip
+        kernel(*args)
+        bind = getattr(kernel, "bind", None)
+        bound = bind(args) if bind is not None else None
+        if bound is not None:
+            if len(_steps) >= 64:
+                _steps.pop(next(iter(_steps)))
+            _steps[key] = _Step(bound, args[: len(tensors) + 1])
+
+
+class _Step:
+    """A forward signature's lean launcher (``_lean.Bound``) with its fixed sizes: a
+    signature (shapes, dtype, device, switches) fixes every slot's byte size and shape and the
+    ``meta`` tensor, so a call (a one-token step: a few microseconds of work) passes only the
+    seven data pointers."""
+
+    __slots__ = ("bound", "meta", "raw_meta", "sizes")
+
+    def __init__(self, bound: Any, arrays: tuple[torch.Tensor, ...]) -> None:
+        self.bound = bound
+        # (nbytes, shape) of the tensor slots. Every slot is 1-D, or (N, _LANES) for a packed
+        # load, whose shape counts vectors: the first dim either way.
+        self.sizes = [(t.numel() * t.element_size(), tuple(t.shape[:1])) for t in arrays[:-1]]
+        self.meta = meta = arrays[-1]  # held, so its address stays valid
+        self.raw_meta = (meta.data_ptr(), meta.numel() * meta.element_size(), tuple(meta.shape))
+
+    def launch(self, tensors: tuple[torch.Tensor, ...]) -> bool:
+        """Launch on ``launch_wkv_forward``'s tensors (contiguous, this signature's); False
+        when the lean path may not run now (the caller then takes the public call)."""
+        arrays = [(t.data_ptr(), *size) for t, size in zip(tensors, self.sizes, strict=True)]
+        arrays.append(self.raw_meta)
+        return bool(self.bound.launch(arrays))
+
+
+# Lean launchers of recent forward signatures (a model's layers share one per batch size).
+_steps: dict[tuple[Any, ...], _Step] = {}
 
 
 def launch_wkv_backward(

@@ -114,15 +114,6 @@ def _operand(t: torch.Tensor, m: torch.dtype) -> torch.Tensor:
     return t.detach().to(m).contiguous()
 
 
-def _params(time_decay: torch.Tensor, time_first: torch.Tensor, m: torch.Tensor) -> torch.Tensor:
-    """``[w, u]`` ``(2 C,)`` in ``m``'s dtype, ``w = -exp(time_decay)`` (the forward kernel's
-    ``params``)."""
-    td, tf = time_decay.detach(), time_first.detach()
-    if td.dtype != m.dtype or tf.dtype != m.dtype:
-        td, tf = td.to(m.dtype), tf.to(m.dtype)
-    return torch.cat([torch.exp(td).neg_(), tf])
-
-
 def _forward(
     time_decay: torch.Tensor,
     time_first: torch.Tensor,
@@ -135,8 +126,8 @@ def _forward(
     and the layers' one-token steps): the same code, so the same bits.
 
     Allocates what it returns (``y``, the new state, and with ``save`` the states before
-    every step, else None) plus ``params`` ``(2 C,)`` and, for inputs that are not contiguous
-    math-dtype tensors, their converted copies.
+    every step, else None) and, for inputs that are not contiguous math-dtype tensors, their
+    converted copies (the kernel computes ``w = -exp(time_decay)`` itself).
     """
     b, t, c = _check(time_decay, time_first, k, v, state)
     m = _math(k.dtype)
@@ -146,11 +137,11 @@ def _forward(
     if t == 0 or b == 0 or c == 0:  # no step to take: the state passes through
         states.copy_(s.transpose(0, 1).unsqueeze(2).expand(3, b, t + 1, c) if save else s)
     else:
-        params = _params(time_decay, time_first, kk)
+        td, tf = _operand(time_decay, m), _operand(time_first, m)
         if not kernel_ran(
-            "computing wkv", lambda: _runtime.launch_wkv_forward(params, s, kk, vv, y, states)
+            "computing wkv", lambda: _runtime.launch_wkv_forward(td, tf, s, kk, vv, y, states)
         ):
-            y, full = _fallback.wkv(params[:c], params[c:], kk, vv, s, save)
+            y, full = _fallback.wkv(-torch.exp(td), tf, kk, vv, s, save)
             states = full if save else full[:, :, -1].transpose(0, 1).contiguous()
     if save:
         new_state = states[:, :, -1].transpose(0, 1).clone(memory_format=_DENSE)
@@ -242,9 +233,9 @@ def wkv_backward(
         ran = True
         if states.shape[2] != t + 1:
             states = kk.new_empty(3, b, t + 1, c)
-            params = torch.cat([w, u])
+            td = _operand(time_decay, m)
             ran = kernel_ran("computing wkv", lambda: _runtime.launch_wkv_forward(
-                params, s, kk, vv, kk.new_empty(b, t, c), states))  # fmt: skip
+                td, u, s, kk, vv, kk.new_empty(b, t, c), states))  # fmt: skip
         gk, gv, grads = kk.new_empty(kk.shape), kk.new_empty(kk.shape), kk.new_empty(5 * b * c)
         ran = ran and kernel_ran("computing wkv", lambda: _runtime.launch_wkv_backward(
             w, u, kk, vv, states.to(m).contiguous(), gy, gs, gk, gv, grads))  # fmt: skip
@@ -343,7 +334,7 @@ def wkv(
         Without a graph to record (``torch.no_grad``, or no argument requiring grad; eager,
         not under ``torch.compile``), the custom op's implementation runs directly, skipping
         the dispatcher: same bits, and ``y`` and ``new_state`` are the only tensors a
-        one-token step allocates besides ``[w, u]``.
+        one-token step allocates.
 
     Raises:
         TypeError: an argument is not a tensor, not floating point, ``v``'s dtype differs from
