@@ -67,6 +67,10 @@ def _cases() -> dict[str, Callable[[], Any]]:
     b, t, c = 2, 5, 24
     td, tf, k4, v4 = rnd(c), rnd(c), rnd(b, t, c), rnd(b, t, c)
     st4 = torch.stack([rnd(b, c), rnd(b, c).abs() + 1, rnd(b, c)], 1)
+    # C = 13, not a multiple of the lanes: flat loads and a partial last block.
+    flat4 = (td[:13], tf[:13], k4[..., :13], v4[..., :13], st4[..., :13].contiguous())
+    # float64 (libm exp), one token (a serial launch).
+    one4 = (td, tf, k4[:, :1], v4[:, :1], st4)
     r7 = [rnd(1, 4, 2, 8, dtype=torch.float64) * 0.5 for _ in range(6)]
     r7[1] = -r7[1].abs() - 0.1  # log decays
     s7 = rnd(1, 2, 8, 8, dtype=torch.float64)
@@ -92,10 +96,8 @@ def _cases() -> dict[str, Callable[[], Any]]:
         "wkv forward/backward": lambda: grads(lambda *a: wkv(*a, state=st4)[0], td, tf, k4, v4),
         "wkv packed float32": lambda: wkv(td, tf, k4, v4, st4),
         # C not a multiple of the lanes: flat loads, a partial last block; float64: libm exp.
-        "wkv flat float32": lambda: wkv(td[:13], tf[:13], k4[..., :13], v4[..., :13],
-                                        st4[..., :13].contiguous()),  # fmt: skip
-        "wkv float64 one token": lambda: wkv(*(x.double() for x in (td, tf, k4[:, :1],
-                                             v4[:, :1], st4))),  # fmt: skip
+        "wkv flat float32": lambda: wkv(*flat4),
+        "wkv float64 one token": lambda: wkv(*(x.double() for x in one4)),
         "wkv7 forward/backward": lambda: grads(lambda *a: wkv7(*a, state=s7)[0], *r7),
         "time_conv forward/backward": lambda: grads(time_conv, w_tc, k_tc),
     }
@@ -209,38 +211,65 @@ def test_pad_plans_bind_a_raw_pointer_launcher() -> None:
     assert torch.equal(lean, public)
 
 
-def test_wkv_steps_bind_a_raw_pointer_launcher() -> None:
-    """``ops.wkv``'s forward launches through a per-signature ``_wkv._Step`` (``_lean.Bound``
-    with the sizes fixed) once a signature has run: packed and flat loads, float32 and
-    float64, with and without saved states; each gives the public call's bits."""
-    from tipad_transforms._runtime import _wkv as runtime_wkv
-
+def _step_runs(family: str) -> list[Callable[[], list[torch.Tensor]]]:
+    """Forward calls of ``family`` over several signatures: packed and flat loads, float32
+    and float64, with and without saved states (an input requiring grad: the op path)."""
     g = torch.Generator().manual_seed(22)
 
     def rnd(*shape: int, dtype: torch.dtype) -> torch.Tensor:
         return torch.randn(*shape, generator=g, dtype=dtype)
 
-    runs = []
+    runs: list[Callable[[], list[torch.Tensor]]] = []
     for c, dtype, grad in ((16, torch.float32, False), (13, torch.float32, True),
                            (5, torch.float64, False)):  # fmt: skip
-        td, tf, k, v = rnd(c, dtype=dtype), rnd(c, dtype=dtype), rnd(2, 3, c, dtype=dtype), rnd(
-            2, 3, c, dtype=dtype)  # fmt: skip
-        state = torch.stack([rnd(2, c, dtype=dtype), rnd(2, c, dtype=dtype).abs() + 1,
-                             rnd(2, c, dtype=dtype)], 1)  # fmt: skip
+        if family == "wkv":
+            xs = [rnd(c, dtype=dtype), rnd(c, dtype=dtype), rnd(2, 3, c, dtype=dtype),
+                  rnd(2, 3, c, dtype=dtype)]  # fmt: skip
+            state = torch.stack([rnd(2, c, dtype=dtype), rnd(2, c, dtype=dtype).abs() + 1,
+                                 rnd(2, c, dtype=dtype)], 1)  # fmt: skip
+            op: Callable[..., Any] = wkv
+        else:
+            n = c % 8 + 2  # head sizes 2, 7, 7
+            xs = [rnd(1, 3, 2, n, dtype=dtype) * 0.5 for _ in range(6)]
+            xs[1] = -xs[1].abs() - 0.1  # log decays
+            state = rnd(1, 2, n, n, dtype=dtype)
+            op = wkv7
         if grad:
-            td.requires_grad_()  # the op path, saving the states for the backward
-        runs.append(lambda td=td, tf=tf, k=k, v=v, s=state: _flat(wkv(td, tf, k, v, s)))
+            xs[0].requires_grad_()
+        runs.append(lambda op=op, xs=xs, s=state: _flat(op(*xs, state=s)))
+    return runs
+
+
+@pytest.mark.parametrize("family", ["wkv", "wkv7"])
+def test_recurrence_steps_launch_through_raw_pointers(
+    family: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The RWKV forwards launch through a per-signature ``_lean.Step`` (a ``Bound`` with the
+    sizes fixed) once a signature has run, and each gives the public call's bits."""
+    from tipad_transforms._runtime import _wkv as runtime_wkv
+    from tipad_transforms._runtime import _wkv7 as runtime_wkv7
+
+    steps = (runtime_wkv if family == "wkv" else runtime_wkv7)._steps
+    runs = _step_runs(family)
     for run in runs:
         run()
-    runtime_wkv._steps.clear()
-    firsts = [_poisoned(run) for run in runs]  # the public call, which binds the steps
-    steps = dict(runtime_wkv._steps)
-    assert len(steps) == 3 and all(isinstance(s.bound, _lean.Bound) for s in steps.values())
-    assert {key[3] for key in steps} == {False, True}  # final state only / every state saved
+    steps.clear()
+    firsts = [_poisoned(run) for run in runs]  # the public call, which records the steps
+    keys = steps.keys()
+    assert len(keys) == len(runs)
+    served: list[bool] = []
+    launch = _lean.Step.launch
+
+    def counting(self: _lean.Step, tensors: tuple[torch.Tensor, ...]) -> bool:
+        served.append(launch(self, tensors))
+        return served[-1]
+
+    monkeypatch.setattr(_lean.Step, "launch", counting)
     lean = [_poisoned(run) for run in runs]
-    assert runtime_wkv._steps == steps  # served by the steps, none added
+    assert served == [True] * len(runs) and steps.keys() == keys
     with _public_only():
         public = [_poisoned(run) for run in runs]
+    assert served[len(runs) :] == [False] * len(runs)  # disabled: handed back, nothing run
     for a, b, c in zip(firsts, lean, public, strict=True):
         for x, y, z in zip(a, b, c, strict=True):
             assert torch.equal(x.detach(), y.detach()) and torch.equal(y.detach(), z.detach())

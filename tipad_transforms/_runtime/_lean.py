@@ -31,7 +31,7 @@ from typing import Any
 
 import torch
 
-__all__ = ["KNOWN", "Bound", "LeanKernel", "lean_supported"]
+__all__ = ["KNOWN", "Bound", "LeanKernel", "Step", "Steps", "lean_supported"]
 
 #: The (module name, version) pairs whose internals the lean path was written and tested for.
 KNOWN = {("taichi", (1, 7, 4))}
@@ -239,3 +239,64 @@ class Bound:
             ctx.set_arg_external_array_with_shape((slot,), ptr, nbytes, shape, 0)
         plan.prog.launch_kernel(plan.code, ctx)
         return True
+
+
+class Step:
+    """A ``Bound`` launcher whose arrays' sizes its signature fixes: a launcher keyed by every
+    tensor's shape (a one-token step) passes only data pointers per call.
+
+    Made from the arguments of a call that went through the kernel: the first ``n`` are the
+    caller's tensors (as the slots take them: flat, or packed into vectors), the other ndarray
+    arguments are constants of the signature (``meta``), held here so their addresses stay
+    valid.
+    """
+
+    __slots__ = ("bound", "held", "raw_held", "sizes")
+
+    def __init__(self, bound: Bound, args: tuple[Any, ...], n: int) -> None:
+        self.bound = bound
+        # Every slot is 1-D, or (N, width) for a vector-typed one, whose shape counts vectors.
+        self.sizes = [(t.numel() * t.element_size(), tuple(t.shape[:1])) for t in args[:n]]
+        self.held = [a for a in args[n:] if isinstance(a, torch.Tensor)]
+        self.raw_held = [(t.data_ptr(), t.numel() * t.element_size(), tuple(t.shape[:1]))
+                         for t in self.held]  # fmt: skip
+
+    def launch(self, tensors: tuple[torch.Tensor, ...]) -> bool:
+        """Launch on ``tensors`` (contiguous, the signature's shapes and dtypes, in the order
+        of the call it was made from); False when the lean path may not run now."""
+        arrays = [(t.data_ptr(), *size) for t, size in zip(tensors, self.sizes, strict=True)]
+        return self.bound.launch(arrays + self.raw_held)
+
+
+class Steps:
+    """The ``Step`` launchers of a family's recent signatures (``size``, first in first out).
+
+    ``launch(key, tensors)`` runs the one recorded for ``key``, or returns False: then the
+    caller launches through the kernel and calls ``record``. Callers hold the runtime lock."""
+
+    def __init__(self, size: int = 64) -> None:
+        self.size = size
+        self._steps: dict[tuple[Any, ...], Step] = {}
+
+    def launch(self, key: tuple[Any, ...], tensors: tuple[torch.Tensor, ...]) -> bool:
+        step = self._steps.get(key)
+        return step is not None and step.launch(tensors)
+
+    def record(self, key: tuple[Any, ...], kernel: Any, args: tuple[Any, ...], n: int) -> None:
+        """After ``kernel(*args)``: keep a ``Step`` for ``key`` when the kernel binds one."""
+        bind = getattr(kernel, "bind", None)  # a LeanKernel; the public kernel has none
+        bound = bind(args) if bind is not None else None
+        if bound is None:
+            return
+        if len(self._steps) >= self.size:
+            self._steps.pop(next(iter(self._steps)))
+        self._steps[key] = Step(bound, args, n)
+
+    def __len__(self) -> int:
+        return len(self._steps)
+
+    def keys(self) -> list[tuple[Any, ...]]:
+        return list(self._steps)
+
+    def clear(self) -> None:
+        self._steps.clear()

@@ -16,6 +16,7 @@ from typing import Any
 import torch
 
 from .. import _runtime as rt
+from ._lean import Steps
 
 # Adjacent channels per CPU task (a power of two; 1 = the CUDA order, one chain per task).
 _LANES = 8
@@ -350,8 +351,7 @@ def launch_wkv_forward(
     with rt.session(k.device, "wkv", _build_kernels, (k, states)) as kernels:
         lanes, fast, packed = _switches(k)
         key = (k.shape, k.dtype, k.device, save, lanes, fast, packed)
-        step = _steps.get(key)
-        if step is not None and step.launch(tensors):
+        if _steps.launch(key, tensors):
             return
         kernel = kernels["forward_packed" if packed else "forward"]
         args = (
@@ -360,40 +360,11 @@ def launch_wkv_forward(
             rt.serial_launch(y, _SERIAL_BYTES),
         )  # fmt: skip
         kernel(*args)
-        bind = getattr(kernel, "bind", None)
-        bound = bind(args) if bind is not None else None
-        if bound is not None:
-            if len(_steps) >= 64:
-                _steps.pop(next(iter(_steps)))
-            _steps[key] = _Step(bound, args[: len(tensors) + 1])
-
-
-class _Step:
-    """A forward signature's lean launcher (``_lean.Bound``) with its fixed sizes: a
-    signature (shapes, dtype, device, switches) fixes every slot's byte size and shape and the
-    ``meta`` tensor, so a call (a one-token step: a few microseconds of work) passes only the
-    seven data pointers."""
-
-    __slots__ = ("bound", "meta", "raw_meta", "sizes")
-
-    def __init__(self, bound: Any, arrays: tuple[torch.Tensor, ...]) -> None:
-        self.bound = bound
-        # (nbytes, shape) of the tensor slots. Every slot is 1-D, or (N, _LANES) for a packed
-        # load, whose shape counts vectors: the first dim either way.
-        self.sizes = [(t.numel() * t.element_size(), tuple(t.shape[:1])) for t in arrays[:-1]]
-        self.meta = meta = arrays[-1]  # held, so its address stays valid
-        self.raw_meta = (meta.data_ptr(), meta.numel() * meta.element_size(), tuple(meta.shape))
-
-    def launch(self, tensors: tuple[torch.Tensor, ...]) -> bool:
-        """Launch on ``launch_wkv_forward``'s tensors (contiguous, this signature's); False
-        when the lean path may not run now (the caller then takes the public call)."""
-        arrays = [(t.data_ptr(), *size) for t, size in zip(tensors, self.sizes, strict=True)]
-        arrays.append(self.raw_meta)
-        return bool(self.bound.launch(arrays))
+        _steps.record(key, kernel, args, len(tensors))
 
 
 # Lean launchers of recent forward signatures (a model's layers share one per batch size).
-_steps: dict[tuple[Any, ...], _Step] = {}
+_steps = Steps()
 
 
 def launch_wkv_backward(

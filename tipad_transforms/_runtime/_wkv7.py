@@ -24,6 +24,7 @@ from typing import Any
 import torch
 
 from .. import _runtime as rt
+from ._lean import Steps
 
 # Value rows per task of the CPU's kernels (their states held in a local array).
 _ROWS = 16
@@ -383,16 +384,29 @@ def launch_wkv7_forward(
     Raises ``RuntimeUnavailable`` when ``refusal(device)`` gives a reason.
     """
     slots = states.shape[2]
+    tensors = (r, d, k, v, a, b, state, y, states)
     with rt.session(k.device, "wkv7", _build_kernels, (k, states)) as kernels:
-        flat = [t.reshape(-1) for t in (r, d, k, v, a, b, state, y, states)]
+        per_pixel = rt._state["per_pixel"]
+        key = (k.shape, k.dtype, k.device, chunk, slots, per_pixel, rt.SERIAL_BYTES)
+        if _steps.launch(key, tensors):
+            return
+        flat = tuple(t.reshape(-1) for t in tensors)
         meta, dt = _meta(k, chunk, slots), kernels["dtypes"][k.dtype]
-        if rt._state["per_pixel"]:
-            kernels["forward"](*flat, meta, slots > 1, dt)
+        if per_pixel:
+            kernel = kernels["forward"]
+            args: tuple[Any, ...] = (*flat, meta, slots > 1, dt)
         else:
             # Work ~ B H N^2 T: serial up to what rt.SERIAL_BYTES allows for a state's bytes.
             work = state.numel() * state.element_size() * k.shape[1]
             serial = k.device.type == "cpu" and work <= rt.SERIAL_BYTES
-            kernels["forward_rows"](*flat, meta, slots > 1, k.shape[3], dt, serial)
+            kernel = kernels["forward_rows"]
+            args = (*flat, meta, slots > 1, k.shape[3], dt, serial)
+        kernel(*args)
+        _steps.record(key, kernel, args, len(tensors))
+
+
+# Lean launchers of recent forward signatures (a model's layers share one per batch size).
+_steps = Steps()
 
 
 def launch_wkv7_backward(
