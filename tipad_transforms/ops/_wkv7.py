@@ -120,11 +120,14 @@ def _forward(
     b: torch.Tensor,
     state: torch.Tensor,
     save: bool,
+    checked: bool = False,
 ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
     """``wkv7_forward``'s implementation, also run directly by ``wkv7`` without a graph to
     record (same code, same bits). Without ``save`` the new state it returns is a view of the
-    states it returns (the op clones it: custom ops' outputs must not alias)."""
-    _check((r, w, k, v, a, b), state)
+    states it returns (the op clones it: custom ops' outputs must not alias). ``checked``: the
+    caller ran ``_check`` on these arguments (``wkv7`` does, before choosing the route)."""
+    if not checked:
+        _check((r, w, k, v, a, b), state)
     n_b, n_t, n_h, n_n = k.shape
     ops = _operands((r, w, k, v, a, b))
     s = state.detach().to(ops[0].dtype).contiguous()
@@ -274,7 +277,7 @@ def wkv7(
     if s is None:
         s = r.new_zeros(n_b, n_h, n_n, n_n, dtype=_math(r.dtype))
     if eager(*inputs, s):  # no graph to record: the implementation, without the dispatcher
-        y, new_state, _ = _forward(r, w, k, v, a, b, s, False)
+        y, new_state, _ = _forward(r, w, k, v, a, b, s, False, checked=True)
     else:
         save = torch.is_grad_enabled() and any(t.requires_grad for t in (*inputs, s))
         y, new_state, _ = wkv7_forward(r, w, k, v, a, b, s, save)
