@@ -145,3 +145,69 @@ def test_complex_texture_is_refused_by_the_functional_as_by_the_transform() -> N
         F.texture_pad(torch.zeros(3, 4, 4), 1, tex)
     with pytest.raises(TypeError, match="texture must be real"):
         TexturePad(1, tex)
+
+
+def _written_through_data(tex: torch.Tensor, new: torch.Tensor) -> None:
+    # .data shares the storage but not the version counter: the write is invisible to any
+    # cache keyed on the version.
+    version = tex._version
+    tex.data.copy_(new)
+    assert tex._version == version
+
+
+@pytest.mark.parametrize(
+    ("image", "texture", "calls"),
+    [
+        ((3, 10, 12), (3, 5, 7), 1),  # small texture, large border: the table at once
+        ((3, 64, 64), (3, 19, 77), 3),  # large texture: its table from the second call on
+    ],
+)
+def test_texture_written_through_data_is_seen(
+    image: tuple[int, ...], texture: tuple[int, ...], calls: int
+) -> None:
+    # The word-table cache was keyed by the texture's version counter: a texture rewritten
+    # through .data kept padding with its old values.
+    x = random_image(image, torch.uint8, seed=31)
+    tex = random_image(texture, torch.uint8, seed=32)
+    for _ in range(calls):
+        assert_bitwise_equal(
+            F.texture_pad(x, 24, tex, stagger=3), texture_pad_ref(x, 24, tex, stagger=3)
+        )
+    _written_through_data(tex, random_image(texture, torch.uint8, seed=33))
+    assert_bitwise_equal(
+        F.texture_pad(x, 24, tex, stagger=3), texture_pad_ref(x, 24, tex, stagger=3)
+    )
+
+
+def test_float_texture_written_through_data_is_converted_again() -> None:
+    # The dtype-conversion cache (a float texture for uint8 images) had the same blind spot.
+    x = random_image((3, 6, 6), torch.uint8, seed=34)
+    tex = torch.rand(3, 4, 5, generator=torch.Generator().manual_seed(35))
+    assert_bitwise_equal(F.texture_pad(x, 5, tex), texture_pad_ref(x, 5, tex))
+    _written_through_data(tex, 1 - tex)
+    assert_bitwise_equal(F.texture_pad(x, 5, tex), texture_pad_ref(x, 5, tex))
+
+
+def test_a_reused_texture_builds_its_word_table_once(monkeypatch: pytest.MonkeyPatch) -> None:
+    from tipad_transforms._runtime import _pad as runtime_pad
+
+    built: list[int] = []
+    make = runtime_pad._texture_words
+
+    def counting(rows: torch.Tensor, lanes: int) -> torch.Tensor:
+        built.append(rows.numel())
+        return make(rows, lanes)
+
+    monkeypatch.setattr(runtime_pad, "_texture_words", counting)
+    runtime_pad._words_cache.clear()
+    x = random_image((3, 64, 64), torch.uint8, seed=36)
+    tex = random_image((3, 19, 77), torch.uint8, seed=37)  # too large to pay on one call
+    for calls in range(1, 5):
+        assert_bitwise_equal(F.texture_pad(x, 24, tex), texture_pad_ref(x, 24, tex))
+        assert built == ([] if calls == 1 else [tex.numel()])
+    # A new texture on every call (the same address possibly): never a table.
+    built.clear()
+    for seed in range(38, 41):
+        other = random_image((3, 19, 77), torch.uint8, seed=seed)
+        assert_bitwise_equal(F.texture_pad(x, 24, other), texture_pad_ref(x, 24, other))
+    assert built == []

@@ -9,6 +9,7 @@ import torch
 
 from .. import _runtime as rt
 from .._geometry import PadGeometry, fold_index
+from .._value_cache import ValueCache
 
 # Layout of the kernel's int32 `meta` argument: a header of scalars; the geometry records; for
 # standard modes the row and column index maps (one pair per record); then the per-sample
@@ -149,9 +150,16 @@ def _build_kernels(ti: Any) -> dict[str, Any]:
                 if use_words:
                     head = ti.min((lanes - (dst & (lanes - 1))) & (lanes - 1), n)
                     body = (n - head) // lanes
-            for j in range(head):
-                canvas[dst + j] = tex[tex_row + tx]
-                tx += 1
+            # The head (up to a word's worth, or without a word table the whole run) as
+            # stretches of consecutive texture columns: a plain copy loop each, where a
+            # column wrapped per pixel took twice as long (a compare and branch per pixel).
+            done = 0
+            while done < head:
+                m = ti.min(head - done, tw - tx)
+                for q in range(m):
+                    canvas[dst + done + q] = tex[tex_row + tx + q]
+                done += m
+                tx += m
                 if tx == tw:
                     tx = 0
             if ti.static(lanes > 1):
@@ -277,25 +285,17 @@ def _words(t: torch.Tensor) -> torch.Tensor | None:
     return flat.view(torch.uint8)[: size - size % 8].view(torch.int64)
 
 
-# Recent word tables, keyed by the texture's memory and version counter. Each entry holds the
-# texture itself, so its memory cannot be freed and reused by another tensor while cached.
-_words_cache: dict[tuple[Any, ...], tuple[torch.Tensor, torch.Tensor]] = {}
-_WORDS_CACHE_SIZE = 4
+# Recent textures' word tables, checked against the texture's bits on every use.
+_words_cache: ValueCache[torch.Tensor] = ValueCache(8)
 
 
-def _cached_texture_words(tex: torch.Tensor, tw: int, lanes: int) -> torch.Tensor:
-    if tex.is_inference():  # no version counter to key on
-        return _texture_words(tex.reshape(-1, tw), lanes)
-    key = (tex.untyped_storage().data_ptr(), tex.storage_offset(), tex.numel(), tex.dtype,
-           tex.device, tex._version, tw, lanes)  # fmt: skip
-    hit = _words_cache.get(key)
-    if hit is not None:
-        return hit[1]
-    words = _texture_words(tex.reshape(-1, tw), lanes)
-    if len(_words_cache) >= _WORDS_CACHE_SIZE:
-        _words_cache.pop(next(iter(_words_cache)))
-    _words_cache[key] = (tex, words)
-    return words
+def _cached_texture_words(tex: torch.Tensor, tw: int, lanes: int, now: bool) -> torch.Tensor | None:
+    """``tex``'s word table (``_texture_words``; ``tex`` flat), or None when it does not pay
+    yet. ``now``: it pays on this call alone (a small texture for its border: built at once).
+    Otherwise only for a texture used again with the same values (a transform's texture,
+    BrickPad's brick tile): built on the second call, reused after."""
+    return _words_cache.get(tex, (tw, lanes), lambda: _texture_words(tex.reshape(-1, tw), lanes),
+                            now)  # fmt: skip
 
 
 def _texture_words(rows: torch.Tensor, lanes: int) -> torch.Tensor:
@@ -483,7 +483,7 @@ class _Plan:
     and index maps in the host part of ``meta`` (two variants: with and without the texture's
     word table, the second made when first needed), the lane width and whether words can pay.
     What a call still decides: whether its image and canvas addresses are 8-byte aligned (word
-    moves), the texture's word table (cached by its memory and version), the lattice (offsets,
+    moves), the texture's word table (cached, checked against its values), the lattice (offsets,
     bank indices) of texture mode, and which lean launcher (``_bounds``, per kernel signature)
     runs it."""
 
@@ -529,8 +529,10 @@ class _Plan:
         )
         tex_numel = c if self.constant else texture.numel()
         border = canvas.numel() - image.numel()
-        # The word table costs `lanes` times the texture; it pays only for a larger border.
+        # The word table costs `lanes` times the texture: on the first call it pays only for a
+        # larger border; a texture used again (checked by its values) pays for it once.
         self.table = self.words and self.texture_mode and tex_numel * self.lanes * 2 <= border
+        self.table_reused = self.words and self.texture_mode and tex_numel <= 4 * border
         self.serial = rt.serial_launch(canvas)
         self.per_pixel = per_pixel
         header = [n * c * out_h, c, out_h, out_w, tex_channels, th, tw, stagger, 0,
@@ -601,8 +603,8 @@ class _Plan:
             texture = fill if not self.backward else canvas.new_zeros(self.c)
         aligned = self.words and image.data_ptr() % 8 == 0 and canvas.data_ptr() % 8 == 0
         table = None
-        if aligned and self.table:
-            table = _cached_texture_words(_bits(texture), self.tw, self.lanes)
+        if aligned and self.table_reused:
+            table = _cached_texture_words(_bits(texture), self.tw, self.lanes, self.table)
         no_words = _dummy(torch.int64, self.device)
         dummy = _dummy(self.dtype, self.device)
         # Taichi needs non-empty arguments; a one-element dummy is never read.

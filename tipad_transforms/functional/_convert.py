@@ -19,6 +19,7 @@ import torch.nn.functional as nnF
 from torchvision.transforms.v2 import functional as tvF
 
 from .._checks import INT64_MAX, is_int
+from .._value_cache import ValueCache
 
 __all__ = ["Fill", "as_bank", "fill_values", "per_sample", "scale_texture", "texture_bank"]
 
@@ -27,8 +28,9 @@ Fill = int | float | bool | Sequence[int | float | bool] | None
 _NUMBER = (int, float, bool)
 # Recent conversions, keyed by what determines them; bounded, cleared when full.
 _FILLS: dict[tuple[Any, ...], torch.Tensor] = {}
-_BANKS: dict[tuple[Any, ...], tuple[torch.Tensor, torch.Tensor]] = {}
 _CACHE_SIZE = 16
+# Recent textures' conversions, checked against the texture's bits on every use.
+_BANKS: ValueCache[torch.Tensor] = ValueCache(_CACHE_SIZE)
 
 
 def _scalar(value: int | float | bool, dtype: torch.dtype, name: str) -> torch.Tensor:
@@ -135,8 +137,9 @@ def texture_bank(
 
     Float textures for integer images hold ``[0, 1]`` and are scaled as torchvision's
     ``to_dtype(scale=True)``; bool images take 0/1 textures. A conversion is cached (keyed by
-    the texture's memory and version counter, so an in-place change is seen) unless the texture
-    needs gradients: one texture used on every call is converted once per dtype and device.
+    the texture's memory, checked against its bits, so any in-place change is seen) unless the
+    texture needs gradients: one texture used on every call is converted once per dtype and
+    device.
     """
     bank = as_bank(texture)
     ct = bank.shape[1]
@@ -147,18 +150,10 @@ def texture_bank(
         )
     if bank.dtype == dtype and bank.device == device:
         return bank
-    if bank.requires_grad or bank.is_inference() or torch.compiler.is_compiling():
+    if bank.requires_grad or torch.compiler.is_compiling():
         return _convert_bank(bank, dtype, device)
-    key = (bank.untyped_storage().data_ptr(), bank.storage_offset(), tuple(bank.shape),
-           bank.stride(), bank.dtype, bank.device, bank._version, dtype, device)  # fmt: skip
-    hit = _BANKS.get(key)
-    if hit is not None:
-        return hit[1]
-    converted = _convert_bank(bank, dtype, device)
-    if len(_BANKS) >= _CACHE_SIZE:
-        _BANKS.clear()
-    # The entry holds the texture, so its memory cannot be reused by another one meanwhile.
-    _BANKS[key] = (bank, converted)
+    converted = _BANKS.get(bank, (dtype, device), lambda: _convert_bank(bank, dtype, device))
+    assert converted is not None
     return converted
 
 

@@ -1,0 +1,74 @@
+"""Values derived from a tensor (a texture's dtype conversion, its word table), reused while
+the tensor holds the same bits: the per-call cost of a texture used on every call."""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Hashable
+from typing import Any, Generic, TypeVar
+
+import torch
+
+V = TypeVar("V")
+
+
+def _bytes(t: torch.Tensor) -> torch.Tensor:
+    """``t``'s values as flat bytes (of a contiguous copy when ``t`` is not contiguous):
+    compared as bits, so -0.0 and 0.0 differ and a NaN equals itself."""
+    c = t if t.is_contiguous() else t.contiguous()
+    return c.reshape(-1).view(torch.uint8)
+
+
+def _same(a: torch.Tensor, b: torch.Tensor) -> bool:
+    """Whether byte tensors ``a`` and ``b`` are equal: as 8-byte words where both addresses
+    allow (``torch.equal`` costs about the same per element whatever its size)."""
+    if a.numel() != b.numel():
+        return False
+    n = a.numel() - a.numel() % 8
+    if n and a.data_ptr() % 8 == 0 and b.data_ptr() % 8 == 0:
+        return torch.equal(a[:n].view(torch.int64), b[:n].view(torch.int64)) and torch.equal(
+            a[n:], b[n:]
+        )
+    return torch.equal(a, b)
+
+
+class ValueCache(Generic[V]):
+    """The ``size`` most recent tensors' derived values (first in, first out).
+
+    Keyed by the tensor's memory (storage address, offset, shape, strides, dtype, device) and
+    the derivation's parameters; each entry keeps a snapshot of the tensor's bytes and serves
+    only a tensor with the same bytes (compared a word at a time: about a copy's cost). A
+    version counter would be cheaper but misses writes through ``.data`` and in inference
+    mode. Thread safe as dict operations are (two threads may both derive a value).
+    """
+
+    def __init__(self, size: int) -> None:
+        self.size = size
+        # key -> [snapshot, value or None (seen, not yet derived)]
+        self._entries: dict[tuple[Hashable, ...], list[Any]] = {}
+
+    def get(
+        self, t: torch.Tensor, extra: Hashable, make: Callable[[], V], now: bool = True
+    ) -> V | None:
+        """``make()`` for ``t`` as it is now, cached. ``now=False``: derive only for a tensor
+        seen before with the same bits (the first sighting records a snapshot and returns
+        None), for values that pay only when reused."""
+        key = (t.untyped_storage().data_ptr(), t.storage_offset(), tuple(t.shape), t.stride(),
+               t.dtype, t.device, extra)  # fmt: skip
+        entries = self._entries
+        entry = entries.get(key)
+        data = _bytes(t)
+        if entry is not None and not _same(entry[0], data):
+            entry = None  # other values at this address: another tensor, or written since
+        if entry is None:
+            if len(entries) >= self.size:
+                entries.pop(next(iter(entries)), None)
+            entry = entries[key] = [data.clone(), None]
+            if not now:
+                return None
+        if entry[1] is None:
+            entry[1] = make()
+        value: V = entry[1]
+        return value
+
+    def clear(self) -> None:
+        self._entries.clear()
