@@ -43,17 +43,15 @@ class ValueCache(Generic[V]):
 
     def __init__(self, size: int) -> None:
         self.size = size
-        # key -> [snapshot, value or None (seen, not yet derived)]
+        # key -> [snapshot of the tensor's bytes, value]
         self._entries: dict[tuple[Hashable, ...], list[Any]] = {}
 
-    def get(
-        self, t: torch.Tensor, extra: Hashable, make: Callable[[], V], now: bool = True
-    ) -> V | None:
-        """``make()`` for ``t`` as it is now, cached. ``now=False``: derive only for a tensor
-        seen before with the same bits (the first sighting records a snapshot and returns
-        None), for values that pay only when reused."""
+    def get(self, t: torch.Tensor, extra: Hashable, make: Callable[[], V]) -> V:
+        """``make()`` for ``t`` as it is now (``extra``: what else the value depends on)."""
+        # A value made in inference mode is an inference tensor, which autograd outside the
+        # mode refuses: the mode is part of the key.
         key = (t.untyped_storage().data_ptr(), t.storage_offset(), tuple(t.shape), t.stride(),
-               t.dtype, t.device, extra)  # fmt: skip
+               t.dtype, t.device, torch.is_inference_mode_enabled(), extra)  # fmt: skip
         entries = self._entries
         entry = entries.get(key)
         data = _bytes(t)
@@ -62,11 +60,7 @@ class ValueCache(Generic[V]):
         if entry is None:
             if len(entries) >= self.size:
                 entries.pop(next(iter(entries)), None)
-            entry = entries[key] = [data.clone(), None]
-            if not now:
-                return None
-        if entry[1] is None:
-            entry[1] = make()
+            entry = entries[key] = [data.clone(), make()]
         value: V = entry[1]
         return value
 

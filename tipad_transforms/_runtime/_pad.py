@@ -289,13 +289,9 @@ def _words(t: torch.Tensor) -> torch.Tensor | None:
 _words_cache: ValueCache[torch.Tensor] = ValueCache(8)
 
 
-def _cached_texture_words(tex: torch.Tensor, tw: int, lanes: int, now: bool) -> torch.Tensor | None:
-    """``tex``'s word table (``_texture_words``; ``tex`` flat), or None when it does not pay
-    yet. ``now``: it pays on this call alone (a small texture for its border: built at once).
-    Otherwise only for a texture used again with the same values (a transform's texture,
-    BrickPad's brick tile): built on the second call, reused after."""
-    return _words_cache.get(tex, (tw, lanes), lambda: _texture_words(tex.reshape(-1, tw), lanes),
-                            now)  # fmt: skip
+def _cached_texture_words(tex: torch.Tensor, tw: int, lanes: int) -> torch.Tensor:
+    """``tex``'s word table (``_texture_words``; ``tex`` flat), made once per texture."""
+    return _words_cache.get(tex, (tw, lanes), lambda: _texture_words(tex.reshape(-1, tw), lanes))
 
 
 def _texture_words(rows: torch.Tensor, lanes: int) -> torch.Tensor:
@@ -529,10 +525,10 @@ class _Plan:
         )
         tex_numel = c if self.constant else texture.numel()
         border = canvas.numel() - image.numel()
-        # The word table costs `lanes` times the texture: on the first call it pays only for a
-        # larger border; a texture used again (checked by its values) pays for it once.
+        # The word table costs `lanes` times the texture; it pays only for a larger border.
+        # (Built on a texture's second use instead, a BrickPad tile's table gained nothing
+        # measurable per image: the stretch copies of texture_run are about as fast.)
         self.table = self.words and self.texture_mode and tex_numel * self.lanes * 2 <= border
-        self.table_reused = self.words and self.texture_mode and tex_numel <= 4 * border
         self.serial = rt.serial_launch(canvas)
         self.per_pixel = per_pixel
         header = [n * c * out_h, c, out_h, out_w, tex_channels, th, tw, stagger, 0,
@@ -603,8 +599,8 @@ class _Plan:
             texture = fill if not self.backward else canvas.new_zeros(self.c)
         aligned = self.words and image.data_ptr() % 8 == 0 and canvas.data_ptr() % 8 == 0
         table = None
-        if aligned and self.table_reused:
-            table = _cached_texture_words(_bits(texture), self.tw, self.lanes, self.table)
+        if aligned and self.table:
+            table = _cached_texture_words(_bits(texture), self.tw, self.lanes)
         no_words = _dummy(torch.int64, self.device)
         dummy = _dummy(self.dtype, self.device)
         # Taichi needs non-empty arguments; a one-element dummy is never read.

@@ -90,7 +90,8 @@ def fill_values(fill: Any, dtype: torch.dtype, channels: int, name: str = "fill"
         raise TypeError(
             f"{name} must be a number, a sequence of numbers or None, got {type(fill).__name__}"
         )
-    values = values.contiguous()
+    with torch.inference_mode(False):  # cached: never an inference tensor (see _launch._zeros)
+        values = values.clone() if values.is_inference() else values.contiguous()
     if len(_FILLS) >= _CACHE_SIZE:
         _FILLS.clear()
     _FILLS[key] = values
@@ -152,9 +153,7 @@ def texture_bank(
         return bank
     if bank.requires_grad or torch.compiler.is_compiling():
         return _convert_bank(bank, dtype, device)
-    converted = _BANKS.get(bank, (dtype, device), lambda: _convert_bank(bank, dtype, device))
-    assert converted is not None
-    return converted
+    return _BANKS.get(bank, (dtype, device), lambda: _convert_bank(bank, dtype, device))
 
 
 def _convert_bank(bank: torch.Tensor, dtype: torch.dtype, device: torch.device) -> torch.Tensor:

@@ -31,7 +31,8 @@ _ZEROS: dict[tuple[int, int, torch.device], torch.Tensor] = {}
 def _empty(dtype: torch.dtype, device: torch.device) -> torch.Tensor:
     t = _EMPTY.get((dtype, device))
     if t is None:
-        t = _EMPTY[(dtype, device)] = torch.empty(0, dtype=dtype, device=device)
+        with torch.inference_mode(False):  # see _zeros
+            t = _EMPTY[(dtype, device)] = torch.empty(0, dtype=dtype, device=device)
     return t
 
 
@@ -43,7 +44,10 @@ def _zeros(n: int, last: int, device: torch.device) -> torch.Tensor:
         if len(_ZEROS) >= 32:
             _ZEROS.clear()
         shape = (n, last) if last else (n,)
-        t = _ZEROS[key] = torch.zeros(shape, dtype=torch.int32, device=device)
+        # Never an inference tensor, even when made in inference mode: the op saves it for a
+        # backward, which refuses inference tensors, and a later call may well need one.
+        with torch.inference_mode(False):
+            t = _ZEROS[key] = torch.zeros(shape, dtype=torch.int32, device=device)
     return t
 
 
@@ -123,7 +127,8 @@ def _periods(th: int, tw: int, device: torch.device) -> torch.Tensor:
     if t is None:
         if len(_PERIODS) >= 32:
             _PERIODS.clear()
-        t = _PERIODS[key] = torch.tensor([th * tw, tw], device=device)
+        with torch.inference_mode(False):  # see _zeros
+            t = _PERIODS[key] = torch.tensor([th * tw, tw], device=device)
     return t
 
 

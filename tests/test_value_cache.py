@@ -1,0 +1,72 @@
+"""``_value_cache.ValueCache``: derived values reused while (and only while) a tensor holds the
+same bytes."""
+
+from __future__ import annotations
+
+import torch
+
+from tipad_transforms._value_cache import ValueCache
+
+
+def _counting(cache: ValueCache[torch.Tensor], t: torch.Tensor, made: list[int]) -> torch.Tensor:
+    def make() -> torch.Tensor:
+        made.append(1)
+        return t * 2
+
+    return cache.get(t, "x2", make)
+
+
+def test_reused_while_the_bytes_are_equal_remade_when_they_change() -> None:
+    cache: ValueCache[torch.Tensor] = ValueCache(4)
+    made: list[int] = []
+    t = torch.randn(5, 7, generator=torch.Generator().manual_seed(1))
+    first = _counting(cache, t, made)
+    assert _counting(cache, t, made) is first and len(made) == 1
+    t.data[2, 3] += 1  # no version bump
+    assert torch.equal(_counting(cache, t, made), t * 2) and len(made) == 2
+    with torch.inference_mode():  # inference tensors have no version counter at all
+        u = torch.ones(3)
+        v = _counting(cache, u, made)
+        u.add_(1)
+        assert torch.equal(_counting(cache, u, made), torch.full((3,), 4.0)) and v[0] == 2
+
+
+def test_compared_as_bits() -> None:
+    cache: ValueCache[torch.Tensor] = ValueCache(4)
+    made: list[int] = []
+    t = torch.tensor([0.0, float("nan"), 1.0])
+    _counting(cache, t, made)
+    _counting(cache, t, made)  # NaN equals itself bitwise: a hit
+    assert len(made) == 1
+    t.data[0] = -0.0  # equal as floats, not as bits
+    _counting(cache, t, made)
+    assert len(made) == 2
+
+
+def test_strided_and_odd_sized_tensors_and_eviction() -> None:
+    cache: ValueCache[torch.Tensor] = ValueCache(2)
+    made: list[int] = []
+    base = torch.arange(33, dtype=torch.uint8)
+    odd = base[1:]  # 32 bytes at an odd address: compared byte by byte
+    strided = torch.arange(40, dtype=torch.int16).view(5, 8)[:, ::2]
+    for t in (odd, strided, odd, strided):
+        assert torch.equal(_counting(cache, t, made), t * 2)
+    assert len(made) == 2
+    third = torch.zeros(3)
+    _counting(cache, third, made)  # evicts the oldest (odd)
+    _counting(cache, strided, made)
+    _counting(cache, odd, made)
+    assert len(made) == 4
+
+
+def test_a_value_made_in_inference_mode_is_not_served_outside_it() -> None:
+    cache: ValueCache[torch.Tensor] = ValueCache(4)
+    made: list[int] = []
+    t = torch.ones(4)
+    with torch.inference_mode():
+        assert _counting(cache, t, made).is_inference()
+    outside = _counting(cache, t, made)
+    assert not outside.is_inference() and len(made) == 2
+    with torch.inference_mode():
+        _counting(cache, t, made)
+    assert len(made) == 2  # each mode's value, reused in its mode
