@@ -10,6 +10,7 @@ image is not cast through float64, so ``2**53 + 1`` stays ``2**53 + 1`` on int64
 
 from __future__ import annotations
 
+import contextlib
 import math
 from collections.abc import Sequence
 from typing import Any
@@ -74,6 +75,25 @@ def fill_values(fill: Any, dtype: torch.dtype, channels: int, name: str = "fill"
     hit = _FILLS.get(key) if key[0] is not None else None
     if hit is not None:
         return hit
+    with normal_tensors():  # cached: never an inference tensor
+        values = _fill_tensor(fill, dtype, channels, name)
+    if len(_FILLS) >= _CACHE_SIZE:
+        _FILLS.clear()
+    _FILLS[key] = values
+    return values
+
+
+def normal_tensors() -> contextlib.AbstractContextManager[Any]:
+    """A context in which new tensors are normal ones even in inference mode: what a module's
+    cache keeps (a default lattice, fill values) may be saved for a backward by a later call,
+    and autograd refuses inference tensors. Nothing while compiling (Dynamo cannot trace the
+    mode switch; a compiled graph keeps no such cache)."""
+    if torch.compiler.is_compiling():
+        return contextlib.nullcontext()
+    return torch.inference_mode(False)
+
+
+def _fill_tensor(fill: Any, dtype: torch.dtype, channels: int, name: str) -> torch.Tensor:
     if isinstance(fill, _NUMBER):
         values = _scalar(fill, dtype, name).expand(channels)
     elif _is_numbers(fill):
@@ -90,12 +110,7 @@ def fill_values(fill: Any, dtype: torch.dtype, channels: int, name: str = "fill"
         raise TypeError(
             f"{name} must be a number, a sequence of numbers or None, got {type(fill).__name__}"
         )
-    with torch.inference_mode(False):  # cached: never an inference tensor (see _launch._zeros)
-        values = values.clone() if values.is_inference() else values.contiguous()
-    if len(_FILLS) >= _CACHE_SIZE:
-        _FILLS.clear()
-    _FILLS[key] = values
-    return values
+    return values.contiguous()
 
 
 def _is_numbers(value: Any) -> bool:

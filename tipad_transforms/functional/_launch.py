@@ -20,7 +20,7 @@ from .._checks import INT64_MAX
 from .._geometry import PadGeometry, check_bank_index
 from ..ops._pad import pad_direct
 from ..ops._route import eager
-from ._convert import fill_values, per_sample, texture_bank
+from ._convert import fill_values, normal_tensors, per_sample, texture_bank
 
 __all__ = ["Border", "launch"]
 
@@ -31,7 +31,7 @@ _ZEROS: dict[tuple[int, int, torch.device], torch.Tensor] = {}
 def _empty(dtype: torch.dtype, device: torch.device) -> torch.Tensor:
     t = _EMPTY.get((dtype, device))
     if t is None:
-        with torch.inference_mode(False):  # see _zeros
+        with normal_tensors():
             t = _EMPTY[(dtype, device)] = torch.empty(0, dtype=dtype, device=device)
     return t
 
@@ -44,9 +44,7 @@ def _zeros(n: int, last: int, device: torch.device) -> torch.Tensor:
         if len(_ZEROS) >= 32:
             _ZEROS.clear()
         shape = (n, last) if last else (n,)
-        # Never an inference tensor, even when made in inference mode: the op saves it for a
-        # backward, which refuses inference tensors, and a later call may well need one.
-        with torch.inference_mode(False):
+        with normal_tensors():  # the op saves it for a backward
             t = _ZEROS[key] = torch.zeros(shape, dtype=torch.int32, device=device)
     return t
 
@@ -127,7 +125,7 @@ def _periods(th: int, tw: int, device: torch.device) -> torch.Tensor:
     if t is None:
         if len(_PERIODS) >= 32:
             _PERIODS.clear()
-        with torch.inference_mode(False):  # see _zeros
+        with normal_tensors():
             t = _PERIODS[key] = torch.tensor([th * tw, tw], device=device)
     return t
 
