@@ -117,13 +117,20 @@ def image_peers() -> list[Peer]:
     texture = tt.TexturePad(32, tex)
     brick = tt.BrickPad(32)
     return [
-        Peer("v2", "v2.Pad(reflect)", lambda: v2pad(x), "reflect"),
-        Peer("fpad", "F.pad constant", lambda: torch.nn.functional.pad(x, (32,) * 4), "const"),
-        Peer("pad", "tipad pad(reflect)", lambda: F.pad(x, 32, padding_mode="reflect"), "reflect"),
-        Peer("tex", "tipad TexturePad", lambda: texture(x), "tex"),
-        Peer("brick", "tipad BrickPad", lambda: brick(x), "brick"),
+        Peer("torchvision.v2", "v2.Pad(reflect)", lambda: v2pad(x), "reflect"),
         Peer(
-            "tex-public",
+            "torch.fpad", "F.pad constant", lambda: torch.nn.functional.pad(x, (32,) * 4), "const"
+        ),
+        Peer(
+            "tipad.pad",
+            "tipad pad(reflect)",
+            lambda: F.pad(x, 32, padding_mode="reflect"),
+            "reflect",
+        ),
+        Peer("tipad.tex", "tipad TexturePad", lambda: texture(x), "tex"),
+        Peer("tipad.brick", "tipad BrickPad", lambda: brick(x), "brick"),
+        Peer(
+            "tipad.tex-public",
             "tipad texture_pad, public launcher",
             publicly(lambda: F.texture_pad(x, 32, tex)),
             "tex",
@@ -145,9 +152,9 @@ def wkv_peers() -> list[Peer]:
         return torch.ops.tipad.wkv_forward(td, tf, k, v, state, False)[0]
 
     return [
-        Peer("wkv", "tipad ops.wkv T=1", run, "wkv"),
-        Peer("wkv-op", "torch.ops.tipad.wkv_forward T=1", op, "wkv"),
-        Peer("wkv-public", "ops.wkv T=1, public launcher", publicly(run), "wkv"),
+        Peer("tipad.wkv", "tipad ops.wkv T=1", run, "wkv"),
+        Peer("tipad.wkv-op", "torch.ops.tipad.wkv_forward T=1", op, "wkv"),
+        Peer("tipad.wkv-public", "ops.wkv T=1, public launcher", publicly(run), "wkv"),
     ]
 
 
@@ -223,15 +230,17 @@ def canvas_peers(quick: bool) -> list[Peer]:
 
     out = seed(None)
     return [
-        Peer("fresh", "tipad texture_pad, fresh output", lambda: seed(None), "canvas"),
-        Peer("out", "tipad texture_pad, out=", lambda: seed(out), "canvas", "out="),
+        Peer("tipad.fresh", "tipad texture_pad, fresh output", lambda: seed(None), "canvas"),
+        Peer("tipad.out", "tipad texture_pad, out=", lambda: seed(out), "canvas", "out="),
         Peer(
-            "gather",
+            "torch.gather",
             "torch gather, eager (the seed's method)",
             lambda: gather_texture_pad(tile, sides, tile, CANVAS_STAGGER),
             "canvas",
         ),
-        Peer("fill", "torch.empty().fill_(1)", lambda: torch.empty(out.shape).fill_(1), "fill"),
+        Peer(
+            "torch.fill", "torch.empty().fill_(1)", lambda: torch.empty(out.shape).fill_(1), "fill"
+        ),
     ]
 
 
@@ -499,9 +508,9 @@ def main(argv: list[str] | None = None) -> None:
 
     only = set(args.only or ["image", "wkv", "rwkv4", "canvas"])
     if "image" in only:
-        run("one 3x224x224 uint8 image, pad 32", image_peers(), "v2")
+        run("one 3x224x224 uint8 image, pad 32", image_peers(), "torchvision.v2")
     if "wkv" in only:
-        run("ops.wkv, T=1, B=1, C=768", wkv_peers(), "wkv-public")
+        run("ops.wkv, T=1, B=1, C=768", wkv_peers(), "tipad.wkv-public")
     models = [(1024, 128, 2)] if args.quick else [(1024, 768, 12), (1024, 512, 6)]
     with tempfile.TemporaryDirectory() as tmp, torch.no_grad():
         for vocab, n_embd, n_layer in models if "rwkv4" in only else []:
@@ -511,9 +520,9 @@ def main(argv: list[str] | None = None) -> None:
             run(f"RWKV-4 {n_layer}x{n_embd}, one token", peers, peers[-1].key)
     breakdown: dict[str, Any] = {}
     if "canvas" in only:
-        run("seed canvas 1x4144x8224 float32", canvas_peers(args.quick), "gather", min_s=0.1)
+        run("seed canvas 1x4144x8224 float32", canvas_peers(args.quick), "torch.gather", min_s=0.1)
         canvas = {m.peer.key: m.stats.median_s for m in workloads[-1][1]}
-        speedups = {k: canvas["gather"] / canvas[k] for k in ("fresh", "out")}
+        speedups = {k: canvas["torch.gather"] / canvas[f"tipad.{k}"] for k in ("fresh", "out")}
         speedup = (
             f"fresh {speedups['fresh']:.1f}x, out= {speedups['out']:.1f}x (target: fresh >= 20x)"
         )

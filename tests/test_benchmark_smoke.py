@@ -46,8 +46,8 @@ def test_percall_benchmark_checks_its_peers(tmp_path: Path) -> None:
     workloads = report["workloads"]
     assert isinstance(workloads, list) and len(workloads) >= 4
     checks = [p["check"] for w in workloads for p in w["peers"]]
-    assert "bit-equal to v2" in checks and "bit-equal to wkv" in checks
+    assert "bit-equal to torchvision.v2" in checks and "bit-equal to tipad.wkv" in checks
     # The seed canvas's eager gather is timed only after drawing tipad's canvas bit for bit.
     peers = {p["key"]: p for w in workloads for p in w["peers"]}
-    assert peers["gather"]["check"] == "bit-equal to fresh"
+    assert peers["torch.gather"]["check"] == "bit-equal to tipad.fresh"
     assert "cpu" in report["canvas_breakdown"]["medians_s"]["first_touch_launch"]
