@@ -22,7 +22,7 @@ from tipad_transforms import BrickPad, TexturePad
 from tipad_transforms import functional as F
 from tipad_transforms._runtime import _lean
 from tipad_transforms._runtime import _pad as runtime_pad
-from tipad_transforms.functional import _launch
+from tipad_transforms.functional import _launch, _stack
 from tipad_transforms.ops import _pad as ops_pad
 
 MODES = ("constant", "edge", "reflect", "symmetric", "circular")
@@ -35,6 +35,7 @@ def _op_route(fn: Callable[[], torch.Tensor], monkeypatch: pytest.MonkeyPatch) -
     """``fn()`` with the direct route switched off: through the custom op, as before."""
     with monkeypatch.context() as m:
         m.setattr(_launch, "eager", lambda *tensors: False)
+        m.setattr(_stack, "eager", lambda *tensors: False)
         before = ops_pad.direct_calls
         result = fn()
         assert ops_pad.direct_calls == before
@@ -266,3 +267,33 @@ def test_brickpad_tile_size_follows_changed_options() -> None:
     assert t.tile_size == brick_tile_size(courses=2)
     t.brick_options = {"mortar": 1}
     assert t.tile_size == brick_tile_size(mortar=1)
+
+
+def test_pad_stack_takes_the_direct_route_and_the_op_gives_the_same_bits(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    images = [random_image(s, torch.uint8, seed=30 + i) for i, s in enumerate(SHAPES[:1] * 2)]
+    images.append(random_image((3, 5, 9), torch.uint8, seed=33))
+    tex = random_image((3, 4, 7), torch.uint8, seed=34)
+    places = torch.tensor([[1, 2], [3, 0], [4, 6]])  # (top, left) of each image
+    for kwargs in ({"padding_mode": "reflect"}, {"padding_mode": "texture", "texture": tex}):
+
+        def run(kw: dict[str, Any] = kwargs) -> torch.Tensor:
+            return F.pad_stack(images, (12, 20), places, **kw)
+
+        direct = _direct(run)
+        op = _op_route(run, monkeypatch)
+        assert_bitwise_equal(direct, op)
+        for i, (im, (top, left)) in enumerate(zip(images, places.tolist(), strict=True)):
+            h, w = im.shape[-2:]
+            pads = (left, top, 20 - left - w, 12 - top - h)
+            if kwargs["padding_mode"] == "reflect":
+                assert_bitwise_equal(direct[i], _numpy_pad(im, pads, 0, "reflect"))
+            else:
+                assert_bitwise_equal(direct[i], F.texture_pad(im, pads, tex))
+    # A graph to record: the op (and its autograd).
+    floats = [im.float().requires_grad_() for im in images]
+    before = ops_pad.direct_calls
+    F.pad_stack(floats, (12, 20), places, padding_mode="edge").sum().backward()
+    assert ops_pad.direct_calls == before
+    assert all(f.grad is not None for f in floats)

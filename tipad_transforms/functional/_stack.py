@@ -16,6 +16,8 @@ import torch
 from .. import ops
 from .._checks import check_int
 from .._geometry import check_mode, image_channels
+from ..ops._pad import pad_stack_direct
+from ..ops._route import eager
 from ._convert import Fill
 from ._launch import Border, check_size
 from ._pad import check_image
@@ -135,7 +137,9 @@ def pad_stack(
     else:
         border = Border.standard(mode, fill, x, n, channels)
     packed = torch.cat([im.reshape(-1) for im in checked])
-    return ops.pad_stack(
-        packed, sizes, [channels, *size], border.mode, border.fill, border.texture,
-        border.offset, border.texture_index, border.stagger,
-    )  # fmt: skip
+    args = (packed, sizes, [channels, *size], border.mode, border.fill, border.texture,
+            border.offset, border.texture_index, border.stagger)  # fmt: skip
+    if eager(packed, sizes, border.fill, border.texture, border.offset, border.texture_index):
+        # Nothing to record or trace: the op's implementation, without the dispatcher.
+        return pad_stack_direct(*args)
+    return ops.pad_stack(*args)

@@ -27,6 +27,7 @@ __all__ = [
     "pad_out",
     "pad_stack",
     "pad_stack_backward",
+    "pad_stack_direct",
 ]
 
 
@@ -458,6 +459,41 @@ def pad_stack(
     ``pad``, per image. Canvas ``i`` equals ``pad`` of image ``i`` with padding ``(left_i,
     top_i, W - left_i - w_i, H - top_i - h_i)``.
     """
+    return _stack_forward(images, sizes, canvas, mode, fill, texture, offset, texture_index,
+                          stagger)  # fmt: skip
+
+
+def pad_stack_direct(
+    images: torch.Tensor,
+    sizes: torch.Tensor,
+    canvas: list[int],
+    mode: str,
+    fill: torch.Tensor,
+    texture: torch.Tensor,
+    offset: torch.Tensor,
+    texture_index: torch.Tensor,
+    stagger: int,
+) -> torch.Tensor:
+    """``tipad::pad_stack`` without the custom-op dispatch, for ``functional.pad_stack`` when
+    ``_route.eager`` holds for every tensor argument: the op's implementation, checks included
+    (counted in ``direct_calls``, as ``pad_direct``)."""
+    global direct_calls
+    direct_calls += 1
+    return _stack_forward(images, sizes, canvas, mode, fill, texture, offset, texture_index,
+                          stagger)  # fmt: skip
+
+
+def _stack_forward(
+    images: torch.Tensor,
+    sizes: torch.Tensor,
+    canvas: list[int],
+    mode: str,
+    fill: torch.Tensor,
+    texture: torch.Tensor,
+    offset: torch.Tensor,
+    texture_index: torch.Tensor,
+    stagger: int,
+) -> torch.Tensor:
     _check_stack_forward(images, sizes, canvas, mode, fill, texture, offset, texture_index,
                          stagger)  # fmt: skip
     table = _stack_sizes(sizes, images.numel(), canvas, mode)
