@@ -70,3 +70,15 @@ def test_a_value_made_in_inference_mode_is_not_served_outside_it() -> None:
     with torch.inference_mode():
         _counting(cache, t, made)
     assert len(made) == 2  # each mode's value, reused in its mode
+
+
+def test_a_changed_tensor_replaces_its_own_entry_and_evicts_nothing() -> None:
+    cache: ValueCache[torch.Tensor] = ValueCache(2)
+    made: list[int] = []
+    a, b = torch.ones(4), torch.zeros(4)
+    _counting(cache, b, made)  # the oldest entry
+    _counting(cache, a, made)
+    a.data[0] = 5.0  # a's entry is remade in place; b's must stay
+    _counting(cache, a, made)
+    _counting(cache, b, made)
+    assert len(made) == 3

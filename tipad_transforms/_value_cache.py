@@ -1,14 +1,26 @@
-"""Values derived from a tensor (a texture's dtype conversion, its word table), reused while
-the tensor holds the same bits: the per-call cost of a texture used on every call."""
+"""What the package caches across calls: values derived from a tensor (a texture's dtype
+conversion, its word table), reused while the tensor holds the same bits, and the rule that a
+cached tensor is never an inference tensor (``normal_tensors``)."""
 
 from __future__ import annotations
 
+import contextlib
 from collections.abc import Callable, Hashable
 from typing import Any, Generic, TypeVar
 
 import torch
 
 V = TypeVar("V")
+
+
+def normal_tensors() -> contextlib.AbstractContextManager[Any]:
+    """A context in which new tensors are normal ones even in inference mode: what a module's
+    cache keeps (a default lattice, fill values) may be saved for a backward by a later call,
+    and autograd refuses inference tensors. Nothing while compiling (Dynamo cannot trace the
+    mode switch; a compiled graph keeps no such cache)."""
+    if torch.compiler.is_compiling():
+        return contextlib.nullcontext()
+    return torch.inference_mode(False)
 
 
 def _bytes(t: torch.Tensor) -> torch.Tensor:
@@ -58,8 +70,8 @@ class ValueCache(Generic[V]):
         if entry is not None and not _same(entry[0], data):
             entry = None  # other values at this address: another tensor, or written since
         if entry is None:
-            if len(entries) >= self.size:
-                entries.pop(next(iter(entries)), None)
+            if key not in entries and len(entries) >= self.size:
+                entries.pop(next(iter(entries)))
             entry = entries[key] = [data.clone(), make()]
         value: V = entry[1]
         return value

@@ -292,9 +292,6 @@ class Steps:
             self._steps.pop(next(iter(self._steps)))
         self._steps[key] = Step(bound, args, n)
 
-    def __len__(self) -> int:
-        return len(self._steps)
-
     def keys(self) -> list[tuple[Any, ...]]:
         return list(self._steps)
 

@@ -101,9 +101,8 @@ def _build_kernels(ti: Any) -> dict[str, Any]:
 
     @ti.func
     def forward_chain(decay: ti.template(), first: ti.template(), state: ti.template(),
-                      k: ti.template(),
-                      v: ti.template(), y: ti.template(), states: ti.template(), b: ti.i32,
-                      c: ti.i32,
+                      k: ti.template(), v: ti.template(), y: ti.template(),
+                      states: ti.template(), b: ti.i32, c: ti.i32,
                       n_b: ti.i32, n_t: ti.i32, n_c: ti.i32, n: ti.template(),
                       save: ti.template(), fast: ti.template(), packed: ti.template()):
         # Channels c .. c+n-1 of batch row b, the recurrence of rwkv.md:

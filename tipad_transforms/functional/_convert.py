@@ -10,7 +10,6 @@ image is not cast through float64, so ``2**53 + 1`` stays ``2**53 + 1`` on int64
 
 from __future__ import annotations
 
-import contextlib
 import math
 from collections.abc import Sequence
 from typing import Any
@@ -20,7 +19,7 @@ import torch.nn.functional as nnF
 from torchvision.transforms.v2 import functional as tvF
 
 from .._checks import INT64_MAX, is_int
-from .._value_cache import ValueCache
+from .._value_cache import ValueCache, normal_tensors
 
 __all__ = ["Fill", "as_bank", "fill_values", "per_sample", "scale_texture", "texture_bank"]
 
@@ -81,16 +80,6 @@ def fill_values(fill: Any, dtype: torch.dtype, channels: int, name: str = "fill"
         _FILLS.clear()
     _FILLS[key] = values
     return values
-
-
-def normal_tensors() -> contextlib.AbstractContextManager[Any]:
-    """A context in which new tensors are normal ones even in inference mode: what a module's
-    cache keeps (a default lattice, fill values) may be saved for a backward by a later call,
-    and autograd refuses inference tensors. Nothing while compiling (Dynamo cannot trace the
-    mode switch; a compiled graph keeps no such cache)."""
-    if torch.compiler.is_compiling():
-        return contextlib.nullcontext()
-    return torch.inference_mode(False)
 
 
 def _fill_tensor(fill: Any, dtype: torch.dtype, channels: int, name: str) -> torch.Tensor:

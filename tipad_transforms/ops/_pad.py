@@ -463,24 +463,13 @@ def pad_stack(
                           stagger)  # fmt: skip
 
 
-def pad_stack_direct(
-    images: torch.Tensor,
-    sizes: torch.Tensor,
-    canvas: list[int],
-    mode: str,
-    fill: torch.Tensor,
-    texture: torch.Tensor,
-    offset: torch.Tensor,
-    texture_index: torch.Tensor,
-    stagger: int,
-) -> torch.Tensor:
-    """``tipad::pad_stack`` without the custom-op dispatch, for ``functional.pad_stack`` when
-    ``_route.eager`` holds for every tensor argument: the op's implementation, checks included
-    (counted in ``direct_calls``, as ``pad_direct``)."""
+def pad_stack_direct(*args: Any) -> torch.Tensor:
+    """``tipad::pad_stack`` (same arguments) without the custom-op dispatch, for
+    ``functional.pad_stack`` when ``_route.eager`` holds for every tensor argument: the op's
+    implementation, checks included (counted in ``direct_calls``, as ``pad_direct``)."""
     global direct_calls
     direct_calls += 1
-    return _stack_forward(images, sizes, canvas, mode, fill, texture, offset, texture_index,
-                          stagger)  # fmt: skip
+    return _stack_forward(*args)
 
 
 def _stack_forward(
