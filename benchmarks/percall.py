@@ -2,7 +2,7 @@
 
     python benchmarks/percall.py [--quick] [--threads 1] [--repeats 7] [--out out/bench]
                                  [--only wkv --only rwkv4 ...]
-    python benchmarks/percall.py --only-workers | --only-first RUNS
+    python benchmarks/percall.py --only-workers [--epochs 4] | --only-first RUNS
 
 Workloads (peers interleaved, medians; see ``_common.measure``):
 
@@ -29,10 +29,13 @@ Workloads (peers interleaved, medians; see ``_common.measure``):
   transparent huge pages used).
 * ``workers`` (``--workers``, not run by default: about a minute): DataLoader epochs of 64
   ``(3, 96, 96)`` uint8 samples, 2 workers, batch 8, non-persistent (every epoch starts its
-  workers), the parent having used the package: per-sample ``BrickPad(16)`` against
-  ``v2.Pad(16, padding_mode="reflect")``, under plain ``forkserver`` and under
-  ``data.worker_context()`` (the forkserver preloads the main module, torch, torchvision,
-  the padding modules and Taichi's import); 2 epochs each.
+  workers), the parent having used the package: per-sample ``BrickPad(16)`` (workers warm up
+  on the torch route, the default), the same with ``TIPAD_WORKER_WARMUP=0`` (Taichi started on
+  a worker's first sample) and ``v2.Pad(16, padding_mode="reflect")``, under plain
+  ``forkserver`` and under ``data.worker_context()`` (the forkserver preloads the main module,
+  torch, torchvision, the padding modules and Taichi's import); ``--epochs`` epochs each
+  (default 4) after one that starts the server, pipelines taking turns; medians and ratios
+  to v2.Pad.
 * ``first call``: ``brick_pad`` in a new process (import, Taichi init, first launch) with this
   machine's offline cache (warm after one run), two processes (``--only-first RUNS``: this
   alone, in RUNS processes).
@@ -49,6 +52,7 @@ import contextlib
 import json
 import math
 import os
+import statistics
 import subprocess
 import sys
 import tempfile
@@ -78,6 +82,7 @@ from tipad_transforms import functional as F
 from tipad_transforms._runtime import _lean
 from tipad_transforms.nn import RWKV4
 from tipad_transforms.ops import init_wkv_state, wkv
+from tipad_transforms.ops._route import WORKER_WARMUP_ENV
 
 
 @contextlib.contextmanager
@@ -403,7 +408,15 @@ class Samples(torch.utils.data.Dataset):  # type: ignore[type-arg]
         return self.transform(self.image)
 
 
+def _start_taichi_at_once(_worker_id: int) -> None:
+    """``worker_init_fn``: this worker starts Taichi on its first sample (no torch-route
+    warm-up), as every worker did before 0.4.2."""
+    os.environ[WORKER_WARMUP_ENV] = "0"
+
+
 def worker_epochs(epochs: int) -> dict[str, list[float]]:
+    """Seconds per DataLoader epoch for each pipeline; the pipelines take turns epoch by epoch
+    (after one epoch each that starts the forkserver), so load changes hit all of them."""
     import multiprocessing
     import time
 
@@ -416,6 +429,11 @@ def worker_epochs(epochs: int) -> dict[str, list[float]]:
         filter(None, [str(REPO), os.environ.get("PYTHONPATH")])
     )
     tt.BrickPad(16)(torch.zeros(3, 8, 8, dtype=torch.uint8))  # the parent used the package
+    pipelines = (
+        ("BrickPad", tt.BrickPad(16), None),
+        ("BrickPad, Taichi at once", tt.BrickPad(16), _start_taichi_at_once),
+        ("v2.Pad", v2.Pad(16, padding_mode="reflect"), None),
+    )
     out: dict[str, list[float]] = {}
     # Plain forkserver first: worker_context changes the server's preload list for good.
     for name, ctx in (("forkserver", multiprocessing.get_context("forkserver")),
@@ -424,18 +442,29 @@ def worker_epochs(epochs: int) -> dict[str, list[float]]:
             from multiprocessing import forkserver
 
             forkserver._forkserver._stop()  # the next worker starts a server with the preload
-        for label, transform in (("BrickPad", tt.BrickPad(16)),
-                                 ("v2.Pad", v2.Pad(16, padding_mode="reflect"))):  # fmt: skip
-            times = []
-            for _ in range(epochs):
+        for _ in range(epochs + 1):  # the first round starts the server: reported, not ranked
+            for label, transform, init in pipelines:
                 loader = DataLoader(Samples(transform), batch_size=8, num_workers=2,
-                                    multiprocessing_context=ctx)  # fmt: skip
+                                    multiprocessing_context=ctx, worker_init_fn=init)  # fmt: skip
                 t0 = time.perf_counter()
                 for _batch in loader:
                     pass
-                times.append(time.perf_counter() - t0)
-            out[f"{name} {label}"] = times
+                out.setdefault(f"{name} {label}", []).append(time.perf_counter() - t0)
     return out
+
+
+def report_epochs(epochs: dict[str, list[float]]) -> dict[str, float]:
+    """Print each pipeline's epochs and median (first epoch left out); returns the ratios to
+    the same context's v2.Pad pipeline."""
+    ratios = {}
+    for k, v in epochs.items():
+        base = statistics.median(epochs[k.split(" ", 1)[0] + " v2.Pad"][1:])
+        ratios[k] = statistics.median(v[1:]) / base
+        print(
+            f"{k:40s} " + "  ".join(f"{t:.2f}" for t in v)
+            + f"  s; median {statistics.median(v[1:]):.3f} s, {ratios[k]:.2f}x v2.Pad"
+        )  # fmt: skip
+    return ratios
 
 
 def report(title: str, results: list[Measurement], yard: str) -> list[str]:
@@ -463,6 +492,7 @@ def main(argv: list[str] | None = None) -> None:
     p.add_argument("--out", type=Path, default=Path("out/bench"))
     p.add_argument("--workers", action="store_true", help="also time DataLoader worker epochs")
     p.add_argument("--only-workers", action="store_true", help="time worker epochs only")
+    p.add_argument("--epochs", type=int, default=4, help="worker epochs per pipeline (ranked)")
     p.add_argument(
         "--only",
         action="append",
@@ -486,12 +516,11 @@ def main(argv: list[str] | None = None) -> None:
                     "machine": machine_info()})  # fmt: skip
         return
     if args.only_workers:
-        epochs = worker_epochs(2)
-        for k, v in epochs.items():
-            print(f"{k:28s} " + "  ".join(f"{t:.2f} s" for t in v))
+        epochs = worker_epochs(args.epochs)
+        ratios = report_epochs(epochs)
         args.out.mkdir(parents=True, exist_ok=True)
         write_json(args.out / "percall-workers.json",
-                   {"epochs_s": epochs, "load_average": os.getloadavg(),
+                   {"epochs_s": epochs, "ratio_to_v2": ratios, "load_average": os.getloadavg(),
                     "machine": machine_info()})  # fmt: skip
         return
     torch.set_num_threads(args.threads)
@@ -530,9 +559,8 @@ def main(argv: list[str] | None = None) -> None:
         print(f"speedup over the eager gather (medians): {speedup}")
         breakdown = canvas_breakdown(args.quick, 3 if args.quick else 7)
         report_breakdown(breakdown)
-    epochs = worker_epochs(2) if args.workers else {}
-    for k, v in epochs.items():
-        print(f"{k:28s} " + "  ".join(f"{t:.2f} s" for t in v))
+    epochs = worker_epochs(args.epochs) if args.workers else {}
+    report_epochs(epochs)
     firsts = [] if args.only else first_calls(1 if args.quick else 2)
     print("\nfirst call in a new process (offline cache as this machine has it):")
     for i, r in enumerate(firsts):

@@ -51,3 +51,15 @@ def test_percall_benchmark_checks_its_peers(tmp_path: Path) -> None:
     peers = {p["key"]: p for w in workloads for p in w["peers"]}
     assert peers["torch.gather"]["check"] == "bit-equal to tipad.fresh"
     assert "cpu" in report["canvas_breakdown"]["medians_s"]["first_touch_launch"]
+
+
+@pytest.mark.slow
+def test_percall_worker_epochs_report_every_pipeline(tmp_path: Path) -> None:
+    report = _run("percall.py", tmp_path, "--only-workers", "--epochs", "1")
+    epochs, ratios = report["epochs_s"], report["ratio_to_v2"]
+    assert isinstance(epochs, dict) and isinstance(ratios, dict)
+    pipelines = ("BrickPad", "BrickPad, Taichi at once", "v2.Pad")
+    keys = [f"{ctx} {p}" for ctx in ("forkserver", "worker_context") for p in pipelines]
+    assert sorted(epochs) == sorted(keys) == sorted(ratios)
+    assert all(len(v) == 2 and min(v) > 0 for v in epochs.values())  # server start + 1 ranked
+    assert ratios["forkserver v2.Pad"] == ratios["worker_context v2.Pad"] == 1.0

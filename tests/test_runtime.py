@@ -230,13 +230,17 @@ def test_refusal_reasons() -> None:
 
 
 def _canonical(
-    mode: str, dtype: torch.dtype, seed: int
+    mode: str,
+    dtype: torch.dtype,
+    seed: int,
+    padding: tuple[int, int, int, int] = (9, 2, 6, 11),
+    texture_channels: int = 1,
 ) -> tuple[PadGeometry, dict[str, Any], tuple[Any, ...]]:
     """One call's canonical arguments: for _fallback.pad and for torch.ops.tipad.pad."""
     x = random_image((2, 3, 4, 5), dtype, seed=seed)
-    padding = [9, 2, 6, 11]
+    padding = list(padding)
     g = PadGeometry.of(x.shape, padding)
-    bank = random_image((2, 1, 3, 4), dtype, seed=seed + 1)
+    bank = random_image((2, texture_channels, 3, 4), dtype, seed=seed + 1)
     fill = random_image((3,), dtype, seed=seed + 2)
     offset = torch.tensor([[1, -2], [-7, 3]], dtype=torch.int32)
     index = torch.tensor([1, 0], dtype=torch.int32)
@@ -253,11 +257,20 @@ def _canonical(
     return g, kwargs, (x, padding, mode, fill, texture, offset, index, stagger)
 
 
+# (left, top, right, bottom): a border on every side, and none on two of them; a texture of
+# one channel (broadcast to the image's three) and of three.
+CASES = [(m, (9, 2, 6, 11), 1) for m in MODES] + [
+    (m, (0, 3, 2, 0), c) for m in MODES for c in ((1, 3) if m == "texture" else (1,))
+]
+
+
 @pytest.mark.allow_fallback
 @pytest.mark.parametrize("dtype", [torch.uint8, torch.bfloat16, torch.float64, torch.bool], ids=str)
-@pytest.mark.parametrize("mode", MODES)
-def test_fallback_equals_kernel(mode: str, dtype: torch.dtype) -> None:
-    g, kwargs, op_args = _canonical(mode, dtype, seed=11)
+@pytest.mark.parametrize(("mode", "padding", "texture_channels"), CASES, ids=str)
+def test_fallback_equals_kernel(
+    mode: str, dtype: torch.dtype, padding: tuple[int, int, int, int], texture_channels: int
+) -> None:
+    g, kwargs, op_args = _canonical(mode, dtype, 11, padding, texture_channels)
     x = op_args[0]
     fallback = _fallback.pad(g, mode, x, **kwargs)
     kernel = torch.ops.tipad.pad(*op_args)

@@ -3,7 +3,8 @@
 Used when ``_runtime.refusal`` names a reason: a DataLoader worker forked after Taichi started, a
 CUDA tensor on a device other than cuda:0, a CUDA tensor while Taichi runs on the CPU. It builds
 the same index map as the kernel with a handful of torch ops (slower, with full-size temporaries)
-so results are identical; the caller warns once that it is in use.
+so results are identical; the caller warns once that it is in use. Padding's forward also runs
+here, silently, for a DataLoader worker's first samples (``ops._route.exact_route``).
 """
 
 from __future__ import annotations
@@ -46,27 +47,32 @@ def pad(
     texture_index: torch.Tensor,
     stagger: int,
 ) -> torch.Tensor:
-    """``(N, C, H, W)`` image -> ``(N, C, H', W')`` canvas; differentiable through torch ops."""
+    """``(N, C, H, W)`` image -> ``(N, C, H', W')`` canvas; differentiable through torch ops.
+
+    DataLoader workers run this for their first samples (``ops._route.exact_route``), so it
+    builds only index vectors and writes the canvas once: the border modes' row and column
+    maps cover the interior too (they fold an inside index to itself); a constant or texture
+    border gets the image copied over its interior.
+    """
     g = geometry
     dev = image.device
     if g.n * g.c * g.out_h * g.out_w == 0:  # no index maps for a canvas that holds nothing
         return image.new_empty(g.n, g.c, g.out_h, g.out_w)
-    iy = torch.arange(g.out_h, device=dev) - g.top
-    ix = torch.arange(g.out_w, device=dev) - g.left
+    if mode not in ("texture", "constant"):
+        rows = fold_index(torch.arange(g.out_h, device=dev) - g.top, g.h, mode)
+        cols = fold_index(torch.arange(g.out_w, device=dev) - g.left, g.w, mode)
+        return image.index_select(2, rows).index_select(3, cols)
     if mode == "texture":
         k, ct, th, tw = texture.shape
         flat = _tile_index(g, texture.shape, offset, stagger, dev).expand(g.n, ct, -1)
         bank = texture.reshape(k, ct, th * tw)[texture_index.to(device=dev, dtype=torch.long)]
-        canvas = bank.gather(2, flat).reshape(g.n, ct, g.out_h, g.out_w)
-        canvas = canvas.expand(g.n, g.c, g.out_h, g.out_w)
-    elif mode == "constant":
-        canvas = fill.reshape(1, g.c, 1, 1).expand(g.n, g.c, g.out_h, g.out_w)
+        border = bank.gather(2, flat).reshape(g.n, ct, g.out_h, g.out_w)
     else:
-        rows, cols = fold_index(iy, g.h, mode), fold_index(ix, g.w, mode)
-        canvas = image.index_select(2, rows).index_select(3, cols)
-    inside = ((iy >= 0) & (iy < g.h))[:, None] & ((ix >= 0) & (ix < g.w))[None, :]
-    placed = torch.nn.functional.pad(image, (g.left, g.right, g.top, g.bottom))
-    return torch.where(inside, placed, canvas.to(image.dtype))
+        border = fill.reshape(1, g.c, 1, 1)
+    # A copy for an expanded border; a gathered one is already a fresh canvas.
+    canvas = border.to(image.dtype).expand(g.n, g.c, g.out_h, g.out_w).contiguous()
+    canvas[:, :, g.top : g.top + g.h, g.left : g.left + g.w] = image  # padding is >= 0 here
+    return canvas
 
 
 def pad_backward(

@@ -44,6 +44,7 @@ __all__ = [
     "runtime_arch",
     "session",
     "set_backend",
+    "started",
     "taichi_backend",
     "taichi_version",
 ]
@@ -117,6 +118,11 @@ def taichi_backend() -> str:
     resolved as the first launch will resolve it.
     """
     return _backend.describe()
+
+
+def started() -> bool:
+    """Whether this process has initialised Taichi through this package (cheap: no import)."""
+    return _state["arch"] is not None and _state["pid"] == os.getpid()
 
 
 def runtime_arch() -> str | None:

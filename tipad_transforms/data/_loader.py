@@ -31,12 +31,13 @@ def worker_context(method: str = "forkserver") -> BaseContext:
 
     ``"forkserver"``: the server process imports your main module (a script's, as a worker
     would), torch, torchvision, this package's padding modules and Taichi (not initialised:
-    that is fork safe), once; every worker forked from it skips those imports, initialises
-    Taichi on its first launch and loads the kernels from Taichi's offline cache. This sets the
-    forkserver's preload list for the whole process (``["__main__"]`` plus this package's
-    preload module, which imports the main module itself: CPython before the gh-126631 fix
-    never gives the server its path) and the ``TIPAD_FORKSERVER_MAIN`` environment variable
-    (that path), so call it before the first forkserver worker starts.
+    that is fork safe), once; every worker forked from it skips those imports and, once its
+    torch-route warm-up is spent (``TIPAD_WORKER_WARMUP`` seconds, default 0.5; see
+    docs/data-loading.md), initialises Taichi and loads the kernels from Taichi's offline
+    cache. This sets the forkserver's preload list for the whole process (``["__main__"]``
+    plus this package's preload module, which imports the main module itself: CPython before
+    the gh-126631 fix never gives the server its path) and the ``TIPAD_FORKSERVER_MAIN``
+    environment variable (that path), so call it before the first forkserver worker starts.
     ``"spawn"``: the plain spawn context (a spawned worker imports everything itself). Pair
     either with ``persistent_workers=True`` to start workers (and Taichi in them) once, not
     every epoch. Raises ``ValueError`` for another method (``fork`` workers of a process that

@@ -18,7 +18,7 @@ import torch
 from .. import _fallback, _runtime
 from .._geometry import MODE_CODES, PadGeometry, check_bank_index
 from ._common import check_int32, check_meta, check_no_overlap
-from ._route import kernel_ran
+from ._route import exact_route, kernel_ran
 
 __all__ = [
     "pad",
@@ -47,9 +47,14 @@ def _run(
     args: dict[str, Any] = dict(
         texture=texture, fill=fill, offset=offset, texture_index=texture_index, stagger=stagger
     )
-    if not kernel_ran("padding", lambda: _runtime.launch_pad(g, mode, image, canvas, **args)):
-        planes = image.view(g.n, g.c, g.h, g.w)
-        canvas.view(g.n, g.c, g.out_h, g.out_w).copy_(_fallback.pad(g, mode, planes, **args))
+    exact_route(
+        "padding",
+        canvas.device,
+        lambda: _runtime.launch_pad(g, mode, image, canvas, **args),
+        lambda: canvas.view(g.n, g.c, g.out_h, g.out_w).copy_(
+            _fallback.pad(g, mode, image.view(g.n, g.c, g.h, g.w), **args)
+        ),
+    )
 
 
 def _check_mode(mode: str, name: str) -> None:
@@ -498,8 +503,12 @@ def _stack_forward(
         texture_index=texture_index.contiguous(),
         stagger=stagger,
     )
-    if not kernel_ran("padding", lambda: _runtime.launch_pad_stack(table, mode, flat, out, **args)):
-        out.copy_(_fallback.pad_stack(table, mode, flat, out.shape, **args))
+    exact_route(
+        "padding",
+        out.device,
+        lambda: _runtime.launch_pad_stack(table, mode, flat, out, **args),
+        lambda: out.copy_(_fallback.pad_stack(table, mode, flat, out.shape, **args)),
+    )
     return out
 
 

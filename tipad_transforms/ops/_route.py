@@ -10,15 +10,17 @@ from __future__ import annotations
 
 import os
 import sys
+import time
 import types
 import warnings
 from collections.abc import Callable
 
 import torch
+from torch.utils.data import get_worker_info
 
 from .. import _runtime
 
-__all__ = ["kernel_ran", "warn_once"]
+__all__ = ["WORKER_WARMUP_ENV", "exact_route", "kernel_ran", "warn_once"]
 
 _warned: set[tuple[str, str]] = set()
 # Frames of these packages sit between the user's call and the op's implementation, how many
@@ -86,6 +88,71 @@ def kernel_ran(what: str, launch: Callable[[], object]) -> bool:
         warn_once(str(refused), what)
         return False
     return True
+
+
+#: Seconds of torch route a DataLoader worker spends on exact ops before it starts Taichi.
+WORKER_WARMUP_ENV = "TIPAD_WORKER_WARMUP"
+_DEFAULT_WARMUP_S = 0.5
+
+
+class _Warmup:
+    """The torch-route time this process has spent instead of starting Taichi (a worker's
+    rent, in the ski-rental sense), and its budget (read from the environment once)."""
+
+    spent = 0.0
+    budget: float | None = None
+
+
+def _warmup_budget() -> float:
+    if _Warmup.budget is None:
+        raw = os.environ.get(WORKER_WARMUP_ENV, "")
+        try:
+            _Warmup.budget = max(float(raw), 0.0) if raw.strip() else _DEFAULT_WARMUP_S
+        except ValueError:
+            warnings.warn(
+                f"tipad_transforms: {WORKER_WARMUP_ENV}={raw!r} is not a number of seconds; "
+                f"using {_DEFAULT_WARMUP_S}",
+                RuntimeWarning,
+                stacklevel=_user_stacklevel(),
+            )
+            _Warmup.budget = _DEFAULT_WARMUP_S
+    return _Warmup.budget
+
+
+def _warming_up(device: torch.device) -> bool:
+    """Whether an exact op on ``device`` should take the torch route to spare this process
+    Taichi's start-up: a CPU call in a DataLoader worker that has not started Taichi, while
+    the worker's torch-route time is under its budget, and where the runtime would serve the
+    launch (a refused one keeps its warning)."""
+    return (
+        device.type == "cpu"
+        and get_worker_info() is not None
+        and not _runtime.started()
+        and _Warmup.spent < _warmup_budget()
+        and _runtime.refusal(device) is None
+    )
+
+
+def exact_route(
+    what: str, device: torch.device, launch: Callable[[], object], route: Callable[[], object]
+) -> None:
+    """Run ``launch`` or, when the runtime refuses it, ``route`` (the torch route); for ops
+    whose torch route gives the kernel's bits (padding's forward: data movement only).
+
+    Starting Taichi costs a new process its import, ``ti.init`` and the per-process compile of
+    the kernel (0.5-1 s on a 2-core machine): more than a short-lived DataLoader worker (every
+    epoch's, unless ``persistent_workers=True``) spends padding its samples on the torch route.
+    So a worker takes the torch route until that route has cost it ``TIPAD_WORKER_WARMUP``
+    seconds (default 0.5; 0 starts Taichi on the first call), then starts Taichi and launches
+    from then on: it never pays more than about twice what the better choice in hindsight
+    would have (the ski-rental bound). Same bits either way; other processes launch at once.
+    """
+    if _warming_up(device):
+        start = time.perf_counter()
+        route()
+        _Warmup.spent += time.perf_counter() - start
+    elif not kernel_ran(what, launch):
+        route()
 
 
 _PLAIN = (torch.Tensor, torch.nn.Parameter)
