@@ -18,8 +18,9 @@ Same images, same worker count, same start method, same batch size, for every pi
 
 Every pipeline's batches go through ``DeviceLoader(loader, device)`` (only ``c`` with
 transforms), so all of them end on the device and only the padding differs. Workers are
-persistent: one warm-up epoch each (worker start, Taichi start and compile: reported apart),
-then ``--repeats`` rounds, each one epoch of every pipeline in an order rotated per round.
+persistent: one warm-up epoch each (worker start, Taichi start and compile: reported apart;
+``TIPAD_WORKER_WARMUP=0`` in the workers, so Taichi starts in that epoch), then ``--repeats``
+rounds, each one epoch of every pipeline in an order rotated per round.
 Reported: median images/s over rounds (quartiles, min and every epoch time in the JSON), ratios
 to ``a``, the issue's targets. Writes ``<out>/loader.json`` and ``<out>/loader.png``.
 
@@ -169,13 +170,16 @@ class VariableSizeImages(Dataset[tuple[torch.Tensor, int]]):
 
 
 class WorkerThreads:
-    """``worker_init_fn``: cap Taichi's CPU threads in each worker before Taichi starts there."""
+    """``worker_init_fn``: cap Taichi's CPU threads in each worker before Taichi starts there,
+    and start it on the worker's first pad (no torch-route warm-up): the timed epochs then
+    measure the persistent workers' steady state, whatever the warm-up epoch's length."""
 
     def __init__(self, threads: int) -> None:
         self.threads = threads
 
     def __call__(self, worker_id: int) -> None:
         os.environ["TI_CPU_MAX_NUM_THREADS"] = str(self.threads)
+        os.environ["TIPAD_WORKER_WARMUP"] = "0"
 
 
 # ----------------------------------------------------------------------------- the pipelines ---
