@@ -11,7 +11,8 @@ Workloads (peers interleaved, medians; see ``_common.measure``):
   ``TexturePad``, ``BrickPad``, and ``texture_pad`` again through Taichi's public launcher on
   its thread pool (the lean launch path and the serial small launch switched off: how the
   package launched before them; the direct route past the custom-op dispatch and the launch
-  plans stay on).
+  plans stay on); ``pad(reflect)`` and ``BrickPad`` as a DataLoader worker runs them during
+  its torch-route warm-up (``TIPAD_WORKER_WARMUP``).
 * ``wkv``: ``ops.wkv`` with ``T = 1`` (``B = 1``, ``C = 768``, with a state; no gradient, so it
   runs the op's implementation directly), the custom op called through ``torch.ops``, and
   ``ops.wkv`` through Taichi's public launcher.
@@ -81,7 +82,7 @@ from tipad_transforms import _runtime
 from tipad_transforms import functional as F
 from tipad_transforms._runtime import _lean
 from tipad_transforms.nn import RWKV4
-from tipad_transforms.ops import init_wkv_state, wkv
+from tipad_transforms.ops import _route, init_wkv_state, wkv
 from tipad_transforms.ops._route import WORKER_WARMUP_ENV
 
 
@@ -104,6 +105,22 @@ def public_launcher() -> Iterator[None]:
         for k, e in zip(kernels, saved[0], strict=True):
             k.enabled = e
         _runtime.SERIAL_BYTES = saved[1]
+
+
+def warming_up(fn: Callable[[], Any]) -> Callable[[], Any]:
+    """``fn`` as a DataLoader worker runs it before starting Taichi: on the torch route."""
+
+    def run() -> Any:
+        saved = _route.get_worker_info, _runtime.started, _route._Warmup.budget
+        _route.get_worker_info = lambda: True  # type: ignore[assignment]
+        _runtime.started = lambda: False
+        _route._Warmup.budget, _route._Warmup.spent = math.inf, 0.0
+        try:
+            return fn()
+        finally:
+            _route.get_worker_info, _runtime.started, _route._Warmup.budget = saved
+
+    return run
 
 
 def publicly(fn: Callable[[], Any]) -> Callable[[], Any]:
@@ -134,6 +151,18 @@ def image_peers() -> list[Peer]:
         ),
         Peer("tipad.tex", "tipad TexturePad", lambda: texture(x), "tex"),
         Peer("tipad.brick", "tipad BrickPad", lambda: brick(x), "brick"),
+        Peer(
+            "tipad.pad-warm-up",
+            "tipad pad(reflect), a worker's torch-route warm-up",
+            warming_up(lambda: F.pad(x, 32, padding_mode="reflect")),
+            "reflect",
+        ),
+        Peer(
+            "tipad.brick-warm-up",
+            "tipad BrickPad, a worker's torch-route warm-up",
+            warming_up(lambda: brick(x)),
+            "brick",
+        ),
         Peer(
             "tipad.tex-public",
             "tipad texture_pad, public launcher",

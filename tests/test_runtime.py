@@ -290,6 +290,33 @@ def test_fallback_equals_kernel(
 
 
 @pytest.mark.allow_fallback
+@pytest.mark.parametrize("seed", range(12))
+def test_fallback_texture_rows_match_the_reference(seed: int) -> None:
+    # The torch route's row windows against the per-pixel reference, on random shapes: a
+    # texture wider or taller than the canvas, large staggers, negative offsets, bank indices.
+    gen = torch.Generator().manual_seed(seed)
+
+    def draw(lo: int, hi: int, *shape: int) -> torch.Tensor:
+        return torch.randint(lo, hi, shape or (1,), generator=gen)
+
+    n, c, h, w = 3, int(draw(1, 4)), int(draw(1, 9)), int(draw(1, 9))
+    th, tw = int(draw(1, 30)), int(draw(1, 40))
+    ct = int(draw(0, 2)) * (c - 1) + 1  # 1 or c channels
+    padding = [int(p) for p in draw(0, 25, 4)]
+    stagger = int(draw(-50, 50))
+    bank = random_image((4, ct, th, tw), torch.float32, seed=100 + seed)
+    offset = draw(-60, 60, n, 2).to(torch.int32)
+    index = draw(0, 4, n).to(torch.int32)
+    x = random_image((n, c, h, w), torch.float32, seed=200 + seed)
+    got = _fallback.pad(
+        PadGeometry.of(x.shape, padding), "texture", x, texture=bank, fill=x.new_empty(0),
+        offset=offset, texture_index=index, stagger=stagger,
+    )  # fmt: skip
+    want = texture_pad_ref(x, padding, bank, stagger=stagger, offset=offset, texture_index=index)
+    assert_bitwise_equal(got, want)
+
+
+@pytest.mark.allow_fallback
 @pytest.mark.parametrize("mode", MODES)
 def test_fallback_backward_equals_kernel(mode: str) -> None:
     g, kwargs, op_args = _canonical(mode, torch.float64, seed=12)

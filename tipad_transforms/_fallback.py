@@ -36,6 +36,38 @@ def _tile_index(
     return (ty[:, :, None] * tw + tx).reshape(g.n, 1, -1)
 
 
+def _texture_rows(
+    g: PadGeometry,
+    texture: torch.Tensor,
+    offset: torch.Tensor,
+    texture_index: torch.Tensor,
+    stagger: int,
+) -> torch.Tensor:
+    """``(N, Ct, H', W')``: every canvas pixel's texture value (the texture mapping spec),
+    indexed per row instead of per pixel.
+
+    Along a canvas row the tile column advances by one per pixel, wrapping at ``tw``: the row is
+    the window ``[s, s + W')`` of its tile row repeated ``ceil((tw + W' - 1) / tw)`` times, ``s``
+    being the row's first tile column. So the index math is per row (``N * Ct * H'`` values)
+    and the canvas is one ``index_select`` of contiguous windows (a row copy each).
+    """
+    dev = texture.device
+    _, ct, th, tw = texture.shape
+    y = torch.arange(g.out_h, device=dev) - g.top
+    off = offset.to(device=dev, dtype=torch.long)
+    y = y[None, :] - off[:, :1]  # (N, H')
+    v = torch.div(y, th, rounding_mode="floor")  # the lattice row: its bricks shift by stagger
+    ty = y - v * th
+    s = (-g.left - off[:, 1:] - v * stagger).remainder(tw)  # (N, H')
+    reps = -(-(tw + g.out_w - 1) // tw)
+    chosen = texture[texture_index.to(device=dev, dtype=torch.long)]  # (N, Ct, th, tw)
+    wide = chosen.unsqueeze(3).expand(g.n, ct, th, reps, tw).reshape(-1)  # rows of reps * tw
+    plane = torch.arange(g.n * ct, device=dev).view(g.n, ct, 1) * th  # (n, c)'s first tile row
+    starts = (plane + ty[:, None, :]) * (reps * tw) + s[:, None, :]  # (N, Ct, H')
+    windows = wide.unfold(0, g.out_w, 1)  # window i: wide[i : i + W'], a view
+    return windows.index_select(0, starts.reshape(-1)).view(g.n, ct, g.out_h, g.out_w)
+
+
 def pad(
     geometry: PadGeometry,
     mode: str,
@@ -63,10 +95,7 @@ def pad(
         cols = fold_index(torch.arange(g.out_w, device=dev) - g.left, g.w, mode)
         return image.index_select(2, rows).index_select(3, cols)
     if mode == "texture":
-        k, ct, th, tw = texture.shape
-        flat = _tile_index(g, texture.shape, offset, stagger, dev).expand(g.n, ct, -1)
-        bank = texture.reshape(k, ct, th * tw)[texture_index.to(device=dev, dtype=torch.long)]
-        border = bank.gather(2, flat).reshape(g.n, ct, g.out_h, g.out_w)
+        border = _texture_rows(g, texture, offset, texture_index, stagger)
     else:
         border = fill.reshape(1, g.c, 1, 1)
     # A copy for an expanded border; a gathered one is already a fresh canvas.
