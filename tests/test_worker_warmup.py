@@ -143,10 +143,13 @@ def test_budget_from_the_environment(
     assert _route._warmup_budget() == budget
 
 
-def test_a_bad_budget_warns_and_keeps_the_default(monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setenv(_route.WORKER_WARMUP_ENV, "half a second")
+@pytest.mark.parametrize("raw", ["half a second", "nan"])
+def test_a_bad_budget_warns_and_keeps_the_default(
+    raw: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setenv(_route.WORKER_WARMUP_ENV, raw)
     monkeypatch.setattr(_route._Warmup, "budget", None)
-    with pytest.warns(RuntimeWarning, match="TIPAD_WORKER_WARMUP='half a second'"):
+    with pytest.warns(RuntimeWarning, match=f"TIPAD_WORKER_WARMUP='{raw}'"):
         assert _route._warmup_budget() == 0.5
 
 

@@ -107,7 +107,10 @@ def _warmup_budget() -> float:
     if _Warmup.budget is None:
         raw = os.environ.get(WORKER_WARMUP_ENV, "")
         try:
-            _Warmup.budget = max(float(raw), 0.0) if raw.strip() else _DEFAULT_WARMUP_S
+            seconds = float(raw) if raw.strip() else _DEFAULT_WARMUP_S
+            if seconds != seconds:  # NaN: every comparison false, the warm-up silently off
+                raise ValueError(raw)
+            _Warmup.budget = max(seconds, 0.0)
         except ValueError:
             warnings.warn(
                 f"tipad_transforms: {WORKER_WARMUP_ENV}={raw!r} is not a number of seconds; "
