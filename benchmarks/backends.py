@@ -142,7 +142,8 @@ print(json.dumps({"first_call_s": t2 - t1, "second_call_s": t3 - t2,
 def _first_call() -> dict[str, Any]:
     """One fresh process, empty Taichi cache: the first ``brick_pad`` (import, init, compile)."""
     with tempfile.TemporaryDirectory(prefix="tipad-backends-cache-") as cache:
-        env = dict(os.environ, TI_OFFLINE_CACHE_FILE_PATH=cache)
+        # TIPAD_WARMUP=0: the first call starts Taichi (what this times), no torch route.
+        env = dict(os.environ, TI_OFFLINE_CACHE_FILE_PATH=cache, TIPAD_WARMUP="0")
         done = subprocess.run(
             [sys.executable, "-c", _FIRST_CALL],
             env=env,

@@ -17,10 +17,11 @@ import torch
 # Same quiet defaults as the Makefile, for runs of plain `pytest`.
 os.environ.setdefault("TI_SKIP_VERSION_CHECK", "ON")
 os.environ.setdefault("ENABLE_TAICHI_HEADER_PRINT", "0")
-# DataLoader workers start Taichi on their first padding call, as before the torch-route
-# warm-up: the worker tests are about Taichi in workers (fork safety, preloading), and their
-# few small samples would otherwise never reach it. test_worker_warmup.py sets its own.
-os.environ.setdefault("TIPAD_WORKER_WARMUP", "0")
+# Every process (this one, DataLoader workers, subprocesses) starts Taichi at its first padding
+# call, with no torch-route warm-up: the tests are about the kernel (and the worker tests about
+# Taichi in workers: fork safety, preloading), whose few small calls would otherwise never reach
+# it. test_warmup.py sets its own.
+os.environ.setdefault("TIPAD_WARMUP", "0")
 
 
 def pytest_configure(config: pytest.Config) -> None:

@@ -27,6 +27,7 @@ if TYPE_CHECKING:  # what the lazy names are, for type checkers and IDEs
         RWKVChannelMix,
         RWKVTimeMix,
     )
+    from .ops._route import set_warmup
     from .transforms import BrickPad, Pad, TexturePad
 
 __all__ = [
@@ -44,6 +45,7 @@ __all__ = [
     "__version__",
     "nn",
     "set_backend",
+    "set_warmup",
     "transforms",
 ]
 
@@ -52,6 +54,7 @@ _LAZY = {
     "nn": None,
     "transforms": None,
     "set_backend": "._runtime",
+    "set_warmup": ".ops._route",
     **{name: ".nn" for name in __all__ if name.startswith("RWKV")},
     **{name: ".transforms" for name in ("BrickPad", "Pad", "TexturePad")},
 }

@@ -20,7 +20,14 @@ from torch.utils.data import get_worker_info
 
 from .. import _runtime
 
-__all__ = ["WORKER_WARMUP_ENV", "exact_route", "kernel_ran", "warn_once"]
+__all__ = [
+    "WARMUP_ENV",
+    "WORKER_WARMUP_ENV",
+    "exact_route",
+    "kernel_ran",
+    "set_warmup",
+    "warn_once",
+]
 
 _warned: set[tuple[str, str]] = set()
 # Frames of these packages sit between the user's call and the op's implementation, how many
@@ -90,46 +97,96 @@ def kernel_ran(what: str, launch: Callable[[], object]) -> bool:
     return True
 
 
-#: Seconds of torch route a DataLoader worker spends on exact ops before it starts Taichi.
+#: Seconds of torch route a process spends on exact ops before it starts Taichi.
+WARMUP_ENV = "TIPAD_WARMUP"
+#: The same for DataLoader workers; where set, it overrides ``TIPAD_WARMUP`` in them.
 WORKER_WARMUP_ENV = "TIPAD_WORKER_WARMUP"
 _DEFAULT_WARMUP_S = 0.5
 
 
 class _Warmup:
-    """The torch-route time this process has spent instead of starting Taichi (a worker's
-    rent, in the ski-rental sense), and its budget (read from the environment once)."""
+    """The torch-route time this process has spent instead of starting Taichi (its rent, in
+    the ski-rental sense), its budget (``set_warmup``'s, else read from the environment at the
+    first use) and ``set_warmup``'s value. A forked child starts afresh (``_reset``)."""
 
     spent = 0.0
     budget: float | None = None
+    chosen: float | None = None
 
 
-def _warmup_budget() -> float:
-    if _Warmup.budget is None:
-        raw = os.environ.get(WORKER_WARMUP_ENV, "")
+def _reset() -> None:
+    # A forked child (a DataLoader worker, say) has spent nothing, and may be a worker where
+    # its parent was not: its budget is its own, read at its first use.
+    _Warmup.spent = 0.0
+    _Warmup.budget = None
+
+
+os.register_at_fork(after_in_child=_reset)
+
+
+def set_warmup(seconds: float | None) -> None:
+    """Set how many seconds of torch route this process spends on padding before it starts
+    Taichi: ``0`` starts Taichi at the next padding call, ``None`` goes back to the environment
+    (``TIPAD_WARMUP``; in DataLoader workers ``TIPAD_WORKER_WARMUP`` first) or the default, 0.5.
+
+    Starting Taichi costs a process 0.5-1 s (import, ``ti.init``, turning the kernel's cached
+    LLVM IR into machine code). So a CPU padding call in a process that has not started it takes
+    the torch route, which gives the kernel's bits, until that route has cost the process this
+    budget; the next call starts Taichi and launches from then on. Set 0 before timing the kernel
+    or where a run should pay the start at once (a server's start-up); a budget spent already is
+    spent. Per process: a spawned DataLoader worker reads the environment (or call this in its
+    ``worker_init_fn``).
+
+    Raises:
+        TypeError: ``seconds`` is not a real number or None.
+        ValueError: ``seconds`` is negative or NaN.
+    """
+    if seconds is not None:
+        if isinstance(seconds, bool) or not isinstance(seconds, (int, float)):
+            raise TypeError(f"seconds must be a number or None, got {type(seconds).__name__}")
+        if not seconds >= 0:  # NaN too
+            raise ValueError(f"seconds must be >= 0, got {seconds}")
+        seconds = float(seconds)
+    _Warmup.chosen = seconds
+    _Warmup.budget = None
+
+
+def _from_environment() -> float:
+    names = (WORKER_WARMUP_ENV, WARMUP_ENV) if get_worker_info() is not None else (WARMUP_ENV,)
+    for name in names:
+        raw = os.environ.get(name, "")
+        if not raw.strip():
+            continue
         try:
-            seconds = float(raw) if raw.strip() else _DEFAULT_WARMUP_S
+            seconds = float(raw)
             if seconds != seconds:  # NaN: every comparison false, the warm-up silently off
                 raise ValueError(raw)
-            _Warmup.budget = max(seconds, 0.0)
         except ValueError:
             warnings.warn(
-                f"tipad_transforms: {WORKER_WARMUP_ENV}={raw!r} is not a number of seconds; "
+                f"tipad_transforms: {name}={raw!r} is not a number of seconds; "
                 f"using {_DEFAULT_WARMUP_S}",
                 RuntimeWarning,
                 stacklevel=_user_stacklevel(),
             )
-            _Warmup.budget = _DEFAULT_WARMUP_S
+            return _DEFAULT_WARMUP_S
+        return max(seconds, 0.0)
+    return _DEFAULT_WARMUP_S
+
+
+def _warmup_budget() -> float:
+    if _Warmup.budget is None:
+        chosen = _Warmup.chosen
+        _Warmup.budget = _from_environment() if chosen is None else chosen
     return _Warmup.budget
 
 
 def _warming_up(device: torch.device) -> bool:
     """Whether an exact op on ``device`` should take the torch route to spare this process
-    Taichi's start-up: a CPU call in a DataLoader worker that has not started Taichi, while
-    the worker's torch-route time is under its budget, and where the runtime would serve the
-    launch (a refused one keeps its warning)."""
+    Taichi's start-up: a CPU call in a process that has not started Taichi, while its
+    torch-route time is under its budget, and where the runtime would serve the launch (a
+    refused one keeps its warning)."""
     return (
         device.type == "cpu"
-        and get_worker_info() is not None
         and not _runtime.started()
         and _Warmup.spent < _warmup_budget()
         and _runtime.refusal(device) is None
@@ -143,12 +200,12 @@ def exact_route(
     whose torch route gives the kernel's bits (padding's forward: data movement only).
 
     Starting Taichi costs a new process its import, ``ti.init`` and the per-process compile of
-    the kernel (0.5-1 s on a 2-core machine): more than a short-lived DataLoader worker (every
-    epoch's, unless ``persistent_workers=True``) spends padding its samples on the torch route.
-    So a worker takes the torch route until that route has cost it ``TIPAD_WORKER_WARMUP``
-    seconds (default 0.5; 0 starts Taichi on the first call), then starts Taichi and launches
-    from then on: it never pays more than about twice what the better choice in hindsight
-    would have (the ski-rental bound). Same bits either way; other processes launch at once.
+    the kernel (0.5-1 s on a 2-core machine): more than a notebook's few calls or a short-lived
+    DataLoader worker (every epoch's, unless ``persistent_workers=True``) spends padding on the
+    torch route. So a process takes the torch route until that route has cost it its warm-up
+    budget (``set_warmup``; default 0.5 s), then starts Taichi and launches from then on: it
+    never pays more than about twice what the better choice in hindsight would have (the
+    ski-rental bound). Same bits either way.
     """
     if _warming_up(device):
         start = time.perf_counter()
