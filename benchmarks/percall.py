@@ -12,14 +12,15 @@ Workloads (peers interleaved, medians; see ``_common.measure``):
   its thread pool (the lean launch path and the serial small launch switched off: how the
   package launched before them; the direct route past the custom-op dispatch and the launch
   plans stay on); ``pad(reflect)`` and ``BrickPad`` as a DataLoader worker runs them during
-  its torch-route warm-up (``TIPAD_WORKER_WARMUP``).
+  its torch-route warm-up (``TIPAD_WARMUP``).
 * ``wkv``: ``ops.wkv`` with ``T = 1`` (``B = 1``, ``C = 768``, with a state; no gradient, so it
   runs the op's implementation directly), the custom op called through ``torch.ops``, and
   ``ops.wkv`` through Taichi's public launcher.
 * ``rwkv4``: one token through an RWKV-4 model (12 layers x 768, and 6 x 512; vocabulary 1024
   so the layers dominate), tipad ``RWKV4(idx, state)`` against BlinkDL's ``rwkv`` package,
   strategy ``"cpu fp32"``, on the same weights (logits cross-checked first). Without the
-  package, tipad alone.
+  package, tipad alone. ``--compile`` adds ``torch.compile(model, fullgraph=True)`` (one graph
+  per step since 0.5.0; logits checked against eager's).
 * ``canvas``: the seed canvas: a ``(1, 48, 32)`` float32 tile padded by ``(4096, 2048)`` with
   itself as texture, stagger 10 (``1 x 4144 x 8224``): tipad with a fresh output and into
   ``out=``, the seed article's eager torch gather (``peers.gather_texture_pad``: coordinates ->
@@ -37,9 +38,11 @@ Workloads (peers interleaved, medians; see ``_common.measure``):
   torch, torchvision, the padding modules and Taichi's import); ``--epochs`` epochs each
   (default 4) after one that starts the server, pipelines taking turns; medians and ratios
   to v2.Pad.
-* ``first call``: ``brick_pad`` in a new process (import, Taichi init, first launch) with this
-  machine's offline cache (warm after one run), two processes (``--only-first RUNS``: this
-  alone, in RUNS processes).
+* ``first call``: ``brick_pad`` in a new process with this machine's offline cache (warm after
+  one run), as the package starts by default (the first calls on the torch route: its
+  warm-up) and with ``TIPAD_WARMUP=0`` (the first call starts Taichi: import, init, first
+  launch); each process calls on until Taichi has started and reports that call too. Two
+  processes of each, taking turns (``--only-first RUNS``: this alone, RUNS of each).
 
 Writes ``<out>/percall.json`` and ``<out>/percall.png``. ``--quick``: small models, few
 repeats (a smoke run, not a measurement). ``--only NAME`` (repeatable: ``image``, ``wkv``,
@@ -57,6 +60,7 @@ import statistics
 import subprocess
 import sys
 import tempfile
+import time
 from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
@@ -192,7 +196,9 @@ def wkv_peers() -> list[Peer]:
     ]
 
 
-def rwkv4_peers(vocab: int, n_embd: int, n_layer: int, tmp: Path) -> tuple[list[Peer], str]:
+def rwkv4_peers(
+    vocab: int, n_embd: int, n_layer: int, tmp: Path, compiled: bool = False
+) -> tuple[list[Peer], str]:
     torch.manual_seed(2)
     model = RWKV4(vocab, n_embd, n_layer).eval()
     with torch.no_grad():
@@ -207,9 +213,30 @@ def rwkv4_peers(vocab: int, n_embd: int, n_layer: int, tmp: Path) -> tuple[list[
             ours.append(logits[0, 0])
     label = f"tipad RWKV4 {n_layer}x{n_embd}"
     peers = [Peer("tipad", label, lambda: model(torch.tensor([[5]]), state)[0], "rwkv")]
+    note = ""
+    if compiled:
+        # One graph (the custom op inside); inductor fuses the elementwise ops, so its bits
+        # differ from eager's: checked for closeness here, timed in a group of its own.
+        step = torch.compile(model, fullgraph=True)
+        start = time.perf_counter()
+        got = step(torch.tensor([[5]]), state)[0]
+        seconds = time.perf_counter() - start
+        want = model(torch.tensor([[5]]), state)[0]
+        gap = float((got - want).abs().max() / want.abs().max())
+        if gap > 1e-4:
+            sys.exit(f"torch.compile(model) logits differ from eager's: {gap:.2e} relative")
+        peers.append(
+            Peer(
+                "tipad-compiled",
+                f"{label}, torch.compile",
+                lambda: step(torch.tensor([[5]]), state)[0],
+                "rwkv-compiled",
+            )
+        )
+        note = f"; torch.compile: {seconds:.1f} s to compile, logits within {gap:.1e} of eager"
     theirs = load_package(model, tmp)
     if theirs is None:
-        return peers, "rwkv package not installed: tipad timed alone"
+        return peers, "rwkv package not installed: tipad timed alone" + note
     their_state = None
     worst = 0.0
     for t, mine in zip(prompt, ours, strict=True):
@@ -226,7 +253,7 @@ def rwkv4_peers(vocab: int, n_embd: int, n_layer: int, tmp: Path) -> tuple[list[
             "rwkv-pkg",
         )
     )
-    return peers, f"logits of {len(prompt)} tokens equal to the package's within {worst:.1e}"
+    return peers, f"logits of {len(prompt)} tokens equal to the package's within {worst:.1e}{note}"
 
 
 def load_package(model: RWKV4, tmp: Path) -> Any | None:
@@ -404,23 +431,51 @@ def report_breakdown(b: dict[str, Any]) -> None:
 
 
 def first_calls(runs: int) -> list[dict[str, Any]]:
+    """``runs`` new processes with the default warm-up and ``runs`` with ``TIPAD_WARMUP=0``,
+    alternating; each record says which (``warmup``)."""
     path = os.pathsep.join(filter(None, [str(REPO), os.environ.get("PYTHONPATH")]))
-    env = dict(os.environ, PYTHONPATH=path)
     out = []
     for _ in range(runs):
-        done = subprocess.run(
-            [sys.executable, "-c", FIRST_CALL_CODE, "cpu"],
-            env=env,
-            capture_output=True,
-            text=True,
-            timeout=300,
-            check=False,
-        )
-        if done.returncode != 0:
-            out.append({"error": done.stderr[-2000:]})
-        else:
-            out.append(json.loads(done.stdout.strip().splitlines()[-1]))
+        for warmup in ("default", "0"):
+            env = dict(os.environ, PYTHONPATH=path)
+            env.pop(_route.WARMUP_ENV, None)
+            if warmup == "0":
+                env[_route.WARMUP_ENV] = "0"
+            done = subprocess.run(
+                [sys.executable, "-c", FIRST_CALL_CODE, "cpu"],
+                env=env,
+                capture_output=True,
+                text=True,
+                timeout=300,
+                check=False,
+            )
+            if done.returncode != 0:
+                out.append({"warmup": warmup, "error": done.stderr[-2000:]})
+            else:
+                out.append({"warmup": warmup, **json.loads(done.stdout.strip().splitlines()[-1])})
     return out
+
+
+def report_first_calls(firsts: list[dict[str, Any]]) -> None:
+    if not firsts:
+        return
+    print("\nfirst brick_pad in a new process (offline cache as this machine has it):")
+    rows = []
+    for r in firsts:
+        if "error" in r:
+            print(f"  TIPAD_WARMUP={r['warmup']}: {r['error']}")
+            continue
+        rows.append([
+            "default (warm-up)" if r["warmup"] == "default" else "TIPAD_WARMUP=0",
+            format_ms(r["first_call_s"]),
+            format_ms(r["second_call_s"]),
+            str(r["calls_before_taichi"]),
+            format_ms(r["warmup_total_s"]),
+            format_ms(r["taichi_start_call_s"]),
+        ])  # fmt: skip
+    header = ["start", "first call ms", "second ms", "calls before Taichi", "their total ms",
+              "call that starts Taichi ms"]  # fmt: skip
+    print(format_table(header, rows, right="12345"))
 
 
 class Samples(torch.utils.data.Dataset):  # type: ignore[type-arg]
@@ -520,6 +575,11 @@ def main(argv: list[str] | None = None) -> None:
     p.add_argument("--repeats", type=int, default=7)
     p.add_argument("--out", type=Path, default=Path("out/bench"))
     p.add_argument("--workers", action="store_true", help="also time DataLoader worker epochs")
+    p.add_argument(
+        "--compile",
+        action="store_true",
+        help="also time torch.compile(model) in the rwkv4 workloads (about 15-25 s to compile)",
+    )
     p.add_argument("--only-workers", action="store_true", help="time worker epochs only")
     p.add_argument("--epochs", type=int, default=4, help="worker epochs per pipeline (ranked)")
     p.add_argument(
@@ -537,8 +597,7 @@ def main(argv: list[str] | None = None) -> None:
     args = p.parse_args(argv)
     if args.only_first:
         firsts = first_calls(args.only_first)
-        for i, r in enumerate(firsts):
-            print(f"run {i + 1}: " + json.dumps(r))
+        report_first_calls(firsts)
         args.out.mkdir(parents=True, exist_ok=True)
         write_json(args.out / "percall-first.json",
                    {"first_call": firsts, "load_average": os.getloadavg(),
@@ -572,7 +631,7 @@ def main(argv: list[str] | None = None) -> None:
     models = [(1024, 128, 2)] if args.quick else [(1024, 768, 12), (1024, 512, 6)]
     with tempfile.TemporaryDirectory() as tmp, torch.no_grad():
         for vocab, n_embd, n_layer in models if "rwkv4" in only else []:
-            peers, check = rwkv4_peers(vocab, n_embd, n_layer, Path(tmp))
+            peers, check = rwkv4_peers(vocab, n_embd, n_layer, Path(tmp), args.compile)
             checks[f"rwkv4 {n_layer}x{n_embd}"] = check
             print(f"\nRWKV-4 {n_layer}x{n_embd}: {check}")
             run(f"RWKV-4 {n_layer}x{n_embd}, one token", peers, peers[-1].key)
@@ -591,9 +650,7 @@ def main(argv: list[str] | None = None) -> None:
     epochs = worker_epochs(args.epochs) if args.workers else {}
     report_epochs(epochs)
     firsts = [] if args.only else first_calls(1 if args.quick else 2)
-    print("\nfirst call in a new process (offline cache as this machine has it):")
-    for i, r in enumerate(firsts):
-        print(f"  run {i + 1}: {r.get('first_call_s', r.get('error'))}")
+    report_first_calls(firsts)
 
     args.out.mkdir(parents=True, exist_ok=True)
     payload = {

@@ -42,11 +42,18 @@ def test_rwkv_benchmark_cross_checks_the_ops(tmp_path: Path) -> None:
 
 @pytest.mark.slow
 def test_percall_benchmark_checks_its_peers(tmp_path: Path) -> None:
-    report = _run("percall.py", tmp_path, "--repeats", "1")
+    report = _run("percall.py", tmp_path, "--repeats", "1", "--compile")
     workloads = report["workloads"]
     assert isinstance(workloads, list) and len(workloads) >= 4
     checks = [p["check"] for w in workloads for p in w["peers"]]
     assert "bit-equal to torchvision.v2" in checks and "bit-equal to tipad.wkv" in checks
+    rnn = next(w for w in workloads if str(w["title"]).startswith("RWKV-4"))
+    assert "tipad-compiled" in [p["key"] for p in rnn["peers"]]
+    # A new process pads on the torch route first by default, and starts Taichi at once with
+    # TIPAD_WARMUP=0; each reports the call that started it.
+    firsts = {r["warmup"]: r for r in report["first_call"]}
+    assert sorted(firsts) == ["0", "default"]
+    assert firsts["default"]["calls_before_taichi"] > 0 == firsts["0"]["calls_before_taichi"]
     # The seed canvas's eager gather is timed only after drawing tipad's canvas bit for bit.
     peers = {p["key"]: p for w in workloads for p in w["peers"]}
     assert peers["torch.gather"]["check"] == "bit-equal to tipad.fresh"
