@@ -11,8 +11,8 @@ Workloads (peers interleaved, medians; see ``_common.measure``):
   ``TexturePad``, ``BrickPad``, and ``texture_pad`` again through Taichi's public launcher on
   its thread pool (the lean launch path and the serial small launch switched off: how the
   package launched before them; the direct route past the custom-op dispatch and the launch
-  plans stay on); ``pad(reflect)`` and ``BrickPad`` as a DataLoader worker runs them during
-  its torch-route warm-up (``TIPAD_WARMUP``).
+  plans stay on); ``pad(reflect)`` and ``BrickPad`` as a process runs them during its
+  torch-route warm-up (``TIPAD_WARMUP``).
 * ``wkv``: ``ops.wkv`` with ``T = 1`` (``B = 1``, ``C = 768``, with a state; no gradient, so it
   runs the op's implementation directly), the custom op called through ``torch.ops``, and
   ``ops.wkv`` through Taichi's public launcher.
@@ -112,17 +112,16 @@ def public_launcher() -> Iterator[None]:
 
 
 def warming_up(fn: Callable[[], Any]) -> Callable[[], Any]:
-    """``fn`` as a DataLoader worker runs it before starting Taichi: on the torch route."""
+    """``fn`` as a process runs it before starting Taichi (its warm-up): on the torch route."""
 
     def run() -> Any:
-        saved = _route.get_worker_info, _runtime.started, _route._Warmup.budget
-        _route.get_worker_info = lambda: True  # type: ignore[assignment]
+        saved = _runtime.started, _route._Warmup.budget
         _runtime.started = lambda: False
         _route._Warmup.budget, _route._Warmup.spent = math.inf, 0.0
         try:
             return fn()
         finally:
-            _route.get_worker_info, _runtime.started, _route._Warmup.budget = saved
+            _runtime.started, _route._Warmup.budget = saved
 
     return run
 
@@ -157,13 +156,13 @@ def image_peers() -> list[Peer]:
         Peer("tipad.brick", "tipad BrickPad", lambda: brick(x), "brick"),
         Peer(
             "tipad.pad-warm-up",
-            "tipad pad(reflect), a worker's torch-route warm-up",
+            "tipad pad(reflect), the torch-route warm-up",
             warming_up(lambda: F.pad(x, 32, padding_mode="reflect")),
             "reflect",
         ),
         Peer(
             "tipad.brick-warm-up",
-            "tipad BrickPad, a worker's torch-route warm-up",
+            "tipad BrickPad, the torch-route warm-up",
             warming_up(lambda: brick(x)),
             "brick",
         ),
