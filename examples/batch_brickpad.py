@@ -89,7 +89,7 @@ def main() -> None:
             )
     print(
         f"{len(loader)} batches in {time.perf_counter() - start:.2f} s "
-        "(spawned workers start Taichi each); wrote out/batch_brickpad.png"
+        "(each spawned worker pays its own start-up); wrote out/batch_brickpad.png"
     )
 
 

@@ -325,3 +325,27 @@ def test_spawn_workers_warm_up_then_start_taichi(
     report = json.loads(proc.stdout.splitlines()[-1])
     # The first sample always warms up (nothing spent yet); a tiny budget is spent by it.
     assert report == {"same": [True] * 4, "started": started}
+
+
+def test_no_warmup_launches_and_restores_the_setting(
+    fresh: type[_route._Warmup], budget: None, launches: list[str]
+) -> None:
+    tipad_transforms.set_warmup(60)
+    with _route.no_warmup():
+        F.pad(random_image((1, 5, 5), torch.float32, seed=80), 1, padding_mode="edge")
+    assert launches == ["pad"]
+    assert _route._warmup_budget() == 60
+
+
+def test_the_demo_timing_table_times_the_kernel(
+    fresh: type[_route._Warmup], budget: None, launches: list[str]
+) -> None:
+    # A fresh process would pad on the torch route first; the table's rows must not.
+    # (conftest fails any call the torch route serves.)
+    from tipad_transforms._timing_table import time_paddings
+
+    tipad_transforms.set_warmup(60)
+    rows = time_paddings(4, 1, 1, "cpu")
+    assert [r.label for r in rows][:2] == ["BrickPad", "TexturePad (stripes)"]
+    assert launches.count("pad") >= 2 * 6  # every tipad row, batch and image
+    assert _route._warmup_budget() == 60

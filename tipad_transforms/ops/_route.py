@@ -8,12 +8,13 @@ it once per (operation, reason), at their own line of code.
 
 from __future__ import annotations
 
+import contextlib
 import os
 import sys
 import time
 import types
 import warnings
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 
 import torch
 from torch.utils.data import get_worker_info
@@ -25,6 +26,7 @@ __all__ = [
     "WORKER_WARMUP_ENV",
     "exact_route",
     "kernel_ran",
+    "no_warmup",
     "set_warmup",
     "warn_once",
 ]
@@ -149,6 +151,18 @@ def set_warmup(seconds: float | None) -> None:
         seconds = float(seconds)
     _Warmup.chosen = seconds
     _Warmup.budget = None
+
+
+@contextlib.contextmanager
+def no_warmup() -> Iterator[None]:
+    """Within: padding starts Taichi at once (``set_warmup(0)``); after: the setting before.
+    For code that times the kernel (``tipad demo``'s table)."""
+    saved = _Warmup.chosen, _Warmup.budget
+    _Warmup.chosen, _Warmup.budget = 0.0, None
+    try:
+        yield
+    finally:
+        _Warmup.chosen, _Warmup.budget = saved
 
 
 def _from_environment() -> float:
