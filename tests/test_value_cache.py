@@ -1,11 +1,12 @@
 """``_value_cache.ValueCache``: derived values reused while (and only while) a tensor holds the
-same bytes."""
+same bytes; ``KeyedCache``: a signature's constants, made once per key, bounded."""
 
 from __future__ import annotations
 
+import pytest
 import torch
 
-from tipad_transforms._value_cache import ValueCache
+from tipad_transforms._value_cache import KeyedCache, ValueCache
 
 
 def _counting(cache: ValueCache[torch.Tensor], t: torch.Tensor, made: list[int]) -> torch.Tensor:
@@ -82,3 +83,40 @@ def test_a_changed_tensor_replaces_its_own_entry_and_evicts_nothing() -> None:
     _counting(cache, a, made)
     _counting(cache, b, made)
     assert len(made) == 3
+
+
+def test_keyed_values_are_made_once_per_key_and_bounded() -> None:
+    cache: KeyedCache[torch.Tensor] = KeyedCache(3)
+    made: list[int] = []
+
+    def make(k: int) -> torch.Tensor:
+        made.append(k)
+        return torch.full((2,), k)
+
+    first = cache.get(1, lambda: make(1))
+    assert cache.get(1, lambda: make(1)) is first and made == [1]
+    for k in (2, 3):
+        cache.get(k, lambda k=k: make(k))  # type: ignore[misc]
+    assert len(cache) == 3 and made == [1, 2, 3]
+    four = cache.get(4, lambda: make(4))  # full: starts over with the new key
+    assert len(cache) == 1 and torch.equal(four, torch.full((2,), 4))
+    assert cache.get(1, lambda: make(1)) is not first and made == [1, 2, 3, 4, 1]
+
+
+def test_keyed_values_made_in_inference_mode_are_normal_tensors() -> None:
+    # The op saves cached constants (a default lattice) for a later call's backward.
+    cache: KeyedCache[torch.Tensor] = KeyedCache(4)
+    with torch.inference_mode():
+        t = cache.get("zeros", lambda: torch.zeros(3))
+    assert not t.is_inference()
+
+
+def test_a_failed_make_stores_nothing() -> None:
+    cache: KeyedCache[torch.Tensor] = KeyedCache(4)
+
+    def fail() -> torch.Tensor:
+        raise ValueError("bad fill")
+
+    with pytest.raises(ValueError, match="bad fill"):
+        cache.get("k", fail)
+    assert len(cache) == 0

@@ -1,6 +1,7 @@
 """What the package caches across calls: values derived from a tensor (a texture's dtype
-conversion, its word table), reused while the tensor holds the same bits, and the rule that a
-cached tensor is never an inference tensor (``normal_tensors``)."""
+conversion, its word table), reused while the tensor holds the same bits (``ValueCache``);
+constants of a call's signature (``KeyedCache``); and the rule that a cached tensor is never an
+inference tensor (``normal_tensors``)."""
 
 from __future__ import annotations
 
@@ -41,6 +42,40 @@ def _same(a: torch.Tensor, b: torch.Tensor) -> bool:
             a[n:], b[n:]
         )
     return torch.equal(a, b)
+
+
+class KeyedCache(Generic[V]):
+    """Values made once per key: the constants of a call's signature (a default lattice of
+    zeros, a kernel's metadata, converted fill values, a brick tile), read and never written.
+
+    At most ``size`` of them: when full it starts over, so the keys in use come back at once
+    and a process that meets many shapes holds no more than that. Values are made under
+    ``normal_tensors`` (a cached tensor may be saved for a later call's backward). Thread safe
+    as dict operations are (two threads may both make a value; either is kept).
+    """
+
+    __slots__ = ("_entries", "size")
+
+    def __init__(self, size: int) -> None:
+        self.size = size
+        self._entries: dict[Hashable, V] = {}
+
+    def get(self, key: Hashable, make: Callable[[], V]) -> V:
+        """The value for ``key``, made by ``make()`` the first time (or after a start-over)."""
+        value = self._entries.get(key)
+        if value is None:
+            with normal_tensors():
+                value = make()
+            if len(self._entries) >= self.size:
+                self._entries.clear()
+            self._entries[key] = value
+        return value
+
+    def __len__(self) -> int:
+        return len(self._entries)
+
+    def clear(self) -> None:
+        self._entries.clear()
 
 
 class ValueCache(Generic[V]):

@@ -9,7 +9,7 @@ import torch
 
 from .. import _runtime as rt
 from .._geometry import PadGeometry, fold_index
-from .._value_cache import ValueCache
+from .._value_cache import KeyedCache, ValueCache
 
 # Layout of the kernel's int32 `meta` argument: a header of scalars; the geometry records; for
 # standard modes the row and column index maps (one pair per record); then the per-sample
@@ -395,24 +395,16 @@ def _fold_maps(
 
 # Read-only stand-ins (never written, never read by the kernel) per (dtype, device), and int32
 # zeros per (length, device): the lattice of constant mode.
-_dummies: dict[tuple[torch.dtype, torch.device], torch.Tensor] = {}
-_zeros: dict[tuple[int, torch.device], torch.Tensor] = {}
+_dummies: KeyedCache[torch.Tensor] = KeyedCache(32)
+_zeros: KeyedCache[torch.Tensor] = KeyedCache(32)
 
 
 def _dummy(dtype: torch.dtype, device: torch.device) -> torch.Tensor:
-    t = _dummies.get((dtype, device))
-    if t is None:
-        t = _dummies[(dtype, device)] = torch.zeros(1, dtype=dtype, device=device)
-    return t
+    return _dummies.get((dtype, device), lambda: torch.zeros(1, dtype=dtype, device=device))
 
 
 def _int_zeros(n: int, device: torch.device) -> torch.Tensor:
-    t = _zeros.get((n, device))
-    if t is None:
-        if len(_zeros) >= 32:
-            _zeros.clear()
-        t = _zeros[(n, device)] = torch.zeros(n, dtype=torch.int32, device=device)
-    return t
+    return _zeros.get((n, device), lambda: torch.zeros(n, dtype=torch.int32, device=device))
 
 
 def _launch(

@@ -16,6 +16,7 @@ from typing import Any
 import torch
 
 from .. import _runtime as rt
+from .._value_cache import KeyedCache
 from ._lean import Steps
 
 # Adjacent channels per CPU task (a power of two; 1 = the CUDA order, one chain per task).
@@ -310,19 +311,15 @@ def _loads(t: torch.Tensor, packed: bool) -> torch.Tensor:
     return t.reshape(-1, _LANES) if packed else t.reshape(-1)
 
 
-_metas: dict[tuple[Any, ...], torch.Tensor] = {}
+_metas: KeyedCache[torch.Tensor] = KeyedCache(64)
 
 
 def _meta(k: torch.Tensor) -> torch.Tensor:
     """``[B, T, C]`` int32 on ``k``'s device (read only; cached: one per shape in use)."""
-    key = (*k.shape, k.device)
-    meta = _metas.get(key)
-    if meta is None:
-        if len(_metas) >= 64:
-            _metas.clear()
-        meta = torch.tensor(list(k.shape), dtype=torch.int32).to(k.device, non_blocking=True)
-        _metas[key] = meta
-    return meta
+    return _metas.get(
+        (*k.shape, k.device),
+        lambda: torch.tensor(list(k.shape), dtype=torch.int32).to(k.device, non_blocking=True),
+    )
 
 
 def launch_wkv_forward(

@@ -24,6 +24,7 @@ from typing import Any
 import torch
 
 from .. import _runtime as rt
+from .._value_cache import KeyedCache
 from ._lean import Steps
 
 # Value rows per task of the CPU's kernels (their states held in a local array).
@@ -344,21 +345,17 @@ def _build_kernels(ti: Any) -> dict[str, Any]:
 
 
 # fmt: on
-_metas: dict[tuple[Any, ...], torch.Tensor] = {}
+_metas: KeyedCache[torch.Tensor] = KeyedCache(64)
 
 
 def _meta(k: torch.Tensor, chunk: int, slots: int) -> torch.Tensor:
     """``[B, T, H, N, chunk, S]`` int32 on ``k``'s device (read only; cached: one per shape in
     use, since building it costs a one-token step more than the kernel's arguments)."""
-    key = (*k.shape, chunk, slots, k.device)
-    meta = _metas.get(key)
-    if meta is None:
-        if len(_metas) >= 64:
-            _metas.clear()
-        header = [*k.shape, chunk, slots]
-        meta = torch.tensor(header, dtype=torch.int32).to(k.device, non_blocking=True)
-        _metas[key] = meta
-    return meta
+    header = [*k.shape, chunk, slots]
+    return _metas.get(
+        (*k.shape, chunk, slots, k.device),
+        lambda: torch.tensor(header, dtype=torch.int32).to(k.device, non_blocking=True),
+    )
 
 
 def launch_wkv7_forward(

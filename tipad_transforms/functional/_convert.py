@@ -19,7 +19,7 @@ import torch.nn.functional as nnF
 from torchvision.transforms.v2 import functional as tvF
 
 from .._checks import INT64_MAX, is_int
-from .._value_cache import ValueCache, normal_tensors
+from .._value_cache import KeyedCache, ValueCache, normal_tensors
 
 __all__ = ["Fill", "as_bank", "fill_values", "per_sample", "scale_texture", "texture_bank"]
 
@@ -27,8 +27,8 @@ Fill = int | float | bool | Sequence[int | float | bool] | None
 
 _NUMBER = (int, float, bool)
 # Recent conversions, keyed by what determines them; bounded, cleared when full.
-_FILLS: dict[tuple[Any, ...], torch.Tensor] = {}
 _CACHE_SIZE = 16
+_FILLS: KeyedCache[torch.Tensor] = KeyedCache(_CACHE_SIZE)
 # Recent textures' conversions, checked against the texture's bits on every use.
 _BANKS: ValueCache[torch.Tensor] = ValueCache(_CACHE_SIZE)
 
@@ -71,15 +71,10 @@ def fill_values(fill: Any, dtype: torch.dtype, channels: int, name: str = "fill"
         fill = fill[0]
     key = (fill if isinstance(fill, _NUMBER) else tuple(fill) if _is_numbers(fill) else None,
            type(fill), dtype, channels, name)  # fmt: skip
-    hit = _FILLS.get(key) if key[0] is not None else None
-    if hit is not None:
-        return hit
-    with normal_tensors():  # cached: never an inference tensor
-        values = _fill_tensor(fill, dtype, channels, name)
-    if len(_FILLS) >= _CACHE_SIZE:
-        _FILLS.clear()
-    _FILLS[key] = values
-    return values
+    if key[0] is not None:
+        return _FILLS.get(key, lambda: _fill_tensor(fill, dtype, channels, name))
+    with normal_tensors():  # as the cached ones: never an inference tensor
+        return _fill_tensor(fill, dtype, channels, name)
 
 
 def _fill_tensor(fill: Any, dtype: torch.dtype, channels: int, name: str) -> torch.Tensor:

@@ -18,36 +18,30 @@ import torch
 from .. import ops
 from .._checks import INT64_MAX
 from .._geometry import PadGeometry, check_bank_index
-from .._value_cache import normal_tensors
+from .._value_cache import KeyedCache
 from ..ops._pad import pad_direct
 from ..ops._route import eager
 from ._convert import fill_values, per_sample, texture_bank
 
 __all__ = ["Border", "launch"]
 
-_EMPTY: dict[tuple[torch.dtype, torch.device], torch.Tensor] = {}
-_ZEROS: dict[tuple[int, int, torch.device], torch.Tensor] = {}
+# Read-only constants of a call, made once: the empty stand-in texture per dtype and device,
+# the default lattice (int32 zeros, which the op saves for a backward) per shape, and the
+# lattice's periods (th * tw, tw) per tile size.
+_EMPTY: KeyedCache[torch.Tensor] = KeyedCache(32)
+_ZEROS: KeyedCache[torch.Tensor] = KeyedCache(32)
+_PERIODS: KeyedCache[torch.Tensor] = KeyedCache(32)
 
 
 def _empty(dtype: torch.dtype, device: torch.device) -> torch.Tensor:
-    t = _EMPTY.get((dtype, device))
-    if t is None:
-        with normal_tensors():
-            t = _EMPTY[(dtype, device)] = torch.empty(0, dtype=dtype, device=device)
-    return t
+    return _EMPTY.get((dtype, device), lambda: torch.empty(0, dtype=dtype, device=device))
 
 
 def _zeros(n: int, last: int, device: torch.device) -> torch.Tensor:
-    # Shared read-only int32 zeros: the default lattice of every call (never written).
-    key = (n, last, device)
-    t = _ZEROS.get(key)
-    if t is None:
-        if len(_ZEROS) >= 32:
-            _ZEROS.clear()
-        shape = (n, last) if last else (n,)
-        with normal_tensors():  # the op saves it for a backward
-            t = _ZEROS[key] = torch.zeros(shape, dtype=torch.int32, device=device)
-    return t
+    shape = (n, last) if last else (n,)
+    return _ZEROS.get(
+        (n, last, device), lambda: torch.zeros(shape, dtype=torch.int32, device=device)
+    )
 
 
 @dataclass(frozen=True)
@@ -116,19 +110,8 @@ class Border:
         return Border("texture", empty, bank, offsets, index, stagger % tw)
 
 
-# The lattice's periods (th * tw, tw) per tile size and device: a tensor made once, not per call.
-_PERIODS: dict[tuple[int, int, torch.device], torch.Tensor] = {}
-
-
 def _periods(th: int, tw: int, device: torch.device) -> torch.Tensor:
-    key = (th, tw, device)
-    t = _PERIODS.get(key)
-    if t is None:
-        if len(_PERIODS) >= 32:
-            _PERIODS.clear()
-        with normal_tensors():
-            t = _PERIODS[key] = torch.tensor([th * tw, tw], device=device)
-    return t
+    return _PERIODS.get((th, tw, device), lambda: torch.tensor([th * tw, tw], device=device))
 
 
 def _is_zero(offset: Any) -> bool:

@@ -19,6 +19,7 @@ from torchvision.transforms.v2 import functional as tvF
 
 from .._checks import check_int
 from .._geometry import check_mode, image_channels, parse_padding
+from .._value_cache import KeyedCache
 from ._brick import brick_channels, brick_options, make_brick_texture, running_bond_stagger
 from ._convert import Fill, scale_texture
 from ._launch import Border, launch
@@ -285,7 +286,7 @@ def _pad_points(
 
 # Converted brick tiles, one per (options, dtype, device). The same tensor on every call lets the
 # runtime reuse its word table for the tile; nothing outside brick_pad ever sees these tensors.
-_BRICK_TILES: dict[tuple[str, torch.dtype, torch.device], torch.Tensor] = {}
+_BRICK_TILES: KeyedCache[torch.Tensor] = KeyedCache(16)
 
 
 @torch.compiler.assume_constant_result
@@ -300,15 +301,13 @@ def brick_tile(dtype: torch.dtype, device: torch.device, **brick: Any) -> torch.
     # (fullgraph=True fails); the tile is a pure function of its arguments, so a compiled caller
     # may bake it in as a constant.
     key = (repr(sorted(brick.items())), dtype, device)
-    tile = _BRICK_TILES.get(key)
-    if tile is None:
+
+    def make() -> torch.Tensor:
         tile = make_brick_texture(**brick).to(device)
         # In [0, 1] by construction: no data-dependent range check is needed.
-        tile = tile >= 0.5 if dtype == torch.bool else scale_texture(tile, dtype)
-        if len(_BRICK_TILES) >= 16:
-            _BRICK_TILES.clear()
-        _BRICK_TILES[key] = tile
-    return tile
+        return tile >= 0.5 if dtype == torch.bool else scale_texture(tile, dtype)
+
+    return _BRICK_TILES.get(key, make)
 
 
 def brick_pad(
