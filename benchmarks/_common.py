@@ -24,6 +24,7 @@ import hashlib
 import importlib.metadata
 import json
 import math
+import multiprocessing
 import os
 import platform
 import signal
@@ -51,10 +52,12 @@ if str(REPO) not in sys.path:
 
 import tipad_transforms  # noqa: E402  (this checkout's: the path above)
 
-# Benchmarks time the Taichi kernel: a process that imports this starts Taichi at its first
+# Benchmarks time the Taichi kernel: a script that imports this starts Taichi at its first
 # padding call, not after its torch-route warm-up (set_warmup). Peers that time the warm-up say
-# so (percall.py); subprocesses and DataLoader workers read the environment, as users' do.
-tipad_transforms.set_warmup(0)
+# so (percall.py). Only in the script's own process: a spawned DataLoader worker imports the
+# script again, and workers and subprocesses read the environment, as users' do.
+if multiprocessing.parent_process() is None:
+    tipad_transforms.set_warmup(0)
 
 
 __all__ = [

@@ -115,13 +115,13 @@ def warming_up(fn: Callable[[], Any]) -> Callable[[], Any]:
     """``fn`` as a process runs it before starting Taichi (its warm-up): on the torch route."""
 
     def run() -> Any:
-        saved = _runtime.started, _route._Warmup.budget
-        _runtime.started = lambda: False
+        saved = _runtime.running, _route._Warmup.budget
+        _runtime.running = lambda: False
         _route._Warmup.budget, _route._Warmup.spent = math.inf, 0.0
         try:
             return fn()
         finally:
-            _runtime.started, _route._Warmup.budget = saved
+            _runtime.running, _route._Warmup.budget = saved
 
     return run
 

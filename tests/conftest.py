@@ -21,7 +21,7 @@ os.environ.setdefault("ENABLE_TAICHI_HEADER_PRINT", "0")
 # call, with no torch-route warm-up: the tests are about the kernel (and the worker tests about
 # Taichi in workers: fork safety, preloading), whose few small calls would otherwise never reach
 # it. test_warmup.py sets its own.
-os.environ.setdefault("TIPAD_WARMUP", "0")
+os.environ["TIPAD_WARMUP"] = "0"
 
 
 def pytest_configure(config: pytest.Config) -> None:

@@ -37,7 +37,7 @@ def fresh(request: pytest.FixtureRequest, monkeypatch: pytest.MonkeyPatch) -> ty
     F.pad(torch.zeros(1, 2, 2), 1, padding_mode="reflect")  # the kernel compiled, for reference
     if request.param == "worker":
         monkeypatch.setattr(_route, "get_worker_info", lambda: SimpleNamespace(id=0))
-    monkeypatch.setattr(_runtime, "started", lambda: False)
+    monkeypatch.setattr(_runtime, "running", lambda: False)
     monkeypatch.setattr(_route._Warmup, "spent", 0.0)
     monkeypatch.setattr(_route._Warmup, "budget", 1.0)
     return _route._Warmup
@@ -112,13 +112,15 @@ def test_once_taichi_runs_the_kernel_launches_at_once(
     in_worker: bool, launches: list[str], monkeypatch: pytest.MonkeyPatch
 ) -> None:
     # conftest's guard fails any call the torch route serves.
+    with _route.no_warmup():
+        F.pad(torch.zeros(1, 2, 2), 1, padding_mode="edge")  # Taichi runs in this process
     monkeypatch.setattr(_route._Warmup, "spent", 0.0)
     monkeypatch.setattr(_route._Warmup, "budget", 10.0)
     if in_worker:
         monkeypatch.setattr(_route, "get_worker_info", lambda: SimpleNamespace(id=0))
     x = random_image((2, 6, 6), torch.float32, seed=50)
     F.pad(x, 2, padding_mode="edge")
-    assert launches == ["pad"]
+    assert launches == ["pad", "pad"]
 
 
 @pytest.mark.allow_fallback
@@ -151,22 +153,59 @@ def test_set_warmup_refuses_bad_values(
     assert _route._Warmup.chosen is None
 
 
+def test_a_large_output_launches_at_once(
+    fresh: type[_route._Warmup], launches: list[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # One torch-route call on it could cost more than the whole budget, and a second canvas.
+    x = random_image((1, 6, 6), torch.uint8, seed=90)
+    monkeypatch.setattr(_route, "WARMUP_MAX_BYTES", 10 * 10 - 1)
+    F.pad(x, 2, padding_mode="reflect")  # a 10x10 canvas: one byte over
+    assert launches == ["pad"] and fresh.spent == 0.0
+
+
+@pytest.mark.allow_fallback
+def test_a_canvas_at_the_size_limit_still_warms_up(
+    fresh: type[_route._Warmup], launches: list[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr(_route, "WARMUP_MAX_BYTES", 10 * 10)
+    F.pad(random_image((1, 6, 6), torch.uint8, seed=91), 2, padding_mode="reflect")
+    assert launches == [] and fresh.spent > 0
+
+
+def test_a_taichi_the_user_started_counts_as_running(
+    launches: list[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # Our own start is hidden; the runtime that runs in this process (Taichi initialised, as a
+    # user's ti.init would) is enough to launch at once.
+    with _route.no_warmup():
+        F.pad(torch.zeros(1, 2, 2), 1, padding_mode="edge")
+    monkeypatch.setattr(_runtime, "started", lambda: False)
+    monkeypatch.setattr(_route._Warmup, "spent", 0.0)
+    monkeypatch.setattr(_route._Warmup, "budget", 10.0)
+    assert _runtime.running()
+    F.pad(random_image((1, 4, 4), torch.float32, seed=92), 1, padding_mode="edge")
+    assert launches[-1:] == ["pad"]
+
+
 def test_a_forked_child_starts_its_warmup_afresh(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setattr(_route._Warmup, "spent", 0.4)
     monkeypatch.setattr(_route._Warmup, "budget", 0.5)
+    monkeypatch.setattr(_route._Warmup, "chosen", 0.0)  # the parent's set_warmup(0)
     read, write = os.pipe()
     pid = os.fork()
     if pid == 0:  # the child: report and leave at once (no pytest teardown here)
         try:
-            os.write(write, json.dumps([_route._Warmup.spent, _route._Warmup.budget]).encode())
+            state = [_route._Warmup.spent, _route._Warmup.budget, _route._Warmup.chosen]
+            os.write(write, json.dumps(state).encode())
         finally:
             os._exit(0)
     os.close(write)
     with os.fdopen(read) as pipe:
         report = json.loads(pipe.read())
     os.waitpid(pid, 0)
-    assert report == [0.0, None]  # nothing spent; its budget read at its own first use
-    assert (_route._Warmup.spent, _route._Warmup.budget) == (0.4, 0.5)  # the parent's kept
+    # Nothing spent; its budget read from the environment at its own first use.
+    assert report == [0.0, None, None]
+    assert (_route._Warmup.spent, _route._Warmup.budget, _route._Warmup.chosen) == (0.4, 0.5, 0)
 
 
 def test_the_rwkv_operators_do_not_warm_up(
@@ -259,7 +298,7 @@ def test_a_new_process_pads_its_first_image_without_starting_taichi(tmp_path: Pa
         os.environ,
         PYTHONPATH=os.pathsep.join(filter(None, [str(ROOT), os.environ.get("PYTHONPATH")])),
     )
-    env.pop("TIPAD_WARMUP")  # the package's default, as a user gets it (conftest sets 0)
+    env.pop("TIPAD_WARMUP", None)  # the package's default, as a user gets it (conftest sets 0)
     proc = subprocess.run(
         [sys.executable, "-c", MAIN], capture_output=True, text=True, timeout=300, env=env
     )

@@ -4,7 +4,8 @@ Used when ``_runtime.refusal`` names a reason: a DataLoader worker forked after 
 CUDA tensor on a device other than cuda:0, a CUDA tensor while Taichi runs on the CPU. It builds
 the same index map as the kernel with a handful of torch ops (slower, with full-size temporaries)
 so results are identical; the caller warns once that it is in use. Padding's forward also runs
-here, silently, for a DataLoader worker's first samples (``ops._route.exact_route``).
+here, silently, for a process's first CPU calls, before it starts Taichi (the warm-up:
+``ops._route.exact_route``).
 """
 
 from __future__ import annotations
@@ -81,7 +82,7 @@ def pad(
 ) -> torch.Tensor:
     """``(N, C, H, W)`` image -> ``(N, C, H', W')`` canvas; differentiable through torch ops.
 
-    DataLoader workers run this for their first samples (``ops._route.exact_route``), so it
+    Every process runs this for its first CPU calls (``ops._route.exact_route``), so it
     builds only index vectors and writes the canvas once: the border modes' row and column
     maps cover the interior too (they fold an inside index to itself); a constant or texture
     border gets the image copied over its interior.

@@ -41,6 +41,7 @@ __all__ = [
     "launch_wkv_backward",
     "launch_wkv_forward",
     "refusal",
+    "running",
     "runtime_arch",
     "session",
     "set_backend",
@@ -123,6 +124,15 @@ def taichi_backend() -> str:
 def started() -> bool:
     """Whether this process has initialised Taichi through this package (cheap: no import)."""
     return _state["arch"] is not None and _state["pid"] == os.getpid()
+
+
+def running() -> bool:
+    """Whether Taichi runs in this process: started here (``started``) or by the user's own
+    ``ti.init`` (cheap: imports nothing). A forked child sees its parent's runtime as running
+    (and ``refusal`` refuses it)."""
+    if started():
+        return True
+    return any(hasattr(ti, "lang") and _existing_arch(ti) is not None for ti in _backend.imported())
 
 
 def runtime_arch() -> str | None:

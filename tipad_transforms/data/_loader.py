@@ -32,8 +32,8 @@ def worker_context(method: str = "forkserver") -> BaseContext:
     ``"forkserver"``: the server process imports your main module (a script's, as a worker
     would), torch, torchvision, this package's padding modules and Taichi (not initialised:
     that is fork safe), once; every worker forked from it skips those imports and, once its
-    torch-route warm-up is spent (``TIPAD_WORKER_WARMUP`` seconds, default 0.5; see
-    docs/data-loading.md), initialises Taichi and loads the kernels from Taichi's offline
+    torch-route warm-up is spent (``TIPAD_WORKER_WARMUP`` or ``TIPAD_WARMUP`` seconds, default
+    0.5; see docs/data-loading.md), initialises Taichi and loads the kernels from Taichi's offline
     cache. This sets the forkserver's preload list for the whole process (``["__main__"]``
     plus this package's preload module, which imports the main module itself: CPython before
     the gh-126631 fix never gives the server its path) and the ``TIPAD_FORKSERVER_MAIN``

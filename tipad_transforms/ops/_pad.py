@@ -49,7 +49,7 @@ def _run(
     )
     exact_route(
         "padding",
-        canvas.device,
+        canvas,
         lambda: _runtime.launch_pad(g, mode, image, canvas, **args),
         lambda: canvas.view(g.n, g.c, g.out_h, g.out_w).copy_(
             _fallback.pad(g, mode, image.view(g.n, g.c, g.h, g.w), **args)
@@ -505,7 +505,7 @@ def _stack_forward(
     )
     exact_route(
         "padding",
-        out.device,
+        out,
         lambda: _runtime.launch_pad_stack(table, mode, flat, out, **args),
         lambda: out.copy_(_fallback.pad_stack(table, mode, flat, out.shape, **args)),
     )

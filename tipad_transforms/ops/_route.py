@@ -23,6 +23,7 @@ from .. import _runtime
 
 __all__ = [
     "WARMUP_ENV",
+    "WARMUP_MAX_BYTES",
     "WORKER_WARMUP_ENV",
     "exact_route",
     "kernel_ran",
@@ -117,10 +118,12 @@ class _Warmup:
 
 
 def _reset() -> None:
-    # A forked child (a DataLoader worker, say) has spent nothing, and may be a worker where
-    # its parent was not: its budget is its own, read at its first use.
+    # A forked child (a DataLoader worker, say) is a process of its own: it has spent nothing,
+    # and may be a worker where its parent was not, so its budget is read from the environment
+    # at its first use (the parent's set_warmup is the parent's, as in a spawned child).
     _Warmup.spent = 0.0
     _Warmup.budget = None
+    _Warmup.chosen = None
 
 
 os.register_at_fork(after_in_child=_reset)
@@ -136,8 +139,8 @@ def set_warmup(seconds: float | None) -> None:
     the torch route, which gives the kernel's bits, until that route has cost the process this
     budget; the next call starts Taichi and launches from then on. Set 0 before timing the kernel
     or where a run should pay the start at once (a server's start-up); a budget spent already is
-    spent. Per process: a spawned DataLoader worker reads the environment (or call this in its
-    ``worker_init_fn``).
+    spent. Per process: DataLoader workers (forked or spawned) read the environment, or call
+    this in their ``worker_init_fn``.
 
     Raises:
         TypeError: ``seconds`` is not a real number or None.
@@ -194,24 +197,31 @@ def _warmup_budget() -> float:
     return _Warmup.budget
 
 
-def _warming_up(device: torch.device) -> bool:
-    """Whether an exact op on ``device`` should take the torch route to spare this process
-    Taichi's start-up: a CPU call in a process that has not started Taichi, while its
-    torch-route time is under its budget, and where the runtime would serve the launch (a
-    refused one keeps its warning)."""
+#: Outputs larger than this launch at once: one torch-route call on them could cost more than
+#: the whole budget (about 0.1 s for 64 MiB here) and needs a second canvas.
+WARMUP_MAX_BYTES = 1 << 26
+
+
+def _warming_up(out: torch.Tensor) -> bool:
+    """Whether an exact op writing ``out`` should take the torch route to spare this process
+    Taichi's start-up: a CPU output of at most ``WARMUP_MAX_BYTES``, in a process where Taichi
+    does not run yet (neither ours nor the user's), while its torch-route time is under its
+    budget, and where the runtime would serve the launch (a refused one keeps its warning)."""
     return (
-        device.type == "cpu"
-        and not _runtime.started()
+        out.device.type == "cpu"
+        and not _runtime.running()
         and _Warmup.spent < _warmup_budget()
-        and _runtime.refusal(device) is None
+        and out.numel() * out.element_size() <= WARMUP_MAX_BYTES
+        and _runtime.refusal(out.device) is None
     )
 
 
 def exact_route(
-    what: str, device: torch.device, launch: Callable[[], object], route: Callable[[], object]
+    what: str, out: torch.Tensor, launch: Callable[[], object], route: Callable[[], object]
 ) -> None:
-    """Run ``launch`` or, when the runtime refuses it, ``route`` (the torch route); for ops
-    whose torch route gives the kernel's bits (padding's forward: data movement only).
+    """Run ``launch`` or, when the runtime refuses it, ``route`` (the torch route), both of
+    which write ``out``; for ops whose torch route gives the kernel's bits (padding's forward:
+    data movement only).
 
     Starting Taichi costs a new process its import, ``ti.init`` and the per-process compile of
     the kernel (0.5-1 s on a 2-core machine): more than a notebook's few calls or a short-lived
@@ -221,7 +231,7 @@ def exact_route(
     never pays more than about twice what the better choice in hindsight would have (the
     ski-rental bound). Same bits either way.
     """
-    if _warming_up(device):
+    if _warming_up(out):
         start = time.perf_counter()
         route()
         _Warmup.spent += time.perf_counter() - start
