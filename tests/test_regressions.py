@@ -196,3 +196,15 @@ def test_a_first_call_in_inference_mode_does_not_break_a_later_backward() -> Non
     leaf = x.clone().requires_grad_()
     F.pad(leaf, 2, fill=0.25).sum().backward()
     assert leaf.grad is not None and torch.equal(leaf.grad, torch.ones_like(x))
+
+
+def test_a_first_brick_pad_in_inference_mode_does_not_break_a_later_backward() -> None:
+    # The brick tile is cached per (options, dtype, device); made first in inference mode it
+    # was an inference tensor, and a later call on an image requiring grad saved it for the
+    # backward: "Inference tensors cannot be saved for backward".
+    x = torch.rand(2, 3, 6, 7, generator=torch.Generator().manual_seed(43))
+    with torch.inference_mode():
+        F.brick_pad(x, 3, brick_size=(5, 9), seed=4321)  # options no other test uses
+    leaf = x.clone().requires_grad_()
+    F.brick_pad(leaf, 3, brick_size=(5, 9), seed=4321).sum().backward()
+    assert leaf.grad is not None and torch.equal(leaf.grad, torch.ones_like(x))
