@@ -211,6 +211,36 @@ def test_pad_plans_bind_a_raw_pointer_launcher() -> None:
     assert torch.equal(lean, public)
 
 
+def test_a_cpu_bound_reuses_its_context_and_resets_only_what_changed() -> None:
+    """On the CPU a ``Bound`` keeps one launch context and sets a slot only when its array
+    differs from the last launch's: inputs that change, stay and come back (the texture and
+    ``meta`` never change) must give the public call's bits every time."""
+    from tipad_transforms._runtime import _pad as runtime_pad
+
+    g = torch.Generator().manual_seed(23)
+    xs = [torch.randint(0, 256, (1, 3, 9, 12), generator=g, dtype=torch.uint8) for _ in range(3)]
+    tex = torch.randint(0, 256, (3, 5, 7), generator=g, dtype=torch.uint8)
+    out = torch.empty(1, 3, 20, 25, dtype=torch.uint8)
+
+    def run(x: torch.Tensor, into: torch.Tensor | None = None) -> torch.Tensor:
+        return F.texture_pad(x, (6, 5, 7, 6), tex, stagger=3, out=into)
+
+    run(xs[0])
+    run(xs[0])  # a plan and its Bound exist now
+    bounds = [b for b in runtime_pad._bounds.values() if b is not None]
+    assert bounds and all(b._ctx is not None for b in bounds)  # this is the CPU
+    with _public_only():
+        want = [run(x).clone() for x in xs]
+    order = [0, 1, 0, 0, 2, 2, 1]
+    for i in order:  # fresh outputs: a new canvas address or the allocator's last one
+        assert torch.equal(_poisoned(lambda i=i: run(xs[i])), want[i])  # type: ignore[misc]
+    for i in order:  # one out= canvas: that slot stays, the image slot changes
+        out.fill_(7)
+        assert torch.equal(run(xs[i], out), want[i])
+    # The bound this signature launched through holds every slot (others may be unused).
+    assert any(b._last and None not in b._last for b in bounds)
+
+
 def _step_runs(family: str) -> list[Callable[[], list[torch.Tensor]]]:
     """Forward calls of ``family`` over several signatures: packed and flat loads, float32
     and float64, with and without saved states (an input requiring grad: the op path)."""
