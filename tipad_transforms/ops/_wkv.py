@@ -143,10 +143,12 @@ def _forward(
         ):
             y, full = _fallback.wkv(-torch.exp(td), tf, kk, vv, s, save)
             states = full if save else full[:, :, -1].transpose(0, 1).contiguous()
+    if y.dtype != k.dtype:  # half-precision inputs: y was computed in float32
+        y = y.to(k.dtype)
     if save:
         new_state = states[:, :, -1].transpose(0, 1).clone(memory_format=_DENSE)
-        return y.to(k.dtype), new_state, states
-    return y.to(k.dtype), states, None
+        return y, new_state, states
+    return y, states, None
 
 
 @torch.library.custom_op("tipad::wkv_forward", mutates_args=())
