@@ -34,7 +34,10 @@ class Timing:
 def _median_ms(fn: Callable[[], Any], runs: int, sync: Callable[[], None]) -> float:
     """Median wall time of ``fn`` in ms: at least ``runs`` runs, more (up to 200) for fast calls
     until 0.2 s have passed, so microsecond timings are not one scheduler hiccup."""
-    fn()  # warm-up: first calls compile the kernel and fill caches
+    # Warm-up: the first call compiles the kernel; the next few still pay the thread pool's
+    # and fresh outputs' first touches (the first mode timed after the start was 3x slow).
+    for _ in range(3):
+        fn()
     sync()
     times: list[float] = []
     while len(times) < runs or (sum(times) < 0.2 and len(times) < 200):
@@ -50,7 +53,7 @@ def time_paddings(padding: int, runs: int, batch_size: int, device: str) -> list
 
     Each row times a ``(batch_size, 3, 224, 224)`` batch and one ``(3, 224, 224)`` image on
     ``device``, padded by ``padding`` px on every side, at least ``runs`` times each after a
-    warm-up call, on the Taichi kernel (not the torch route a fresh process pads on first).
+    three warm-up calls, on the Taichi kernel (not the torch route a fresh process pads on first).
     Raises ValueError when ``device`` cannot hold a tensor here.
     """
     import numpy as np
