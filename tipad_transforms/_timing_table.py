@@ -52,7 +52,7 @@ def time_paddings(padding: int, runs: int, batch_size: int, device: str) -> list
     """Median times of every padding (and ``F.pad`` constant, last) on random uint8 images.
 
     Each row times a ``(batch_size, 3, 224, 224)`` batch and one ``(3, 224, 224)`` image on
-    ``device``, padded by ``padding`` px on every side, at least ``runs`` times each after a
+    ``device``, padded by ``padding`` px on every side, at least ``runs`` times each after
     three warm-up calls, on the Taichi kernel (not the torch route a fresh process pads on first).
     Raises ValueError when ``device`` cannot hold a tensor here.
     """
