@@ -18,6 +18,7 @@ import warnings
 from pathlib import Path
 from types import SimpleNamespace
 
+import numpy as np
 import pytest
 import torch
 from reference import assert_bitwise_equal, random_image
@@ -136,6 +137,8 @@ def test_set_warmup_zero_starts_taichi_at_the_next_call(
     assert launches == ["pad"]
     tipad_transforms.set_warmup(None)  # back to the environment: unset, so the default
     assert _route._warmup_budget() == 0.5
+    tipad_transforms.set_warmup(np.float32(0.25))  # any real number, as a float
+    assert _route._warmup_budget() == 0.25 and type(_route._Warmup.chosen) is float
 
 
 @pytest.mark.parametrize(

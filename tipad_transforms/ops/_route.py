@@ -9,6 +9,7 @@ it once per (operation, reason), at their own line of code.
 from __future__ import annotations
 
 import contextlib
+import numbers
 import os
 import sys
 import time
@@ -134,20 +135,21 @@ def set_warmup(seconds: float | None) -> None:
     Taichi: ``0`` starts Taichi at the next padding call, ``None`` goes back to the environment
     (``TIPAD_WARMUP``; in DataLoader workers ``TIPAD_WORKER_WARMUP`` first) or the default, 0.5.
 
-    Starting Taichi costs a process 0.5-1 s (import, ``ti.init``, turning the kernel's cached
-    LLVM IR into machine code). So a CPU padding call in a process that has not started it takes
-    the torch route, which gives the kernel's bits, until that route has cost the process this
-    budget; the next call starts Taichi and launches from then on. Set 0 before timing the kernel
-    or where a run should pay the start at once (a server's start-up); a budget spent already is
-    spent. Per process: DataLoader workers (forked or spawned) read the environment, or call
-    this in their ``worker_init_fn``.
+    Starting Taichi costs a process about a second (import, ``ti.init``, turning the kernel's
+    cached LLVM IR into machine code: 0.9-1.3 s on a 2-core machine). So a CPU padding call in
+    a process that has not started it takes the torch route, which gives the kernel's bits,
+    until that route has cost the process this budget; the next call starts Taichi and
+    launches from then on. Set 0 before timing the kernel or where a run should pay the start
+    at once (a server's start-up); a budget spent already is spent. Per process: DataLoader
+    workers (forked or spawned) read the environment, or call this in their
+    ``worker_init_fn``.
 
     Raises:
         TypeError: ``seconds`` is not a real number or None.
         ValueError: ``seconds`` is negative or NaN.
     """
     if seconds is not None:
-        if isinstance(seconds, bool) or not isinstance(seconds, (int, float)):
+        if isinstance(seconds, bool) or not isinstance(seconds, numbers.Real):
             raise TypeError(f"seconds must be a number or None, got {type(seconds).__name__}")
         if not seconds >= 0:  # NaN too
             raise ValueError(f"seconds must be >= 0, got {seconds}")
@@ -224,7 +226,7 @@ def exact_route(
     data movement only).
 
     Starting Taichi costs a new process its import, ``ti.init`` and the per-process compile of
-    the kernel (0.5-1 s on a 2-core machine): more than a notebook's few calls or a short-lived
+    the kernel (0.9-1.3 s on a 2-core machine): more than a notebook's few calls or a short-lived
     DataLoader worker (every epoch's, unless ``persistent_workers=True``) spends padding on the
     torch route. So a process takes the torch route until that route has cost it its warm-up
     budget (``set_warmup``; default 0.5 s), then starts Taichi and launches from then on: it
