@@ -22,6 +22,7 @@ os.environ.setdefault("ENABLE_TAICHI_HEADER_PRINT", "0")
 # Taichi in workers: fork safety, preloading), whose few small calls would otherwise never reach
 # it. test_warmup.py sets its own.
 os.environ["TIPAD_WARMUP"] = "0"
+os.environ.pop("TIPAD_WORKER_WARMUP", None)  # a developer's own would win in the workers
 
 
 def pytest_configure(config: pytest.Config) -> None:
