@@ -1,10 +1,10 @@
 """The eager inference path of RWKV-4 one-token steps (issue 9).
 
 ``ops.wkv`` without a graph to record runs the custom op's implementation directly, and
-``RWKVBlock`` with a state and no graph runs its mixers' steps with ``F.linear`` /
-``F.layer_norm``. Both must give the op path's bits, be taken only when they may (never under
-grad, hooks or tracing), allocate for a state update only what they return, and leave the op
-path to autograd and torch.compile.
+``RWKVBlock`` with a state and no graph runs one flat function on ``F.linear`` /
+``F.layer_norm`` instead of its children's modules. Both must give the op path's bits, be
+taken only when they may (never under grad, hooks or tracing), allocate for a state update only
+what they return, and leave the op path to autograd and torch.compile.
 """
 
 from __future__ import annotations
@@ -133,7 +133,9 @@ def test_a_dispatch_mode_sees_the_op(monkeypatch: pytest.MonkeyPatch) -> None:
     assert torch.equal(y, y_direct) and torch.equal(new, new_direct)
 
 
-def block_and_state(dtype: torch.dtype, layer_id: int, b: int, seed: int) -> tuple[Any, ...]:
+def block_and_state(
+    dtype: torch.dtype, layer_id: int, b: int, seed: int, t: int = 1
+) -> tuple[Any, ...]:
     torch.manual_seed(seed)
     block = RWKVBlock(16, dim_att=24, dim_ffn=40, layer_id=layer_id, n_layer=3).to(dtype)
     with torch.no_grad():
@@ -141,16 +143,27 @@ def block_and_state(dtype: torch.dtype, layer_id: int, b: int, seed: int) -> tup
             p.add_(0.1 * torch.randn_like(p))
         x0 = torch.randn(b, 3, 16, dtype=dtype)
         _, state = block(x0, None)
-    return block, state, torch.randn(b, 1, 16, dtype=dtype)
+    return block, state, torch.randn(b, t, 16, dtype=dtype)
 
 
 @pytest.mark.parametrize("dtype", [torch.float32, torch.float64])
-@pytest.mark.parametrize(("layer_id", "b"), [(0, 1), (1, 3)])
+@pytest.mark.parametrize(("layer_id", "b", "t"), [(0, 1, 1), (1, 3, 1), (1, 2, 4), (0, 2, 0)])
+@pytest.mark.parametrize("grad_mode", ["no_grad", "frozen"])
 def test_block_step_is_the_module_path_bit_for_bit(
-    dtype: torch.dtype, layer_id: int, b: int, monkeypatch: pytest.MonkeyPatch
+    dtype: torch.dtype,
+    layer_id: int,
+    b: int,
+    t: int,
+    grad_mode: str,
+    monkeypatch: pytest.MonkeyPatch,
 ) -> None:
-    block, state, x = block_and_state(dtype, layer_id, b, seed=layer_id + b)
-    with torch.no_grad():
+    # Both ways to have no graph: grad off, or grad on and nothing requiring it (the token
+    # mixes then round as the autograd path does: _mixer).
+    block, state, x = block_and_state(dtype, layer_id, b, seed=layer_id + b + t, t=t)
+    if grad_mode == "frozen":
+        block.requires_grad_(False)
+    context = torch.no_grad() if grad_mode == "no_grad" else torch.enable_grad()
+    with context:
         hook = block.att.register_forward_hook(lambda *args: None)  # forces the module path
         y_ref, s_ref = block(x, state)
         hook.remove()

@@ -23,14 +23,17 @@ from __future__ import annotations
 
 import math
 from collections.abc import Callable
+from operator import itemgetter
 from typing import NamedTuple, overload
 
 import torch
+import torch.nn.functional as F
 from torch import nn
 
 from ..ops import init_wkv_state, wkv
 from ._common import (
     STATELESS,
+    WEIGHT_BIAS,
     Stateless,
     channel_ramp,
     check_layer,
@@ -42,7 +45,6 @@ from ._common import (
     generation_layout,
     last,
     layer_norm,
-    linear,
     shifted,
     state_dtype,
 )
@@ -219,30 +221,22 @@ class RWKVTimeMix(nn.Module):
         """
         x = check_x(x, self.n_embd)
         if state is STATELESS:
-            xx = shifted(x, None)
-            k, v, r = self._kvr(x, xx)
+            k, v, r = self._kvr(x, shifted(x, None))
             return self.output(torch.sigmoid(r) * wkv(self.time_decay, self.time_first, k, v))
         if state is None:
             state = self.init_state(x.shape[0], device=x.device, dtype=x.dtype)
-        return self._run(x, self._check_state(state, x), False)
-
-    def _run(
-        self, x: torch.Tensor, state: TimeMixState, fast: bool
-    ) -> tuple[torch.Tensor, TimeMixState]:
-        """The stateful call on checked arguments; ``fast``: the linear maps as ``F.linear``
-        (``RWKVBlock``'s eager inference step, which checked that this is what they are)."""
-        k, v, r = self._kvr(x, shifted(x, state.shift), fast)
-        y, s = wkv(self.time_decay, self.time_first, k, v, state.wkv)
-        out = linear(self.output, torch.sigmoid(r) * y, fast)
-        return out, TimeMixState(last(x, state.shift), s)
+        shift, aa_bb_pp = self._check_state(state, x)
+        k, v, r = self._kvr(x, shifted(x, shift))
+        y, aa_bb_pp = wkv(self.time_decay, self.time_first, k, v, aa_bb_pp)
+        return self.output(torch.sigmoid(r) * y), TimeMixState(last(x, shift), aa_bb_pp)
 
     def _kvr(
-        self, x: torch.Tensor, xx: torch.Tensor, fast: bool = False
+        self, x: torch.Tensor, xx: torch.Tensor
     ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
         mix = _mixer(x, xx)
-        k = linear(self.key, mix(self.time_mix_k), fast)
-        v = linear(self.value, mix(self.time_mix_v), fast)
-        return k, v, linear(self.receptance, mix(self.time_mix_r), fast)
+        k = self.key(mix(self.time_mix_k))
+        v = self.value(mix(self.time_mix_v))
+        return k, v, self.receptance(mix(self.time_mix_r))
 
     def _check_state(self, state: object, x: torch.Tensor) -> TimeMixState:
         state = check_tuple(state, 2, "TimeMixState")
@@ -327,24 +321,20 @@ class RWKVChannelMix(nn.Module):
         """
         x = check_x(x, self.n_embd)
         if state is STATELESS:
-            return self._mix(x, None, False)
+            return self._mix(x, None)
         if state is None:
             state = self.init_state(x.shape[0], device=x.device, dtype=x.dtype)
-        return self._run(x, state, False)
+        (prev,) = self._check_state(state, x)
+        return self._mix(x, prev), ChannelMixState(last(x, prev))
 
-    def _run(
-        self, x: torch.Tensor, state: object, fast: bool
-    ) -> tuple[torch.Tensor, ChannelMixState]:
-        """The stateful call on a checked ``x``; ``fast`` as ``RWKVTimeMix._run``."""
-        (prev,) = check_tuple(state, 1, "ChannelMixState")
-        prev = check_part("state.shift", prev, (x.shape[0], self.n_embd), x)
-        return self._mix(x, prev, fast), ChannelMixState(last(x, prev))
-
-    def _mix(self, x: torch.Tensor, prev: torch.Tensor | None, fast: bool) -> torch.Tensor:
+    def _mix(self, x: torch.Tensor, prev: torch.Tensor | None) -> torch.Tensor:
         mix = _mixer(x, shifted(x, prev))
-        k = torch.square(torch.relu(linear(self.key, mix(self.time_mix_k), fast)))
-        r = linear(self.receptance, mix(self.time_mix_r), fast)
-        return torch.sigmoid(r) * linear(self.value, k, fast)
+        k = torch.square(torch.relu(self.key(mix(self.time_mix_k))))
+        return torch.sigmoid(self.receptance(mix(self.time_mix_r))) * self.value(k)
+
+    def _check_state(self, state: object, x: torch.Tensor) -> ChannelMixState:
+        (prev,) = check_tuple(state, 1, "ChannelMixState")
+        return ChannelMixState(check_part("state.shift", prev, (x.shape[0], self.n_embd), x))
 
     def extra_repr(self) -> str:
         return f"n_embd={self.n_embd}, dim_ffn={self.dim_ffn}, layer_id={self.layer_id}"
@@ -411,26 +401,81 @@ class RWKVBlock(nn.Module):
         ``None`` for the zero state) returns ``(y, new_state)``. Errors as
         ``RWKVTimeMix.forward``.
         """
-        x = check_x(x, self.att.n_embd)
+        ln0, ln1, ln2, att, ffn = _parts(self)
+        x = check_x(x, att.n_embd)
         if state is not STATELESS and state is not None:
             check_tuple(state, 2, "BlockState")
-        if self.ln0 is not None:
-            x = self.ln0(x)
         if state is STATELESS:
-            x = x + self.att(self.ln1(x))
-            return x + self.ffn(self.ln2(x))
+            if ln0 is not None:
+                x = ln0(x)
+            x = x + att(ln1(x))
+            return x + ffn(ln2(x))
         if state is None:
             state = self.init_state(x.shape[0], device=x.device, dtype=x.dtype)
-        mixers = ((self.att, RWKVTimeMix), (self.ffn, RWKVChannelMix))
-        if not fast_step(x, self, mixers, (self.ln0, self.ln1, self.ln2)):
-            a, att_state = self.att(self.ln1(x), state[0])
-            x = x + a
-            f, ffn_state = self.ffn(self.ln2(x), state[1])
-            return x + f, BlockState(att_state, ffn_state)
-        # Eager inference (one-token generation): the same computation without the module
-        # calls; the children's checks that matter (the states') still run.
-        xa = layer_norm(self.ln1, x, True)
-        a, att_state = self.att._run(xa, self.att._check_state(state[0], xa), True)
+        if fast_step(x, self, ((att, RWKVTimeMix), (ffn, RWKVChannelMix)), (ln0, ln1, ln2)):
+            return _eager_step(self, x, state)
+        if ln0 is not None:
+            x = ln0(x)
+        a, att_state = att(ln1(x), state[0])
         x = x + a
-        f, ffn_state = self.ffn._run(layer_norm(self.ln2, x, True), state[1], True)
+        f, ffn_state = ffn(ln2(x), state[1])
         return x + f, BlockState(att_state, ffn_state)
+
+
+# The eager step reads parameters and children from the modules' dicts: one C call each, where
+# nn.Module.__getattr__ costs ~1.5 us a read (an ordinary lookup that fails, then Python).
+_TIME_MIX = itemgetter("time_decay", "time_first", "time_mix_k", "time_mix_v", "time_mix_r")
+_TIME_MIX_MAPS = itemgetter("key", "value", "receptance", "output")
+_CHANNEL_MIX = itemgetter("time_mix_k", "time_mix_r")
+_CHANNEL_MIX_MAPS = itemgetter("key", "receptance", "value")
+
+
+def _parts(
+    block: RWKVBlock,
+) -> tuple[nn.LayerNorm | None, nn.LayerNorm, nn.LayerNorm, RWKVTimeMix, RWKVChannelMix]:
+    """``block``'s ``ln0`` (layer 0's, else None), ``ln1``, ``ln2``, ``att``, ``ffn``."""
+    m = block._modules  # subscripts, not an itemgetter: torch.compile traces forward
+    # ln0 = None on the other layers is a plain attribute, not a child.
+    return m.get("ln0"), m["ln1"], m["ln2"], m["att"], m["ffn"]  # type: ignore[return-value]
+
+
+def _eager_step(block: RWKVBlock, x: torch.Tensor, state: tuple) -> tuple[torch.Tensor, BlockState]:
+    """``block(x, state)`` (a checked ``x``, a ``BlockState``-like ``state``) where
+    ``fast_step`` allows it: no graph to record, plain modules, no hooks.
+
+    The module path's ops on the same tensors in the same order, so the same bits, written
+    as one flat function on ``F.linear`` / ``F.layer_norm``: a one-token step (RNN mode,
+    generation) is all fixed cost, about 30 small ops a layer, and the module path's calls,
+    helpers and attribute reads add up to more than a tenth of the step (measured against the
+    ``rwkv`` package; docs/benchmarks.md). The states are checked as the mixers check them.
+    """
+    ln0, ln1, ln2, att, ffn = _parts(block)
+    if ln0 is not None:
+        x = layer_norm(ln0, x, True)
+    shift_att, aa_bb_pp = att._check_state(state[0], x)
+    (shift_ffn,) = ffn._check_state(state[1], x)
+
+    # Time mix: output(sigmoid(r) * wkv(k, v)), k v r from the token mixed with the last one.
+    time_decay, time_first, mix_k, mix_v, mix_r = _TIME_MIX(att._parameters)
+    key, value, receptance, output = (
+        WEIGHT_BIAS(m._parameters) for m in _TIME_MIX_MAPS(att._modules)
+    )
+    xa = layer_norm(ln1, x, True)
+    mix = _mixer(xa, shifted(xa, shift_att))
+    k = F.linear(mix(mix_k), *key)
+    v = F.linear(mix(mix_v), *value)
+    r = F.linear(mix(mix_r), *receptance)
+    y, aa_bb_pp = wkv(time_decay, time_first, k, v, aa_bb_pp)
+    x = x + F.linear(torch.sigmoid(r) * y, *output)
+
+    # Channel mix: sigmoid(r) * value(relu(key(xk)) ** 2).
+    mix_k, mix_r = _CHANNEL_MIX(ffn._parameters)
+    key, receptance, value = (WEIGHT_BIAS(m._parameters) for m in _CHANNEL_MIX_MAPS(ffn._modules))
+    xf = layer_norm(ln2, x, True)
+    mix = _mixer(xf, shifted(xf, shift_ffn))
+    k = torch.square(torch.relu(F.linear(mix(mix_k), *key)))
+    x = x + torch.sigmoid(F.linear(mix(mix_r), *receptance)) * F.linear(k, *value)
+    new_state = BlockState(
+        TimeMixState(last(xa, shift_att), aa_bb_pp), ChannelMixState(last(xf, shift_ffn))
+    )
+    return x, new_state
