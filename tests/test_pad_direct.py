@@ -297,3 +297,36 @@ def test_pad_stack_takes_the_direct_route_and_the_op_gives_the_same_bits(
     F.pad_stack(floats, (12, 20), places, padding_mode="edge").sum().backward()
     assert ops_pad.direct_calls == before
     assert all(f.grad is not None for f in floats)
+
+
+def test_plan_cache_holds_many_sizes_and_stays_bounded(monkeypatch: pytest.MonkeyPatch) -> None:
+    # Images of many sizes (a dataset's) each keep their plan up to _PLANS_SIZE; past it the
+    # oldest go first, and every call still gives torch's reflection (no stale plan is used).
+    monkeypatch.setattr(runtime_pad, "_plans", {})
+    monkeypatch.setattr(runtime_pad, "_PLANS_SIZE", 4)
+    built: list[int] = []
+    real_init = runtime_pad._Plan.__init__
+
+    def counting(self: Any, *args: Any, **kwargs: Any) -> None:
+        built.append(1)
+        real_init(self, *args, **kwargs)
+
+    monkeypatch.setattr(runtime_pad._Plan, "__init__", counting)
+    sizes = [(5, 7), (6, 9), (8, 5), (7, 7)]
+    images = [random_image((3, h, w), torch.uint8, seed=h * 10 + w) for h, w in sizes]
+
+    def pad_all() -> None:
+        for img in images:
+            got = F.pad(img, [2, 3, 4, 1], padding_mode="reflect")
+            want = torch.nn.functional.pad(img[None].float(), [2, 4, 3, 1], mode="reflect")
+            assert_bitwise_equal(got, want[0].to(torch.uint8))
+
+    pad_all()
+    assert len(built) == 4
+    pad_all()  # the same sizes again (the next epoch): every plan reused
+    assert len(built) == 4
+    more = random_image((3, 9, 6), torch.uint8, seed=96)
+    F.pad(more, [2, 3, 4, 1], padding_mode="reflect")
+    assert len(runtime_pad._plans) == 4 and len(built) == 5
+    pad_all()
+    assert len(runtime_pad._plans) <= 4
