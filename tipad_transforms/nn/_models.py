@@ -17,7 +17,9 @@ from typing import Any, TypeVar, cast, overload
 import torch
 from torch import nn
 
+from ..ops._route import eager
 from ._common import STATELESS, Stateless, check_size, generation_layout
+from ._rnn import forget, plan_for, step
 from ._rwkv4 import BlockState, RWKVBlock
 from ._rwkv7 import RWKV7Block, RWKV7BlockState
 
@@ -54,6 +56,18 @@ class _RWKV(nn.Module):
     @property
     def n_layer(self) -> int:
         return len(self.blocks)
+
+    # RWKV4's one-token plan (_rnn) holds views of the parameters: dropped when they are
+    # moved or replaced wholesale, so the old storage is freed at once.
+    def _apply(self, fn: Any, recurse: bool = True) -> Any:
+        forget(self)
+        return super()._apply(fn, recurse)
+
+    def load_state_dict(
+        self, state_dict: Mapping[str, Any], strict: bool = True, assign: bool = False
+    ) -> Any:
+        forget(self)
+        return super().load_state_dict(state_dict, strict, assign)
 
     def init_state(
         self,
@@ -270,6 +284,12 @@ class RWKV4(_RWKV):
                 x = block(x)
             return self.head(self.ln_out(x))
         states = self._check_model_state(state, idx.shape[0], x)
+        if x.shape[1] == 1 and eager(x):
+            # RNN mode (generation): the layers on rows over prepared views (_rnn.Plan).
+            plan = plan_for(self, self.blocks)
+            if plan is not None:
+                rows, new_state = step(plan, x, states)
+                return self.head(self.ln_out(rows)).unsqueeze(1), new_state
         new_state = []
         for block, s in zip(self.blocks, states, strict=True):
             x, s = block(x, s)

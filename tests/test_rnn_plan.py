@@ -1,0 +1,271 @@
+"""RWKV4's RNN mode (``nn/_rnn.py``): one-token eager steps over a plan of parameter views.
+
+The plan must give the module path's bits, be reused while the modules stay what it was made
+of, and give way (then be made again) whenever anything that changes what the modules compute
+changes: parameters replaced or moved, classes swapped, hooks, grad, a layer added. Every test
+compares against the module path, which a forward hook on the blocks forces.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
+from typing import Any
+
+import pytest
+import torch
+from torch import nn
+
+from tipad_transforms.nn import RWKV4, BlockState, RWKVBlock, _rnn
+
+pytestmark = pytest.mark.usefixtures("one_torch_thread")
+
+V, C = 40, 16
+
+
+def model_and_state(
+    seed: int, *, dtype: torch.dtype = torch.float32, b: int = 2, **sizes: int
+) -> tuple[RWKV4, list[Any]]:
+    torch.manual_seed(seed)
+    model = RWKV4(V, C, 3, **sizes).to(dtype)
+    with torch.no_grad():
+        for p in model.parameters():  # away from the init's zeros and ones
+            p.add_(0.1 * torch.randn_like(p))
+        _, state = model(torch.randint(0, V, (b, 4)), None)
+    return model, state
+
+
+def leaves(tree: Any) -> list[torch.Tensor]:
+    return torch.utils._pytree.tree_leaves(tree)  # type: ignore[no-any-return]
+
+
+@contextmanager
+def module_path(model: RWKV4) -> Iterator[None]:
+    """The blocks' own calls, not the plan: a hook on each block (the plan gives way)."""
+    hooks = [block.register_forward_hook(lambda *args: None) for block in model.blocks]
+    try:
+        yield
+    finally:
+        for hook in hooks:
+            hook.remove()
+
+
+def assert_same(got: tuple[torch.Tensor, Any], want: tuple[torch.Tensor, Any]) -> None:
+    assert torch.equal(got[0], want[0])
+    assert got[0].shape == want[0].shape
+    for a, b in zip(leaves(got[1]), leaves(want[1]), strict=True):
+        assert torch.equal(a, b) and a.shape == b.shape and a.dtype == b.dtype
+
+
+@pytest.fixture
+def plans_made(monkeypatch: pytest.MonkeyPatch) -> list[_rnn.Plan]:
+    made: list[_rnn.Plan] = []
+    real = _rnn.Plan.__init__
+
+    def counting(self: _rnn.Plan, blocks: nn.ModuleList) -> None:
+        real(self, blocks)
+        made.append(self)
+
+    monkeypatch.setattr(_rnn.Plan, "__init__", counting)
+    return made
+
+
+@pytest.fixture
+def steps(monkeypatch: pytest.MonkeyPatch) -> list[int]:
+    taken: list[int] = []
+    real = _rnn.step
+
+    def counting(plan: _rnn.Plan, x: torch.Tensor, states: list[Any]) -> Any:
+        taken.append(1)
+        return real(plan, x, states)
+
+    monkeypatch.setattr(_rnn, "step", counting)
+    import tipad_transforms.nn._models as models
+
+    monkeypatch.setattr(models, "step", counting)
+    return taken
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float64])
+@pytest.mark.parametrize(("b", "sizes"), [(1, {}), (3, {"dim_att": 24, "dim_ffn": 40})])
+@pytest.mark.parametrize("grad_mode", ["no_grad", "inference", "frozen"])
+def test_one_token_step_is_the_module_path_bit_for_bit(
+    dtype: torch.dtype, b: int, sizes: dict[str, int], grad_mode: str, steps: list[int]
+) -> None:
+    model, state = model_and_state(b + len(sizes), dtype=dtype, b=b, **sizes)
+    if grad_mode == "frozen":  # grad on, nothing requiring it: the mixes round as autograd's
+        model.requires_grad_(False)
+    mode = {"no_grad": torch.no_grad, "inference": torch.inference_mode}.get(
+        grad_mode, torch.enable_grad
+    )
+    idx = torch.randint(0, V, (b, 1), generator=torch.Generator().manual_seed(7))
+    with mode():
+        with module_path(model):
+            want = model(idx, state)
+        before = [t.clone() for t in leaves(state)]
+        got = model(idx, state)
+        again = model(idx, got[1])  # its own state goes on
+        with module_path(model):
+            want_again = model(idx, want[1])
+    assert steps == [1, 1]
+    assert_same(got, want)
+    assert_same(again, want_again)
+    assert all(torch.equal(x, y) for x, y in zip(before, leaves(state), strict=True))
+    assert isinstance(got[1][0], BlockState) and got[1][0].att.shift.shape == (b, C)
+
+
+def test_the_plan_is_made_once_and_follows_in_place_updates(plans_made: list[Any]) -> None:
+    model, state = model_and_state(1)
+    idx = torch.tensor([[3], [5]])
+    with torch.no_grad():
+        model(idx, state)
+        model(idx, state)
+        assert len(plans_made) == 1
+        for p in model.parameters():  # an optimizer step: the views see it
+            p.mul_(1.1)
+        got = model(idx, state)
+        with module_path(model):
+            want = model(idx, state)
+        model.load_state_dict(model.state_dict())  # in-place copies, but the plan is dropped
+        model(idx, state)
+    assert_same(got, want)
+    assert len(plans_made) == 2
+
+
+def change_key_weight(model: RWKV4) -> None:
+    w = model.blocks[1].att.key.weight
+    model.blocks[1].att.key.weight = nn.Parameter(2 * w.detach())
+
+
+def swap_data(model: RWKV4) -> None:
+    p = model.blocks[2].ffn.value.weight
+    p.data = p.data * -1.0
+
+
+def assign_load(model: RWKV4) -> None:
+    sd = {k: v * 0.9 for k, v in model.state_dict().items()}
+    model.load_state_dict(sd, assign=True)
+
+
+def to_float64(model: RWKV4) -> None:
+    model.double()
+
+
+def add_bias(model: RWKV4) -> None:
+    model.blocks[0].ffn.receptance.bias = nn.Parameter(torch.linspace(-1, 1, C))
+
+
+def new_norm(model: RWKV4) -> None:
+    model.blocks[1].ln2 = nn.LayerNorm(C, eps=1e-2)
+
+
+def eps_changed(model: RWKV4) -> None:
+    model.blocks[2].ln1.eps = 0.5  # a plain attribute: read on every step
+
+
+class Doubled(nn.Linear):
+    def forward(self, input: torch.Tensor) -> torch.Tensor:
+        return 2 * super().forward(input)
+
+
+def subclass_child(model: RWKV4) -> None:
+    old = model.blocks[0].att.output
+    model.blocks[0].att.output = Doubled(C, C, bias=False)
+    model.blocks[0].att.output.weight = old.weight
+
+
+def swap_tensors(model: RWKV4) -> None:
+    p = model.blocks[0].att.time_first
+    torch.utils.swap_tensors(p, nn.Parameter(p.detach() + 1))
+
+
+CHANGES: dict[str, Callable[[RWKV4], None]] = {
+    "a weight replaced": change_key_weight,
+    ".data replaced": swap_data,
+    "load_state_dict(assign=True)": assign_load,
+    ".double()": to_float64,
+    "a bias added": add_bias,
+    "a layer norm replaced": new_norm,
+    "eps changed": eps_changed,
+    "a child of a subclass": subclass_child,
+    "swap_tensors": swap_tensors,
+}
+
+
+@pytest.mark.parametrize("change", list(CHANGES))
+def test_every_change_to_the_modules_is_seen(change: str) -> None:
+    model, state = model_and_state(2)
+    idx = torch.tensor([[1], [2]])
+    with torch.no_grad():
+        model(idx, state)  # a plan made before the change
+        CHANGES[change](model)
+        if change == ".double()":
+            state = [
+                BlockState(type(s.att)(s.att.shift.double(), s.att.wkv.double()),
+                           type(s.ffn)(s.ffn.shift.double()))
+                for s in state
+            ]  # fmt: skip
+        got = model(idx, state)
+        with module_path(model):
+            want = model(idx, state)
+        before = model(idx, state)  # and the step after that
+    assert_same(got, want)
+    assert_same(before, want)
+
+
+def test_hooks_grad_and_new_layers_take_the_module_path(steps: list[int]) -> None:
+    model, state = model_and_state(3)
+    idx = torch.tensor([[1], [2]])
+    calls: list[str] = []
+    with torch.no_grad():
+        hook = model.blocks[1].ffn.key.register_forward_hook(lambda *a: calls.append("hook"))
+        model(idx, state)
+        hook.remove()
+        assert calls == ["hook"] and steps == []
+        model(idx, state)
+        assert steps == [1]
+    logits, _ = model(idx, state)  # grad on, parameters require it: a graph, not the plan
+    assert logits.requires_grad and steps == [1]
+    logits.sum().backward()
+    assert model.blocks[0].att.key.weight.grad is not None
+    with torch.no_grad():
+        model.blocks.append(RWKVBlock(C, layer_id=2, n_layer=4))
+        longer = [*state, model.blocks[3].init_state(2)]
+        got = model(idx, longer)
+        with module_path(model):
+            want = model(idx, longer)
+    assert_same(got, want)
+
+
+def test_bad_states_raise_as_the_blocks_do() -> None:
+    model, state = model_and_state(4)
+    idx = torch.tensor([[1], [2]])
+    with torch.no_grad():
+        with pytest.raises(TypeError, match="state must be a BlockState"):
+            model(idx, [state[0], "nope", state[2]])
+        with pytest.raises(
+            ValueError, match=r"state.shift must be \(1, 16\) for x of shape \(1, 1"
+        ):
+            model(idx[:1], state)
+        bad = list(state)
+        bad[1] = BlockState(type(state[1].att)(state[1].att.shift, state[1].att.wkv.double()),
+                            state[1].ffn)  # fmt: skip
+        with pytest.raises(TypeError, match=r"state\.wkv must be torch\.float32"):
+            model(idx, bad)
+
+
+def test_moving_the_model_drops_its_plan() -> None:
+    model, state = model_and_state(5)
+    with torch.no_grad():
+        model(torch.tensor([[1], [2]]), state)
+    assert model in _rnn._plans
+    model.float()
+    assert model not in _rnn._plans
+    with torch.no_grad():
+        model(torch.tensor([[1], [2]]), state)
+    assert model in _rnn._plans
+    del model
+    import gc
+
+    gc.collect()
+    assert len([m for m in _rnn._plans if isinstance(m, RWKV4)]) <= 1  # weak keys

@@ -1,0 +1,236 @@
+"""RNN mode of ``RWKV4``: one token through every layer on tensors prepared once.
+
+A one-token step is all fixed cost: about 30 small ops a layer, where each module call,
+attribute read (``nn.Module.__getattr__``: ~1.5 us), helper and reshape adds microseconds.
+``RWKV4.forward`` takes this path for an eager one-token step with no graph to record: the
+layers run on ``(B, C)`` rows over a ``Plan`` made once per model, whose tensors are views of
+the parameters (the linear maps' transposes for ``x @ W.T``, the token mixes flattened). The
+module path's ops, on the same values in the same order, so the same bits.
+
+Views share the parameters' memory, so in-place updates (``load_state_dict``, an optimizer
+step, ``torch.no_grad()`` edits) show at once. Everything else that could change what the
+modules compute is a guard, checked on every step in a few C-level passes: a parameter or child
+replaced (``load_state_dict(assign=True)``, surgery), new storage (``.to()``, ``.data =``), a
+class swapped (parametrizations), a hook on any module inside, a parameter requiring grad
+while grad is on. A failed guard sends the step down the module path, and the next eager step
+makes a new plan.
+"""
+
+from __future__ import annotations
+
+import weakref
+from operator import attrgetter, getitem, is_
+from typing import Any, NamedTuple, cast
+
+import torch
+import torch.nn.functional as F
+from torch import nn
+
+from ..ops import wkv
+from ._common import plain
+from ._rwkv4 import (
+    BlockState,
+    ChannelMixState,
+    RWKVBlock,
+    RWKVChannelMix,
+    RWKVTimeMix,
+    TimeMixState,
+    _mixer,
+)
+
+__all__ = ["Plan", "forget", "plan_for", "step"]
+
+_HOOKS = ("_forward_hooks", "_forward_pre_hooks", "_backward_hooks", "_backward_pre_hooks")
+_data_ptr = torch.Tensor.data_ptr
+_requires_grad = attrgetter("requires_grad")
+
+
+class _Norm(NamedTuple):
+    module: nn.LayerNorm  # its normalized_shape and eps are read on every step
+    weight: torch.Tensor
+    bias: torch.Tensor
+
+
+class _Layer(NamedTuple):
+    """One block's tensors as the step uses them: ``*_t`` are ``(in, out)`` views of the
+    linear maps' weights, ``mix_*`` ``(C,)`` views of the token mixes."""
+
+    ln0: _Norm | None
+    ln1: _Norm
+    ln2: _Norm
+    att: RWKVTimeMix  # for its state check
+    ffn: RWKVChannelMix
+    time_decay: torch.Tensor
+    time_first: torch.Tensor
+    att_mix_k: torch.Tensor
+    att_mix_v: torch.Tensor
+    att_mix_r: torch.Tensor
+    att_key_t: torch.Tensor
+    att_value_t: torch.Tensor
+    att_receptance_t: torch.Tensor
+    att_output_t: torch.Tensor
+    ffn_mix_k: torch.Tensor
+    ffn_mix_r: torch.Tensor
+    ffn_key_t: torch.Tensor
+    ffn_receptance_t: torch.Tensor
+    ffn_value_t: torch.Tensor
+
+
+class Plan:
+    """The layers of ``blocks`` (an ``nn.ModuleList``) prepared for ``step``, and the guards
+    that say whether they still stand for the modules.
+
+    ``layers`` is None where a plan cannot stand for the blocks: a block, mixer, linear map or
+    layer norm of another class (a subclass included), a linear map with a bias, a layer norm
+    without weights, a parameter that is not a plain ``nn.Parameter``. Such a plan is kept
+    anyway, for its guards: it is made again only when the modules change.
+    """
+
+    def __init__(self, blocks: nn.ModuleList) -> None:
+        layers = [_layer(block) for block in blocks]
+        self.layers: list[_Layer] | None = None
+        if all(layer is not None for layer in layers):
+            self.layers = cast(list[_Layer], layers)
+        # Identity guards: every (dict, key) -> object edge of the blocks' module tree, and
+        # every dict's length (a child, parameter or buffer added or deleted).
+        modules = [m for block in blocks for m in block.modules()]
+        tables = [blocks._modules] + [
+            t for m in modules for t in (m._modules, m._parameters, m._buffers)
+        ]
+        self._tables = tables
+        self._sizes = list(map(len, tables))
+        self._dicts = [t for t in tables for _ in t]
+        self._keys = [k for t in tables for k in t]
+        self._objects = [v for t in tables for v in t.values()]
+        self._modules = modules
+        self._types = list(map(type, modules))
+        self._hooks = tuple(getattr(m, name) for m in modules for name in _HOOKS)
+        self._tensors = [p for m in modules for p in m._parameters.values() if p is not None]
+        self._tensor_types = list(map(type, self._tensors))
+        self._ptrs = list(map(_data_ptr, self._tensors))
+
+    def fresh(self) -> bool:
+        """Whether the modules are still those the plan was made of: no module, parameter or
+        buffer replaced, added or deleted, no class swapped, no storage replaced."""
+        return (
+            list(map(len, self._tables)) == self._sizes
+            and all(map(is_, map(getitem, self._dicts, self._keys), self._objects))
+            and all(map(is_, map(type, self._modules), self._types))
+            and all(map(is_, map(type, self._tensors), self._tensor_types))
+            and list(map(_data_ptr, self._tensors)) == self._ptrs
+        )
+
+    def usable(self) -> bool:
+        """Whether ``step`` may stand for the modules' calls now: a plan was possible, no
+        hook on any module inside (nor a global one), no parameter requiring grad while grad
+        is on. Call on a fresh plan."""
+        return (
+            self.layers is not None
+            and not any(self._hooks)
+            and plain()
+            and not (torch.is_grad_enabled() and any(map(_requires_grad, self._tensors)))
+        )
+
+
+def _layer(block: nn.Module) -> _Layer | None:
+    """``block``'s tensors as the step uses them, or None where a plan cannot stand for it."""
+    if type(block) is not RWKVBlock:
+        return None
+    att, ffn = block._modules.get("att"), block._modules.get("ffn")
+    if type(att) is not RWKVTimeMix or type(ffn) is not RWKVChannelMix:
+        return None
+    maps = [att._modules.get(n) for n in ("key", "value", "receptance", "output")]
+    maps += [ffn._modules.get(n) for n in ("key", "receptance", "value")]
+    if any(type(m) is not nn.Linear or m.bias is not None for m in maps):
+        return None
+    linears = cast(list[nn.Linear], maps)
+    norms: list[_Norm | None] = []
+    for name in ("ln0", "ln1", "ln2"):
+        ln = block._modules.get(name)
+        if ln is None and name == "ln0":
+            norms.append(None)
+            continue
+        if type(ln) is not nn.LayerNorm or ln.weight is None or ln.bias is None:
+            return None
+        norms.append(_Norm(ln, ln.weight.detach(), ln.bias.detach()))
+    params: list[object] = [*att._parameters.values(), *ffn._parameters.values()]
+    params += [m.weight for m in linears]
+    if any(type(p) is not nn.Parameter for p in params):
+        return None
+    key, value, receptance, output, ffn_key, ffn_receptance, ffn_value = (
+        m.weight.detach().t() for m in linears
+    )
+    return _Layer(
+        norms[0], norms[1], norms[2], att, ffn,  # type: ignore[arg-type]
+        time_decay=att.time_decay.detach(),
+        time_first=att.time_first.detach(),
+        att_mix_k=att.time_mix_k.detach().view(-1),
+        att_mix_v=att.time_mix_v.detach().view(-1),
+        att_mix_r=att.time_mix_r.detach().view(-1),
+        att_key_t=key,
+        att_value_t=value,
+        att_receptance_t=receptance,
+        att_output_t=output,
+        ffn_mix_k=ffn.time_mix_k.detach().view(-1),
+        ffn_mix_r=ffn.time_mix_r.detach().view(-1),
+        ffn_key_t=ffn_key,
+        ffn_receptance_t=ffn_receptance,
+        ffn_value_t=ffn_value,
+    )  # fmt: skip
+
+
+# One plan per model, dropped with it (a weak key: the plan holds the blocks, not the model).
+_plans: weakref.WeakKeyDictionary[nn.Module, Plan] = weakref.WeakKeyDictionary()
+
+
+def plan_for(model: nn.Module, blocks: nn.ModuleList) -> Plan | None:
+    """``model``'s plan over ``blocks`` if ``step`` may stand for their calls now, else None
+    (the module path). Made again when the modules changed."""
+    plan = _plans.get(model)
+    if plan is None or not plan.fresh():
+        plan = _plans[model] = Plan(blocks)
+    return plan if plan.usable() else None
+
+
+def forget(model: nn.Module) -> None:
+    """Drop ``model``'s plan, whose views would otherwise hold the old storage after
+    ``.to()`` or an ``assign=True`` load until the next step."""
+    _plans.pop(model, None)
+
+
+def _norm(n: _Norm, x: torch.Tensor) -> torch.Tensor:
+    return F.layer_norm(x, n.module.normalized_shape, n.weight, n.bias, n.module.eps)
+
+
+def step(plan: Plan, x: torch.Tensor, states: list[Any]) -> tuple[torch.Tensor, list[BlockState]]:
+    """One token's embeddings ``x`` ``(B, 1, C)`` through every layer from ``states`` (one
+    ``BlockState`` per layer, checked as the blocks check them); returns the output rows
+    ``(B, C)`` and the new states. The blocks' ops in the same order, on ``(B, C)`` rows."""
+    like, x = x, x.squeeze(1)
+    assert plan.layers is not None
+    new_states = []
+    for layer, state in zip(plan.layers, states, strict=True):
+        if not isinstance(state, tuple) or len(state) != 2:
+            raise TypeError(f"state must be a BlockState, got {type(state).__name__}")
+        shift_att, aa_bb_pp = layer.att._check_state(state[0], like)
+        (shift_ffn,) = layer.ffn._check_state(state[1], like)
+        if layer.ln0 is not None:
+            x = _norm(layer.ln0, x)
+
+        # Time mix: output(sigmoid(r) * wkv(k, v)), k v r from the token mixed with the last.
+        xa = _norm(layer.ln1, x)
+        mix = _mixer(xa, shift_att if shift_att.dtype == xa.dtype else shift_att.to(xa.dtype))
+        k = torch.mm(mix(layer.att_mix_k), layer.att_key_t).unsqueeze(1)
+        v = torch.mm(mix(layer.att_mix_v), layer.att_value_t).unsqueeze(1)
+        r = torch.mm(mix(layer.att_mix_r), layer.att_receptance_t)
+        y, aa_bb_pp = wkv(layer.time_decay, layer.time_first, k, v, aa_bb_pp)
+        x = x + torch.mm(torch.sigmoid(r) * y.squeeze(1), layer.att_output_t)
+
+        # Channel mix: sigmoid(r) * value(relu(key(xk)) ** 2).
+        xf = _norm(layer.ln2, x)
+        mix = _mixer(xf, shift_ffn if shift_ffn.dtype == xf.dtype else shift_ffn.to(xf.dtype))
+        k = torch.square(torch.relu(torch.mm(mix(layer.ffn_mix_k), layer.ffn_key_t)))
+        r = torch.mm(mix(layer.ffn_mix_r), layer.ffn_receptance_t)
+        x = x + torch.sigmoid(r) * torch.mm(k, layer.ffn_value_t)
+        new_states.append(BlockState(TimeMixState(xa, aa_bb_pp), ChannelMixState(xf)))
+    return x, new_states
