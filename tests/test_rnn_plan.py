@@ -269,3 +269,14 @@ def test_moving_the_model_drops_its_plan() -> None:
 
     gc.collect()
     assert len([m for m in _rnn._plans if isinstance(m, RWKV4)]) <= 1  # weak keys
+
+
+def test_a_deleted_child_is_not_served_from_the_plan() -> None:
+    model, state = model_and_state(6)
+    idx = torch.tensor([[1], [2]])
+    with torch.no_grad():
+        model(idx, state)
+        del model.blocks[1].att.value
+        # The blocks' path reads children by key (KeyError), the modules' by attribute.
+        with pytest.raises((AttributeError, KeyError), match="value"):
+            model(idx, state)

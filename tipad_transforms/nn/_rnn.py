@@ -91,14 +91,14 @@ class Plan:
         self.layers: list[_Layer] | None = None
         if all(layer is not None for layer in layers):
             self.layers = cast(list[_Layer], layers)
-        # Identity guards: every (dict, key) -> object edge of the blocks' module tree, and
-        # every dict's length (a child, parameter or buffer added or deleted).
+        # Identity guards: every (dict, key) -> object edge of the blocks' module tree (a
+        # deleted key fails the lookup), and the number of blocks.
         modules = [m for block in blocks for m in block.modules()]
         tables = [blocks._modules] + [
             t for m in modules for t in (m._modules, m._parameters, m._buffers)
         ]
-        self._tables = tables
-        self._sizes = list(map(len, tables))
+        self._blocks = blocks._modules
+        self._size = len(blocks)
         self._dicts = [t for t in tables for _ in t]
         self._keys = [k for t in tables for k in t]
         self._objects = [v for t in tables for v in t.values()]
@@ -111,10 +111,15 @@ class Plan:
 
     def fresh(self) -> bool:
         """Whether the modules are still those the plan was made of: no module, parameter or
-        buffer replaced, added or deleted, no class swapped, no storage replaced."""
+        buffer replaced or deleted, no block added, no class swapped, no storage replaced.
+        (A child or parameter added elsewhere is not used by the modules' forward.)"""
+        try:
+            same = all(map(is_, map(getitem, self._dicts, self._keys), self._objects))
+        except KeyError:  # deleted
+            return False
         return (
-            list(map(len, self._tables)) == self._sizes
-            and all(map(is_, map(getitem, self._dicts, self._keys), self._objects))
+            same
+            and len(self._blocks) == self._size
             and all(map(is_, map(type, self._modules), self._types))
             and all(map(is_, map(type, self._tensors), self._tensor_types))
             and list(map(_data_ptr, self._tensors)) == self._ptrs
