@@ -8,8 +8,12 @@ compares against the module path, which a forward hook on the blocks forces.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterator
-from contextlib import contextmanager
+import copy
+import gc
+import io
+import weakref
+from collections import OrderedDict
+from collections.abc import Callable
 from typing import Any
 
 import pytest
@@ -39,15 +43,19 @@ def leaves(tree: Any) -> list[torch.Tensor]:
     return torch.utils._pytree.tree_leaves(tree)  # type: ignore[no-any-return]
 
 
-@contextmanager
-def module_path(model: RWKV4) -> Iterator[None]:
-    """The blocks' own calls, not the plan: a hook on each block (the plan gives way)."""
-    hooks = [block.register_forward_hook(lambda *args: None) for block in model.blocks]
-    try:
-        yield
-    finally:
-        for hook in hooks:
+def by_blocks(model: RWKV4, idx: torch.Tensor, state: list[Any]) -> tuple[torch.Tensor, Any]:
+    """``model(idx, state)`` with each block called in turn, its children as modules (a hook
+    on each block's time mix turns the blocks' eager step off): never the model's plan."""
+    x = model.emb(idx)
+    new_state = []
+    for block, s in zip(model.blocks, state, strict=True):
+        hook = block.att.register_forward_hook(lambda *args: None)
+        try:
+            x, s = block(x, s)
+        finally:
             hook.remove()
+        new_state.append(s)
+    return model.head(model.ln_out(x)), new_state
 
 
 def assert_same(got: tuple[torch.Tensor, Any], want: tuple[torch.Tensor, Any]) -> None:
@@ -86,7 +94,7 @@ def steps(monkeypatch: pytest.MonkeyPatch) -> list[int]:
     return taken
 
 
-@pytest.mark.parametrize("dtype", [torch.float32, torch.float64])
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float64, torch.bfloat16, torch.float16])
 @pytest.mark.parametrize(("b", "sizes"), [(1, {}), (3, {"dim_att": 24, "dim_ffn": 40})])
 @pytest.mark.parametrize("grad_mode", ["no_grad", "inference", "frozen"])
 def test_one_token_step_is_the_module_path_bit_for_bit(
@@ -100,13 +108,11 @@ def test_one_token_step_is_the_module_path_bit_for_bit(
     )
     idx = torch.randint(0, V, (b, 1), generator=torch.Generator().manual_seed(7))
     with mode():
-        with module_path(model):
-            want = model(idx, state)
+        want = by_blocks(model, idx, state)
         before = [t.clone() for t in leaves(state)]
         got = model(idx, state)
         again = model(idx, got[1])  # its own state goes on
-        with module_path(model):
-            want_again = model(idx, want[1])
+        want_again = by_blocks(model, idx, want[1])
     assert steps == [1, 1]
     assert_same(got, want)
     assert_same(again, want_again)
@@ -124,8 +130,7 @@ def test_the_plan_is_made_once_and_follows_in_place_updates(plans_made: list[Any
         for p in model.parameters():  # an optimizer step: the views see it
             p.mul_(1.1)
         got = model(idx, state)
-        with module_path(model):
-            want = model(idx, state)
+        want = by_blocks(model, idx, state)
         model.load_state_dict(model.state_dict())  # in-place copies, but the plan is dropped
         model(idx, state)
     assert_same(got, want)
@@ -179,7 +184,39 @@ def swap_tensors(model: RWKV4) -> None:
     torch.utils.swap_tensors(p, nn.Parameter(p.detach() + 1))
 
 
+def new_blocks(model: RWKV4) -> None:
+    model.blocks = copy.deepcopy(model.blocks)
+    with torch.no_grad():
+        for p in model.blocks.parameters():
+            p.mul_(1.5)
+
+
+def parameters_dict_replaced(model: RWKV4) -> None:
+    lin = model.blocks[1].att.receptance
+    lin._parameters = OrderedDict(weight=nn.Parameter(3 * lin.weight.detach()), bias=None)
+
+
+def transposed_in_place(model: RWKV4) -> None:
+    with torch.no_grad():
+        model.blocks[0].ffn.receptance.weight.t_()  # square: same storage, new layout
+
+
+def ln0_added(model: RWKV4) -> None:
+    model.blocks[1].ln0 = nn.LayerNorm(C)
+
+
+def set_storage(model: RWKV4) -> None:
+    p = model.blocks[2].att.output.weight
+    with torch.no_grad():
+        p.set_(p.untyped_storage(), 0, (C, C), (1, C))
+
+
 CHANGES: dict[str, Callable[[RWKV4], None]] = {
+    "the blocks replaced": new_blocks,
+    "a parameters dict replaced": parameters_dict_replaced,
+    "a weight transposed in place": transposed_in_place,
+    "an ln0 added to another layer": ln0_added,
+    "set_ on the same storage": set_storage,
     "a weight replaced": change_key_weight,
     ".data replaced": swap_data,
     "load_state_dict(assign=True)": assign_load,
@@ -206,8 +243,7 @@ def test_every_change_to_the_modules_is_seen(change: str) -> None:
                 for s in state
             ]  # fmt: skip
         got = model(idx, state)
-        with module_path(model):
-            want = model(idx, state)
+        want = by_blocks(model, idx, state)
         before = model(idx, state)  # and the step after that
     assert_same(got, want)
     assert_same(before, want)
@@ -232,8 +268,7 @@ def test_hooks_grad_and_new_layers_take_the_module_path(steps: list[int]) -> Non
         model.blocks.append(RWKVBlock(C, layer_id=2, n_layer=4))
         longer = [*state, model.blocks[3].init_state(2)]
         got = model(idx, longer)
-        with module_path(model):
-            want = model(idx, longer)
+        want = by_blocks(model, idx, longer)
     assert_same(got, want)
 
 
@@ -254,21 +289,46 @@ def test_bad_states_raise_as_the_blocks_do() -> None:
             model(idx, bad)
 
 
-def test_moving_the_model_drops_its_plan() -> None:
+def test_moving_the_model_drops_its_plan_and_the_model_can_be_freed() -> None:
     model, state = model_and_state(5)
+    idx = torch.tensor([[1], [2]])
     with torch.no_grad():
-        model(torch.tensor([[1], [2]]), state)
-    assert model in _rnn._plans
+        model(idx, state)
+    assert _rnn.PLAN_ATTRIBUTE in model.__dict__
     model.float()
-    assert model not in _rnn._plans
-    with torch.no_grad():
-        model(torch.tensor([[1], [2]]), state)
-    assert model in _rnn._plans
-    del model
-    import gc
+    assert _rnn.PLAN_ATTRIBUTE not in model.__dict__
 
+    def used_with_a_hook_on_it() -> weakref.ref[RWKV4]:
+        # A hook whose closure refers to the model: its plan must not pin it.
+        hooked, state = model_and_state(5)
+        hooked.blocks[0].register_forward_pre_hook(lambda m, a: hooked.n_layer and None)
+        with torch.no_grad():
+            hooked(idx, state)
+            hooked.blocks[0]._forward_pre_hooks.clear()
+            hooked(idx, state)  # and with the plan in use
+        assert _rnn.PLAN_ATTRIBUTE in hooked.__dict__
+        return weakref.ref(hooked)
+
+    alive = used_with_a_hook_on_it()
     gc.collect()
-    assert len([m for m in _rnn._plans if isinstance(m, RWKV4)]) <= 1  # weak keys
+    assert alive() is None
+
+
+def test_pickles_and_copies_leave_the_plan_out() -> None:
+    model, state = model_and_state(7)
+    idx = torch.tensor([[4], [9]])
+    with torch.no_grad():
+        model(idx, state)
+        assert _rnn.PLAN_ATTRIBUTE not in model.__getstate__()
+        twin = copy.deepcopy(model)
+        assert _rnn.PLAN_ATTRIBUTE not in twin.__dict__
+        buffer = io.BytesIO()
+        torch.save(model, buffer)
+        buffer.seek(0)
+        loaded = torch.load(buffer, weights_only=False)
+        for other in (twin, loaded):
+            want = by_blocks(model, idx, state)
+            assert_same(other(idx, state), want)
 
 
 def test_a_deleted_child_is_not_served_from_the_plan() -> None:
@@ -280,3 +340,47 @@ def test_a_deleted_child_is_not_served_from_the_plan() -> None:
         # The blocks' path reads children by key (KeyError), the modules' by attribute.
         with pytest.raises((AttributeError, KeyError), match="value"):
             model(idx, state)
+
+
+def test_instance_forwards_and_output_hooks_see_the_module_path() -> None:
+    model, state = model_and_state(8)
+    idx = torch.tensor([[1], [2]])
+    seen: list[tuple[int, ...]] = []
+    with torch.no_grad():
+        model(idx, state)
+        # accelerate-style: a forward set on an instance must run.
+        lin = model.blocks[2].ffn.value
+        lin.forward = lambda x: nn.Linear.forward(lin, x) * 0.5  # type: ignore[method-assign]
+        got = model(idx, state)
+        want = by_blocks(model, idx, state)
+        assert_same(got, want)
+        del lin.forward
+        model.ln_out.register_forward_hook(lambda m, a, out: seen.append(tuple(out.shape)))
+        model.head.register_forward_hook(lambda m, a, out: seen.append(tuple(out.shape)))
+        model(idx, state)
+    assert seen == [(2, 1, C), (2, 1, V)]
+
+
+def test_a_data_parallel_replica_runs() -> None:
+    # DataParallel's replicas keep their weights as plain tensor attributes, not parameters
+    # (simulated on the CPU as torch.nn.parallel.replicate builds them).
+    model, state = model_and_state(9)
+
+    def replica(module: nn.Module) -> nn.Module:
+        r = module._replicate_for_data_parallel()
+        for name, p in module._parameters.items():
+            if p is None:
+                r._parameters[name] = None
+            else:
+                setattr(r, name, p.detach().clone())
+        for name, child in module._modules.items():
+            if child is not None:
+                r._modules[name] = replica(child)
+        return r
+
+    twin = replica(model)
+    idx = torch.tensor([[1], [2]])
+    with torch.no_grad():
+        got = twin(idx, state)
+        want = by_blocks(model, idx, state)
+    assert_same(got, want)

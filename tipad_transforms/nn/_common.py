@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import enum
 from operator import itemgetter
+from typing import Any
 
 import torch
 from torch import nn
@@ -98,7 +99,8 @@ def last(x: torch.Tensor, prev: torch.Tensor) -> torch.Tensor:
 
 def plain(*modules: nn.Module) -> bool:
     """Whether calling ``modules``' ``forward`` directly (or their functional form) is what
-    ``module(x)`` would do: no hooks on them or global ones, no TorchScript tracing."""
+    ``module(x)`` would do: no hooks on them or global ones, no ``forward`` set on an instance
+    (as accelerate's hooks do), no TorchScript tracing."""
     if (
         _module._global_forward_hooks
         or _module._global_forward_pre_hooks
@@ -109,6 +111,8 @@ def plain(*modules: nn.Module) -> bool:
         return False
     for m in modules:
         if m._forward_hooks or m._forward_pre_hooks or m._backward_hooks or m._backward_pre_hooks:
+            return False
+        if "forward" in m.__dict__:
             return False
     return True
 
@@ -151,17 +155,39 @@ def fast_step(x: torch.Tensor, block: nn.Module, mixers: tuple[tuple[nn.Module, 
 WEIGHT_BIAS = itemgetter("weight", "bias")
 
 
+class _Attributes:
+    """A module's attributes as a mapping (``read``'s fallback)."""
+
+    __slots__ = ("module",)
+
+    def __init__(self, module: nn.Module) -> None:
+        self.module = module
+
+    def __getitem__(self, name: str) -> object:
+        return getattr(self.module, name)
+
+
+def read(names: itemgetter, m: nn.Module) -> Any:
+    """``names`` (an ``itemgetter``) of ``m``'s parameters: from ``m._parameters`` in one C
+    call, or from its attributes where that dict lacks them (a ``DataParallel`` replica keeps
+    its weights as plain tensor attributes)."""
+    try:
+        return names(m._parameters)
+    except KeyError:
+        return names(_Attributes(m))
+
+
 def linear(m: nn.Module, x: torch.Tensor, fast: bool) -> torch.Tensor:
     """``m(x)``, as ``F.linear`` on the fast path (``m`` is then a plain ``nn.Linear``)."""
     if fast:
-        return torch.nn.functional.linear(x, *WEIGHT_BIAS(m._parameters))
+        return torch.nn.functional.linear(x, *read(WEIGHT_BIAS, m))
     return m(x)
 
 
 def layer_norm(m: nn.Module, x: torch.Tensor, fast: bool) -> torch.Tensor:
     """``m(x)``, as ``F.layer_norm`` on the fast path (``m`` a plain ``nn.LayerNorm``)."""
     if fast:
-        weight, bias = WEIGHT_BIAS(m._parameters)
+        weight, bias = read(WEIGHT_BIAS, m)
         return torch.nn.functional.layer_norm(
             x,
             m.normalized_shape,  # type: ignore[arg-type]
@@ -194,7 +220,7 @@ def generation_layout(layer: nn.Linear) -> nn.Linear:
 def group_norm(m: nn.Module, x: torch.Tensor, fast: bool) -> torch.Tensor:
     """``m(x)``, as ``F.group_norm`` on the fast path (``m`` a plain ``nn.GroupNorm``)."""
     if fast:
-        weight, bias = WEIGHT_BIAS(m._parameters)
+        weight, bias = read(WEIGHT_BIAS, m)
         return torch.nn.functional.group_norm(
             x,
             m.num_groups,  # type: ignore[arg-type]

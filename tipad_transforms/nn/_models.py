@@ -19,7 +19,7 @@ from torch import nn
 
 from ..ops._route import eager
 from ._common import STATELESS, Stateless, check_size, generation_layout
-from ._rnn import forget, plan_for, step
+from ._rnn import PLAN_ATTRIBUTE, forget, plan_for, step
 from ._rwkv4 import BlockState, RWKVBlock
 from ._rwkv7 import RWKV7Block, RWKV7BlockState
 
@@ -68,6 +68,11 @@ class _RWKV(nn.Module):
     ) -> Any:
         forget(self)
         return super().load_state_dict(state_dict, strict, assign)
+
+    def __getstate__(self) -> dict[str, Any]:
+        state: dict[str, Any] = super().__getstate__()
+        state.pop(PLAN_ATTRIBUTE, None)  # pickles and deep copies leave the plan out
+        return state
 
     def init_state(
         self,
@@ -289,7 +294,8 @@ class RWKV4(_RWKV):
             plan = plan_for(self, self.blocks)
             if plan is not None:
                 rows, new_state = step(plan, x, states)
-                return self.head(self.ln_out(rows)).unsqueeze(1), new_state
+                # (B, 1, C) again: hooks on ln_out and head see the module path's shapes.
+                return self.head(self.ln_out(rows.unsqueeze(1))), new_state
         new_state = []
         for block, s in zip(self.blocks, states, strict=True):
             x, s = block(x, s)

@@ -7,19 +7,22 @@ layers run on ``(B, C)`` rows over a ``Plan`` made once per model, whose tensors
 the parameters (the linear maps' transposes for ``x @ W.T``, the token mixes flattened). The
 module path's ops, on the same values in the same order, so the same bits.
 
-Views share the parameters' memory, so in-place updates (``load_state_dict``, an optimizer
-step, ``torch.no_grad()`` edits) show at once. Everything else that could change what the
-modules compute is a guard, checked on every step in a few C-level passes: a parameter or child
-replaced (``load_state_dict(assign=True)``, surgery), new storage (``.to()``, ``.data =``), a
-class swapped (parametrizations), a hook on any module inside, a parameter requiring grad
-while grad is on. A failed guard sends the step down the module path, and the next eager step
-makes a new plan.
+Views share the parameters' memory, so in-place value updates (``load_state_dict``, an
+optimizer step, ``torch.no_grad()`` edits) show at once. Everything else that could change what
+the modules compute is a guard, checked on every step in a few C-level passes: a parameter,
+child or module dict replaced or deleted (``load_state_dict(assign=True)``, surgery), a block
+or an ``ln0`` added, a parameter's storage or layout changed (``.to()``, ``.data =``,
+``swap_tensors``, ``set_``, an in-place transpose), a class swapped (parametrizations), a hook
+or an instance ``forward`` on any module inside, a parameter requiring grad while grad is on.
+A failed guard sends the step down the module path, and the next eager step makes a new plan.
+Old storage a replaced parameter leaves is held until then (``.to()`` and ``load_state_dict``
+drop the plan at once).
 """
 
 from __future__ import annotations
 
-import weakref
-from operator import attrgetter, getitem, is_
+from itertools import repeat
+from operator import attrgetter, contains, getitem, is_
 from typing import Any, NamedTuple, cast
 
 import torch
@@ -38,10 +41,13 @@ from ._rwkv4 import (
     _mixer,
 )
 
-__all__ = ["Plan", "forget", "plan_for", "step"]
+__all__ = ["PLAN_ATTRIBUTE", "Plan", "forget", "plan_for", "step"]
 
-_HOOKS = ("_forward_hooks", "_forward_pre_hooks", "_backward_hooks", "_backward_pre_hooks")
+# Forward hooks only: a step without a graph fires no backward hook on the module path either.
+_HOOKS = ("_forward_hooks", "_forward_pre_hooks")
 _data_ptr = torch.Tensor.data_ptr
+_numel = torch.Tensor.numel
+_contiguous = torch.Tensor.is_contiguous
 _requires_grad = attrgetter("requires_grad")
 
 
@@ -91,47 +97,63 @@ class Plan:
         self.layers: list[_Layer] | None = None
         if all(layer is not None for layer in layers):
             self.layers = cast(list[_Layer], layers)
-        # Identity guards: every (dict, key) -> object edge of the blocks' module tree (a
-        # deleted key fails the lookup), and the number of blocks.
+        self.blocks = blocks
         modules = [m for block in blocks for m in block.modules()]
+        # Identity guards, one (dict, key, object) edge each: every child, parameter and
+        # buffer of the blocks' module tree (a deleted key fails the lookup), and the very
+        # dicts (parameters, forward hooks, children) each module holds.
         tables = [blocks._modules] + [
             t for m in modules for t in (m._modules, m._parameters, m._buffers)
         ]
-        self._blocks = blocks._modules
-        self._size = len(blocks)
-        self._dicts = [t for t in tables for _ in t]
-        self._keys = [k for t in tables for k in t]
-        self._objects = [v for t in tables for v in t.values()]
+        edges = [(t, k, v) for t in tables for k, v in t.items()]
+        held = [(m.__dict__, name) for m in modules for name in ("_parameters", *_HOOKS)]
+        held += [(m.__dict__, "_modules") for m in modules if m._modules]  # not the leaves'
+        edges += [(table, name, table[name]) for table, name in held]
+        self._dicts, self._keys, self._objects = (
+            list(column) for column in zip(*edges, strict=True)
+        )
+        # A block added, or an ln0 given to a block: their children's number.
+        self._counted = [blocks._modules] + [block._modules for block in blocks]
+        self._counts = list(map(len, self._counted))
         self._modules = modules
         self._types = list(map(type, modules))
+        self._instances = [m.__dict__ for m in modules]  # a forward set on an instance
         self._hooks = tuple(getattr(m, name) for m in modules for name in _HOOKS)
         self._tensors = [p for m in modules for p in m._parameters.values() if p is not None]
         self._tensor_types = list(map(type, self._tensors))
+        # Storage and layout (.data =, .to(), swap_tensors, set_(), an in-place transpose):
+        # pointer, element count and contiguity, which strides would only refine at 3x the cost.
         self._ptrs = list(map(_data_ptr, self._tensors))
+        self._numels = list(map(_numel, self._tensors))
+        self._contiguous = list(map(_contiguous, self._tensors))
 
     def fresh(self) -> bool:
-        """Whether the modules are still those the plan was made of: no module, parameter or
-        buffer replaced or deleted, no block added, no class swapped, no storage replaced.
-        (A child or parameter added elsewhere is not used by the modules' forward.)"""
+        """Whether the modules are still those the plan was made of: no module, parameter,
+        buffer or module dict replaced or deleted, no block or ``ln0`` added, no class
+        swapped, no parameter's storage or layout changed. (Other children or parameters
+        added are not used by the modules' forward.)"""
         try:
             same = all(map(is_, map(getitem, self._dicts, self._keys), self._objects))
         except KeyError:  # deleted
             return False
         return (
             same
-            and len(self._blocks) == self._size
+            and list(map(len, self._counted)) == self._counts
             and all(map(is_, map(type, self._modules), self._types))
             and all(map(is_, map(type, self._tensors), self._tensor_types))
             and list(map(_data_ptr, self._tensors)) == self._ptrs
+            and list(map(_numel, self._tensors)) == self._numels
+            and list(map(_contiguous, self._tensors)) == self._contiguous
         )
 
     def usable(self) -> bool:
         """Whether ``step`` may stand for the modules' calls now: a plan was possible, no
-        hook on any module inside (nor a global one), no parameter requiring grad while grad
-        is on. Call on a fresh plan."""
+        hook on any module inside (nor a global one), no ``forward`` set on an instance, no
+        parameter requiring grad while grad is on. Call on a fresh plan."""
         return (
             self.layers is not None
             and not any(self._hooks)
+            and not any(map(contains, self._instances, repeat("forward")))
             and plain()
             and not (torch.is_grad_enabled() and any(map(_requires_grad, self._tensors)))
         )
@@ -184,23 +206,26 @@ def _layer(block: nn.Module) -> _Layer | None:
     )  # fmt: skip
 
 
-# One plan per model, dropped with it (a weak key: the plan holds the blocks, not the model).
-_plans: weakref.WeakKeyDictionary[nn.Module, Plan] = weakref.WeakKeyDictionary()
+# The plan lives on the model (an instance attribute, left out of pickles and deep copies by
+# _RWKV.__getstate__): a reference cycle the collector frees with the model. (A weak-key table
+# would keep a model alive forever once anything in its blocks, a hook's closure say, refers
+# back to it.)
+PLAN_ATTRIBUTE = "_rnn_plan"
 
 
 def plan_for(model: nn.Module, blocks: nn.ModuleList) -> Plan | None:
     """``model``'s plan over ``blocks`` if ``step`` may stand for their calls now, else None
     (the module path). Made again when the modules changed."""
-    plan = _plans.get(model)
-    if plan is None or not plan.fresh():
-        plan = _plans[model] = Plan(blocks)
+    plan = model.__dict__.get(PLAN_ATTRIBUTE)
+    if plan is None or plan.blocks is not blocks or not plan.fresh():
+        plan = model.__dict__[PLAN_ATTRIBUTE] = Plan(blocks)
     return plan if plan.usable() else None
 
 
 def forget(model: nn.Module) -> None:
     """Drop ``model``'s plan, whose views would otherwise hold the old storage after
     ``.to()`` or an ``assign=True`` load until the next step."""
-    _plans.pop(model, None)
+    model.__dict__.pop(PLAN_ATTRIBUTE, None)
 
 
 def _norm(n: _Norm, x: torch.Tensor) -> torch.Tensor:

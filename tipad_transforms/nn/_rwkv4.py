@@ -45,6 +45,7 @@ from ._common import (
     generation_layout,
     last,
     layer_norm,
+    read,
     shifted,
     state_dtype,
 )
@@ -456,10 +457,8 @@ def _eager_step(block: RWKVBlock, x: torch.Tensor, state: tuple) -> tuple[torch.
     (shift_ffn,) = ffn._check_state(state[1], x)
 
     # Time mix: output(sigmoid(r) * wkv(k, v)), k v r from the token mixed with the last one.
-    time_decay, time_first, mix_k, mix_v, mix_r = _TIME_MIX(att._parameters)
-    key, value, receptance, output = (
-        WEIGHT_BIAS(m._parameters) for m in _TIME_MIX_MAPS(att._modules)
-    )
+    time_decay, time_first, mix_k, mix_v, mix_r = read(_TIME_MIX, att)
+    key, value, receptance, output = (read(WEIGHT_BIAS, m) for m in _TIME_MIX_MAPS(att._modules))
     xa = layer_norm(ln1, x, True)
     mix = _mixer(xa, shifted(xa, shift_att))
     k = F.linear(mix(mix_k), *key)
@@ -469,8 +468,8 @@ def _eager_step(block: RWKVBlock, x: torch.Tensor, state: tuple) -> tuple[torch.
     x = x + F.linear(torch.sigmoid(r) * y, *output)
 
     # Channel mix: sigmoid(r) * value(relu(key(xk)) ** 2).
-    mix_k, mix_r = _CHANNEL_MIX(ffn._parameters)
-    key, receptance, value = (WEIGHT_BIAS(m._parameters) for m in _CHANNEL_MIX_MAPS(ffn._modules))
+    mix_k, mix_r = read(_CHANNEL_MIX, ffn)
+    key, receptance, value = (read(WEIGHT_BIAS, m) for m in _CHANNEL_MIX_MAPS(ffn._modules))
     xf = layer_norm(ln2, x, True)
     mix = _mixer(xf, shifted(xf, shift_ffn))
     k = torch.square(torch.relu(F.linear(mix(mix_k), *key)))
