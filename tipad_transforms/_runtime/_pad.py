@@ -2,6 +2,7 @@
 images (``launch_pad``) and packed images of different sizes (``launch_pad_stack``)."""
 
 # No `from __future__ import annotations`: Taichi reads the kernels' annotations at runtime.
+import sys
 from collections.abc import Callable
 from typing import Any
 
@@ -16,9 +17,10 @@ from .._value_cache import KeyedCache, ValueCache
 # lattice offsets (oy, ox) and bank indices, at meta[_OFFSETS]. Host-made parts first, so
 # device-resident offsets need no round trip.
 # The mode itself is not there: the mode family is a kernel template and a standard mode lives
-# in its index maps.
+# in its index maps. _PHASE: how many pixels of the image's first word precede it (its address
+# mod 8, in pixels), so image pixel p is pixel p + phase of the image's word view.
 (_N_ROWS, _C, _OUT_H, _OUT_W, _TEX_C, _TH, _TW, _STAGGER, _USE_WORDS, _TEX_GRAD,
- _SAMPLES, _BANK, _REC_STEP, _IMG_STEP, _OFFSETS, _HEADER) = range(16)  # fmt: skip
+ _SAMPLES, _BANK, _REC_STEP, _IMG_STEP, _PHASE, _OFFSETS, _HEADER) = range(17)  # fmt: skip
 # A geometry record: the image's height and width, where its top-left pixel lands on the
 # canvas, the flat index of its first element, and where its row index map starts in meta (its
 # column map follows out_h entries later). Sample b reads the record at _HEADER + b *
@@ -108,23 +110,41 @@ def _build_kernels(ti: Any) -> dict[str, Any]:
 
     @ti.func
     def copy_run(img: ti.template(), canvas: ti.template(), img_w: ti.template(),
-                 canvas_w: ti.template(), src: ti.i32, dst: ti.i32, n: ti.i32,
+                 canvas_w: ti.template(), src: ti.i32, dst: ti.i32, n: ti.i32, phase: ti.i32,
                  lanes: ti.template(), backward: ti.template()):
-        # Interior: n contiguous pixels; whole words of `lanes` pixels where source and
-        # destination share their alignment (lanes is a power of two known at compile time).
+        # Interior: n contiguous pixels, as pixels up to the canvas's next word boundary, then
+        # whole canvas words of `lanes` pixels (a power of two known at compile time), then
+        # pixels. Image rows of odd widths, and images at odd addresses, start anywhere in a
+        # word: a canvas word then takes the high pixels of one image word and the low pixels
+        # of the next (little-endian: lower addresses hold the low bits), one load per word.
+        # The image's word view starts at or before the image (`phase` pixels; see _words) and
+        # ends at its last whole word, so the last word or two of the image are moved as pixels.
         head = n
         body = 0
+        ws = 0
+        d = 0
         if ti.static(lanes > 1 and not backward):
-            if (src - dst) & (lanes - 1) == 0:
-                head = ti.min((lanes - (src & (lanes - 1))) & (lanes - 1), n)
-                body = (n - head) // lanes
+            head = ti.min((lanes - (dst & (lanes - 1))) & (lanes - 1), n)
+            at = ti.cast(src, ti.i64) + phase + head  # the first body pixel in the word view
+            ws = ti.cast(at // lanes, ti.i32)
+            d = ti.cast(at & (lanes - 1), ti.i32)
+            body = (n - head) // lanes
+            # Words read: ws .. ws + body - 1, and ws + body when the row straddles words.
+            body = ti.max(ti.min(body, img_w.shape[0] - ws - ti.cast(d != 0, ti.i32)), 0)
         for j in range(head):
             move(img, src + j, canvas, dst + j, backward)
         if ti.static(lanes > 1 and not backward):
-            ws = (src + head) // lanes
             wd = (dst + head) // lanes
-            for j in range(body):
-                canvas_w[wd + j] = img_w[ws + j]
+            if d == 0:
+                for j in range(body):
+                    canvas_w[wd + j] = img_w[ws + j]
+            else:
+                low = d * (64 // lanes)  # bits of the first word's pixels that precede the run
+                word = img_w[ws]
+                for j in range(body):
+                    after = img_w[ws + j + 1]
+                    canvas_w[wd + j] = ti.bit_shr(word, low) | (after << (64 - low))
+                    word = after
         for j in range(head + body * lanes, n):
             move(img, src + j, canvas, dst + j, backward)
 
@@ -189,6 +209,7 @@ def _build_kernels(ti: Any) -> dict[str, Any]:
         n_rows, c_count, out_h, out_w = meta[_N_ROWS], meta[_C], meta[_OUT_H], meta[_OUT_W]
         tex_channels, th, tw = meta[_TEX_C], meta[_TH], meta[_TW]
         stagger, use_words, tex_grad = meta[_STAGGER], meta[_USE_WORDS], meta[_TEX_GRAD]
+        phase = meta[_PHASE]
         if ti.static(per_pixel):
             for r, X in ti.ndrange(n_rows, out_w):
                 plane = r // out_h
@@ -224,7 +245,7 @@ def _build_kernels(ti: Any) -> dict[str, Any]:
                     inside = 0 <= iy < h
                     if inside:
                         copy_run(img, canvas, img_w, canvas_w, first + iy * w, row + left, w,
-                                 lanes, backward)
+                                 phase, lanes, backward)
                     if ti.static(not tiled):
                         src_row = first + meta[maps + big_y] * w
                     # The border of a row is [0, left) and [left + w, out_w) beside the image,
@@ -274,15 +295,30 @@ def _bits(t: torch.Tensor) -> torch.Tensor:
     return t.reshape(-1).view(_BITS[t.element_size()])
 
 
-def _words(t: torch.Tensor) -> torch.Tensor | None:
-    """``t``'s whole 8-byte words as int64, or None when its address is not 8-byte aligned or it
-    holds no whole word. A tail shorter than a word is left out: the kernel moves words only
-    where all of a word's pixels belong to one run, which ends inside ``t``."""
-    flat = t.reshape(-1)
-    size = flat.numel() * flat.element_size()
-    if size < 8 or flat.data_ptr() % 8:
+def _word_span(t: torch.Tensor, before: bool) -> tuple[int, int] | None:
+    """``(address, bytes)`` of the 8-byte words the kernel may read (``before``: an image) or
+    write (a canvas) for ``t``, or None when there is not one whole word.
+
+    A canvas's words are its own whole words from its first byte, which must be 8-byte aligned
+    (the kernel writes no byte outside it). An image's start at the aligned word that holds its
+    first byte, inside its storage (read, never written; the bytes before the image are shifted
+    out), so an image at an odd address moves words too. Either ends at the last whole word: a
+    tail shorter than a word is left out, and the kernel moves it as pixels.
+    """
+    address = t.data_ptr()
+    start = address - address % 8
+    if start != address and not (before and start >= t.untyped_storage().data_ptr()):
         return None
-    return flat.view(torch.uint8)[: size - size % 8].view(torch.int64)
+    size = (address + t.numel() * t.element_size()) // 8 * 8 - start
+    return (start, size) if size >= 8 else None
+
+
+def _word_view(t: torch.Tensor, span: tuple[int, int]) -> torch.Tensor:
+    """The int64 words of ``t``'s storage at ``span`` (``_word_span``)."""
+    storage = t.untyped_storage()
+    bytes_ = torch.empty(0, dtype=torch.uint8, device=t.device)
+    bytes_.set_(storage, span[0] - storage.data_ptr(), (span[1],), (1,))
+    return bytes_.view(torch.int64)
 
 
 # Recent textures' word tables, checked against the texture's bits on every use.
@@ -465,19 +501,20 @@ _PLANS_SIZE = 1024
 # Lean raw-pointer launchers (``_lean.Bound``) per kernel signature, for every plan.
 _bounds: dict[tuple[Any, ...], Any] = {}
 # How run() passes a tensor to an ndarray slot: as the plan's element type (a same-size integer
-# view forward, the float gradient backward), as its whole 8-byte words, or as it is.
-_AS_ELEMENTS, _AS_WORDS, _AS_IS = range(3)
+# view forward, the float gradient backward) or as it is; a word span (``_word_span``) passes
+# the int64 words there.
+_AS_ELEMENTS, _AS_IS = range(2)
 
 
 class _Plan:
     """Everything about a ``pad_canvas`` launch that depends only on its signature (mode,
     shapes, dtypes, device, padding, texture shape, stagger, direction): the kernel's scalars
-    and index maps in the host part of ``meta`` (two variants: with and without the texture's
-    word table, the second made when first needed), the lane width and whether words can pay.
-    What a call still decides: whether its image and canvas addresses are 8-byte aligned (word
-    moves), the texture's word table (cached, checked against its values), the lattice (offsets,
-    bank indices) of texture mode, and which lean launcher (``_bounds``, per kernel signature)
-    runs it."""
+    and index maps in the host part of ``meta`` (variants with and without the texture's word
+    table and for each image phase, made when first needed), the lane width and whether words
+    can pay. What a call still decides: whether its image and canvas addresses allow word moves
+    and the image's phase in its words, the texture's word table (cached, checked against its
+    values), the lattice (offsets, bank indices) of texture mode, and which lean launcher
+    (``_bounds``, per kernel signature) runs it."""
 
     def __init__(
         self,
@@ -514,8 +551,10 @@ class _Plan:
         self.lanes = 8 // canvas.element_size()
         # Word moves serve the CPU's row walk; CUDA's one-thread-per-pixel order has no use.
         # ... and needs a whole word in the image and the canvas (the address is per call).
+        # Joining the halves of two image words assumes little-endian words.
         self.words = (
             not (backward or self.lanes == 1 or per_pixel)
+            and sys.byteorder == "little"
             and image.numel() * image.element_size() >= 8
             and canvas.numel() * canvas.element_size() >= 8
         )
@@ -528,14 +567,15 @@ class _Plan:
         self.serial = rt.serial_launch(canvas)
         self.per_pixel = per_pixel
         header = [n * c * out_h, c, out_h, out_w, tex_channels, th, tw, stagger, 0,
-                  int(texture_grad), n, bank, record_step, image_step]  # fmt: skip
+                  int(texture_grad), n, bank, record_step, image_step, 0]  # fmt: skip
         host = _host_meta(header, records, maps(), n, self.device)
         self.n = n
-        # Per use of the word table: the host part of meta, and for standard modes (which never
-        # read the lattice) and constant mode (whose lattice is zeros) the whole meta. Texture
-        # mode appends each call's offsets and indices.
-        self.hosts: list[torch.Tensor | None] = [host, None]
-        self.metas: list[torch.Tensor | None] = [self._whole(host), None]
+        # Per (use of the word table, image phase): the host part of meta, and for standard
+        # modes (which never read the lattice) and constant mode (whose lattice is zeros) the
+        # whole meta. Texture mode appends each call's offsets and indices. Variants are made
+        # when first asked for: at most 2 * lanes of them.
+        self.hosts: dict[tuple[bool, int], torch.Tensor] = {(False, 0): host}
+        self.metas: dict[tuple[bool, int], torch.Tensor | None] = {(False, 0): self._whole(host)}
         # The last call's lattice tensors, their versions and the meta made of them.
         self.last: tuple[Any, ...] = ()
 
@@ -544,20 +584,20 @@ class _Plan:
             return torch.cat([host, _int_zeros(3 * self.n, self.device)])
         return None if self.texture_mode else host
 
-    def _host(self, table: bool) -> torch.Tensor:
-        host = self.hosts[table]
-        if host is None:  # the variant with the word table, first asked for now
-            base = self.hosts[0]
-            assert base is not None
-            host = base.clone()
-            host[_USE_WORDS] = 1
-            self.hosts[table] = host
-            self.metas[table] = self._whole(host)
+    def _host(self, variant: tuple[bool, int]) -> torch.Tensor:
+        host = self.hosts.get(variant)
+        if host is None:  # first asked for now
+            host = self.hosts[False, 0].clone()
+            host[_USE_WORDS], host[_PHASE] = int(variant[0]), variant[1]
+            self.metas[variant] = self._whole(host)  # before hosts: _meta reads it after
+            self.hosts[variant] = host
         return host
 
-    def _meta(self, table: bool, offset: torch.Tensor, texture_index: torch.Tensor) -> torch.Tensor:
-        host = self._host(table)
-        meta = self.metas[table]
+    def _meta(
+        self, variant: tuple[bool, int], offset: torch.Tensor, texture_index: torch.Tensor
+    ) -> torch.Tensor:
+        host = self._host(variant)
+        meta = self.metas[variant]
         if meta is not None:
             return meta
         last = self.last
@@ -565,7 +605,7 @@ class _Plan:
             last
             and last[0] is offset
             and last[1] is texture_index
-            and last[2] == table
+            and last[2] == variant
             and not offset.is_inference()
             and not texture_index.is_inference()
             and last[3] == offset._version
@@ -576,8 +616,8 @@ class _Plan:
         meta = torch.cat([host, offset.reshape(-1), texture_index.reshape(-1)])
         if not (offset.is_inference() or texture_index.is_inference()):
             # Holds the tensors, so their memory cannot be reused by others meanwhile.
-            self.last = (offset, texture_index, table, offset._version, texture_index._version,
-                         meta)  # fmt: skip
+            self.last = (offset, texture_index, variant, offset._version,
+                         texture_index._version, meta)  # fmt: skip
         return meta
 
     def run(
@@ -593,23 +633,29 @@ class _Plan:
         """Launch on these tensors (contiguous, the signature's shapes and dtypes)."""
         if self.constant:
             texture = fill if not self.backward else canvas.new_zeros(self.c)
-        aligned = self.words and image.data_ptr() % 8 == 0 and canvas.data_ptr() % 8 == 0
+        spans = None  # the image's and the canvas's word spans, where words can be moved
+        if self.words:
+            image_span = _word_span(image, True)
+            canvas_span = _word_span(canvas, False) if image_span is not None else None
+            if image_span is not None and canvas_span is not None:
+                spans = (image_span, canvas_span)
         table = None
-        if aligned and self.table:
+        if spans is not None and self.table:
             table = _cached_texture_words(_bits(texture), self.tw, self.lanes)
+        phase = (image.data_ptr() % 8) // image.element_size() if spans is not None else 0
         no_words = _dummy(torch.int64, self.device)
         dummy = _dummy(self.dtype, self.device)
         # Taichi needs non-empty arguments; a one-element dummy is never read.
         slots = [
             (image, _AS_ELEMENTS) if image.numel() else (dummy, _AS_IS),
             (canvas, _AS_ELEMENTS),
-            (image, _AS_WORDS) if aligned else (no_words, _AS_IS),
-            (canvas, _AS_WORDS) if aligned else (no_words, _AS_IS),
+            (image, spans[0]) if spans is not None else (no_words, _AS_IS),
+            (canvas, spans[1]) if spans is not None else (no_words, _AS_IS),
             (texture, _AS_ELEMENTS) if texture.numel() else (dummy, _AS_IS),
             (table, _AS_IS) if table is not None else (no_words, _AS_IS),
-            (self._meta(table is not None, offset, texture_index), _AS_IS),
+            (self._meta((table is not None, phase), offset, texture_index), _AS_IS),
         ]
-        lanes = self.lanes if aligned else 1
+        lanes = self.lanes if spans is not None else 1
         # The kernel's signature: its arrays' dtypes (the plan's element type, int64 words, int32
         # meta; all 1-D) and its template values. Images of new sizes get new plans, not new
         # signatures, so the lean launcher is shared by every plan of one signature.
@@ -627,23 +673,19 @@ class _Plan:
                 _bounds.clear()
             _bounds[signature] = bind(args)
 
-    def _view(self, t: torch.Tensor, how: int) -> torch.Tensor:
-        if how == _AS_WORDS:
-            words = _words(t)
-            assert words is not None  # `aligned` checked the address and size
-            return words
+    def _view(self, t: torch.Tensor, how: int | tuple[int, int]) -> torch.Tensor:
+        if isinstance(how, tuple):
+            return _word_view(t, how)
         flat = t.reshape(-1)
         return flat.view(self.dtype) if how == _AS_ELEMENTS else flat
 
 
-def _raw(t: torch.Tensor, how: int) -> tuple[int, int, tuple[int, ...]]:
+def _raw(t: torch.Tensor, how: int | tuple[int, int]) -> tuple[int, int, tuple[int, ...]]:
     """``Plan._view(t, how)`` as ``(data_ptr, nbytes, shape)``: a same-size view keeps all
-    three, a word view drops the tail shorter than a word."""
-    size = t.numel() * t.element_size()
-    if how == _AS_WORDS:
-        size -= size % 8
-        return t.data_ptr(), size, (size // 8,)
-    return t.data_ptr(), size, (t.numel(),)
+    three; a word view is its span (``_word_span``)."""
+    if isinstance(how, tuple):
+        return how[0], how[1], (how[1] // 8,)
+    return t.data_ptr(), t.numel() * t.element_size(), (t.numel(),)
 
 
 def _host_meta(
