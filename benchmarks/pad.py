@@ -217,6 +217,21 @@ def main(argv: list[str] | None = None) -> int:
             repeats,
         ),
         (
+            # Odd widths and an odd padding: image rows and canvas rows start at every place
+            # in an 8-byte word (the row walk joins word halves), as in datasets of many sizes.
+            "batch-uint8-odd",
+            lambda c: batch_workload(
+                torch.uint8,
+                device,
+                shape=(64, 3, 201, 173),
+                pad=31,
+                compile_cap_s=c,
+                seed=args.seed,
+                suffix="-odd",
+            ),
+            repeats,
+        ),
+        (
             "article",
             lambda c: article_workload(device, compile_cap_s=c, seed=args.seed),
             article_repeats,

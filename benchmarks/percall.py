@@ -13,6 +13,11 @@ Workloads (peers interleaved, medians; see ``_common.measure``):
   package launched before them; the direct route past the custom-op dispatch and the launch
   plans stay on); ``pad(reflect)`` and ``BrickPad`` as a process runs them during its
   torch-route warm-up (``TIPAD_WARMUP``).
+* ``sizes``: the images of ``loader.py`` (256 of 150-256 px sides, views into one flat buffer
+  as its workers get them: most at odd addresses, rows of odd widths), one per call in turn,
+  padded to a centred 256 x 256 square: ``v2.functional.pad`` reflect (the yardstick), tipad
+  ``pad(reflect)`` and ``brick_pad`` (loader pipelines ``a`` and ``a-tipad`` without the
+  DataLoader).
 * ``wkv``: ``ops.wkv`` with ``T = 1`` (``B = 1``, ``C = 768``, with a state; no gradient, so it
   runs the op's implementation directly), the custom op called through ``torch.ops``, and
   ``ops.wkv`` through Taichi's public launcher.
@@ -45,8 +50,8 @@ Workloads (peers interleaved, medians; see ``_common.measure``):
   processes of each, taking turns (``--only-first RUNS``: this alone, RUNS of each).
 
 Writes ``<out>/percall.json`` and ``<out>/percall.png``. ``--quick``: small models, few
-repeats (a smoke run, not a measurement). ``--only NAME`` (repeatable: ``image``, ``wkv``,
-``rwkv4``, ``canvas``): those workloads alone, without the first-call processes.
+repeats (a smoke run, not a measurement). ``--only NAME`` (repeatable: ``image``, ``sizes``,
+``wkv``, ``rwkv4``, ``canvas``): those workloads alone, without the first-call processes.
 """
 
 from __future__ import annotations
@@ -62,6 +67,7 @@ import sys
 import tempfile
 import time
 from collections.abc import Callable, Iterator
+from functools import partial
 from pathlib import Path
 from typing import Any
 
@@ -172,6 +178,41 @@ def image_peers() -> list[Peer]:
             publicly(lambda: F.texture_pad(x, 32, tex)),
             "tex",
         ),
+    ]
+
+
+def sizes_peers(quick: bool) -> list[Peer]:
+    """``loader.py``'s images, one per call in turn, padded to a centred 256 x 256 square."""
+    from loader import VariableSizeImages, centre_padding, make_images
+
+    data = VariableSizeImages(make_images(32 if quick else 256, 150, 256, seed=0))
+    # Views into one flat buffer, as the loader's workers get them: most start at odd addresses.
+    images = [data.data[s : s + math.prod(shape)].view(shape) for s, shape
+              in zip(data.starts, data.shapes, strict=True)]  # fmt: skip
+    pads = [centre_padding(im.shape[-2], im.shape[-1], 256) for im in images]
+
+    def each(pad: Callable[[torch.Tensor, list[int]], torch.Tensor]) -> Callable[[], Any]:
+        turn = iter(range(2**62))  # every peer starts at image 0: the bit check compares those
+
+        def call() -> torch.Tensor:
+            i = next(turn) % len(images)
+            return pad(images[i], pads[i])
+
+        return call
+
+    def v2_reflect(x: torch.Tensor, p: list[int]) -> torch.Tensor:
+        out: torch.Tensor = v2.functional.pad(x, p, padding_mode="reflect")
+        return out
+
+    return [
+        Peer("torchvision.v2", "v2 pad(reflect)", each(v2_reflect), "reflect"),
+        Peer(
+            "tipad.pad",
+            "tipad pad(reflect)",
+            each(partial(F.pad, padding_mode="reflect")),
+            "reflect",
+        ),
+        Peer("tipad.brick", "tipad brick_pad", each(F.brick_pad), "brick"),
     ]
 
 
@@ -584,7 +625,7 @@ def main(argv: list[str] | None = None) -> None:
     p.add_argument(
         "--only",
         action="append",
-        choices=["image", "wkv", "rwkv4", "canvas"],
+        choices=["image", "sizes", "wkv", "rwkv4", "canvas"],
         help="run only these workloads (repeatable); skips the first-call processes",
     )
     p.add_argument(
@@ -622,9 +663,12 @@ def main(argv: list[str] | None = None) -> None:
         workloads.append((title, results, yard))
         report(title, results, yard)
 
-    only = set(args.only or ["image", "wkv", "rwkv4", "canvas"])
+    only = set(args.only or ["image", "sizes", "wkv", "rwkv4", "canvas"])
     if "image" in only:
         run("one 3x224x224 uint8 image, pad 32", image_peers(), "torchvision.v2")
+    if "sizes" in only:
+        run("images of many sizes (3x150..256x150..256 uint8) to 256x256, one per call",
+            sizes_peers(args.quick), "torchvision.v2")  # fmt: skip
     if "wkv" in only:
         run("ops.wkv, T=1, B=1, C=768", wkv_peers(), "tipad.wkv-public")
     models = [(1024, 128, 2)] if args.quick else [(1024, 768, 12), (1024, 512, 6)]

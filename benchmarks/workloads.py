@@ -4,6 +4,8 @@ Workloads (shared by ``pad.py`` and ``gpu_check.py``):
 
 * ``batch-<dtype>``: a ``(64, 3, 224, 224)`` batch padded by 32 on every side, uint8 and float32;
   every peer once with a fresh output and, where it has ``out=``, once into a preallocated one.
+  ``pad.py`` adds ``batch-uint8-odd``: ``(64, 3, 201, 173)`` padded by 31, rows at every place
+  in an 8-byte word.
 * ``article``: the seed article's canvas: a one-channel float32 tile 32 wide x 48 high, stagger
   10, padded by 4096 left/right and 2048 top/bottom; the image is the tile itself, so the canvas
   is 4144 x 8224.
@@ -121,8 +123,10 @@ def batch_workload(
     pad: int = 32,
     compile_cap_s: float | None = None,
     seed: int = 0,
+    suffix: str = "",
 ) -> Workload:
-    """A batch padded on every side, every peer fresh and (where it can) into ``out=``."""
+    """A batch padded on every side, every peer fresh and (where it can) into ``out=``; its key
+    is ``batch-<dtype><suffix>``."""
     gen = torch.Generator().manual_seed(seed)
     if dtype == torch.uint8:
         x = torch.randint(0, 256, shape, generator=gen, dtype=torch.uint8)
@@ -253,7 +257,9 @@ def batch_workload(
         f"batch {tuple(shape)} {name}, pad {pad} -> {tuple(ref.shape)} "
         f"({desc['output_mb']:.0f} MB out)"
     )
-    return Workload(f"batch-{name}", title, desc, constant + textured + standard, compile_info=info)
+    return Workload(
+        f"batch-{name}{suffix}", title, desc, constant + textured + standard, compile_info=info
+    )
 
 
 def article_workload(

@@ -47,6 +47,9 @@ def test_percall_benchmark_checks_its_peers(tmp_path: Path) -> None:
     assert isinstance(workloads, list) and len(workloads) >= 4
     checks = [p["check"] for w in workloads for p in w["peers"]]
     assert "bit-equal to torchvision.v2" in checks and "bit-equal to tipad.wkv" in checks
+    # Images of many sizes, one per call: tipad's reflection gives v2's bits on every image.
+    sizes = next(w for w in workloads if "many sizes" in str(w["title"]))
+    assert [p["check"] for p in sizes["peers"]][1] == "bit-equal to torchvision.v2"
     rnn = next(w for w in workloads if str(w["title"]).startswith("RWKV-4"))
     assert "tipad-compiled" in [p["key"] for p in rnn["peers"]]
     # A new process pads on the torch route first by default, and starts Taichi at once with
