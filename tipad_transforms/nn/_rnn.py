@@ -30,8 +30,10 @@ import torch.nn.functional as F
 from torch import nn
 
 from ..ops import wkv
-from ._common import plain
+from ._common import check_tuple, plain
 from ._rwkv4 import (
+    CHANNEL_MIX_MAPS,
+    TIME_MIX_MAPS,
     BlockState,
     ChannelMixState,
     RWKVBlock,
@@ -166,8 +168,8 @@ def _layer(block: nn.Module) -> _Layer | None:
     att, ffn = block._modules.get("att"), block._modules.get("ffn")
     if type(att) is not RWKVTimeMix or type(ffn) is not RWKVChannelMix:
         return None
-    maps = [att._modules.get(n) for n in ("key", "value", "receptance", "output")]
-    maps += [ffn._modules.get(n) for n in ("key", "receptance", "value")]
+    maps = [att._modules.get(n) for n in TIME_MIX_MAPS]
+    maps += [ffn._modules.get(n) for n in CHANNEL_MIX_MAPS]
     if any(type(m) is not nn.Linear or m.bias is not None for m in maps):
         return None
     linears = cast(list[nn.Linear], maps)
@@ -240,8 +242,7 @@ def step(plan: Plan, x: torch.Tensor, states: list[Any]) -> tuple[torch.Tensor, 
     assert plan.layers is not None
     new_states = []
     for layer, state in zip(plan.layers, states, strict=True):
-        if not isinstance(state, tuple) or len(state) != 2:
-            raise TypeError(f"state must be a BlockState, got {type(state).__name__}")
+        check_tuple(state, 2, "BlockState")
         shift_att, aa_bb_pp = layer.att._check_state(state[0], like)
         (shift_ffn,) = layer.ffn._check_state(state[1], like)
         if layer.ln0 is not None:

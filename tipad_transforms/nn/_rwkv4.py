@@ -425,10 +425,13 @@ class RWKVBlock(nn.Module):
 
 # The eager step reads parameters and children from the modules' dicts: one C call each, where
 # nn.Module.__getattr__ costs ~1.5 us a read (an ordinary lookup that fails, then Python).
+# The mixers' linear maps in the order the steps use them (also the RNN plan's, nn/_rnn.py).
+TIME_MIX_MAPS = ("key", "value", "receptance", "output")
+CHANNEL_MIX_MAPS = ("key", "receptance", "value")
 _TIME_MIX = itemgetter("time_decay", "time_first", "time_mix_k", "time_mix_v", "time_mix_r")
-_TIME_MIX_MAPS = itemgetter("key", "value", "receptance", "output")
+_TIME_MIX_MAPS = itemgetter(*TIME_MIX_MAPS)
 _CHANNEL_MIX = itemgetter("time_mix_k", "time_mix_r")
-_CHANNEL_MIX_MAPS = itemgetter("key", "receptance", "value")
+_CHANNEL_MIX_MAPS = itemgetter(*CHANNEL_MIX_MAPS)
 
 
 def _parts(
