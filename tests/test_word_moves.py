@@ -5,8 +5,10 @@ row rarely start at the same place in a word (odd widths, odd paddings, images a
 inside a larger buffer), so a canvas word is joined from the halves of two image words. These
 tests run every relative alignment and every image phase for each lane width (1-, 2- and 4-byte
 pixels), against the independent references, with poisoned outputs; check that the word path
-was the one taken; and check, in a child process with guard pages around the tensors, that the
-kernel reads no byte outside the image's storage and writes none outside the canvas.
+was the one taken; that storages off the word (``torch.frombuffer``) move pixels, through the
+lean launcher and Taichi's own call; in a child process with guard pages around the tensors,
+that the kernel reads no byte outside the image's storage and writes none outside the canvas;
+and under Taichi's debug mode (bounds-checked arrays), that it reads no word outside its view.
 """
 
 from __future__ import annotations
@@ -114,16 +116,84 @@ def test_packed_images_of_odd_sizes(spans: list) -> None:
     assert spans and spans[-1] is not None
 
 
-def test_no_words_before_the_storage(spans: list) -> None:
-    # An image at an odd address at the very start of its storage (a buffer made by someone
-    # else): the word holding its first byte begins outside the storage, so pixels it is.
-    buffer = bytearray(3 * 5 * 9 + 1)
-    x = torch.frombuffer(buffer, dtype=torch.uint8, offset=1).view(3, 5, 9)
-    x.copy_(random_image((3, 5, 9), torch.uint8, seed=4))
-    if x.data_ptr() % 8 == 0:
-        pytest.skip("the buffer happened to start one byte before a word")
-    assert_bitwise_equal(F.pad(x, (3, 1, 2, 2)), numpy_pad(x, (3, 1, 2, 2), "constant"))
-    assert spans[-1] is None
+def _odd_storage(nbytes: int, dtype: torch.dtype, keep: list[bytearray]) -> torch.Tensor:
+    """A 1-D ``dtype`` tensor over a storage that does not start on an 8-byte word (a buffer
+    made by someone else, ``torch.frombuffer`` at an odd offset)."""
+    buffer = bytearray(nbytes + 16)
+    keep.append(buffer)
+    for offset in range(1, 8):
+        t = torch.frombuffer(buffer, dtype=dtype, offset=offset, count=nbytes // dtype.itemsize)
+        if t.untyped_storage().data_ptr() % 8:
+            return t
+    raise AssertionError("frombuffer's storage started on a word at every offset")
+
+
+@pytest.mark.parametrize("dtype", (torch.uint8, torch.int16, torch.float32), ids=str)
+@pytest.mark.parametrize("launcher", ("lean", "public"))
+def test_storage_off_the_word(
+    dtype: torch.dtype, launcher: str, spans: list, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # The image (or the out= canvas) in a storage that starts off a word, at every element
+    # offset: no words (the pixel phase would not be whole, and a word view of the storage
+    # cannot be made), the reference's bits, through the lean launcher and Taichi's own.
+    if launcher == "public":  # every call makes its arrays' views (runtime_pad._view)
+        monkeypatch.setattr(runtime_pad, "_bounds", _NoBounds())
+    keep: list[bytearray] = []
+    pads = (3, 1, 2, 2)
+    for elem in range(8):
+        base = _odd_storage(1024, dtype, keep)
+        x = base[elem : elem + 3 * 5 * 11].view(3, 5, 11)
+        x.copy_(random_image((3, 5, 11), dtype, seed=elem))
+        assert_bitwise_equal(F.pad(x, pads, padding_mode="edge"), numpy_pad(x, pads, "edge"))
+        assert spans[-1] is None
+        # The canvas there, at a word-aligned address of that storage.
+        image = random_image((3, 5, 11), dtype, seed=50 + elem)
+        canvas = _odd_storage(2048, dtype, keep)
+        at = (-canvas.data_ptr() % 8) // dtype.itemsize + elem * (8 // dtype.itemsize)
+        out = canvas[at : at + 3 * 8 * 16].view(3, 8, 16)
+        F.pad(image, pads, padding_mode="edge", out=out)
+        assert_bitwise_equal(out, numpy_pad(image, pads, "edge"))
+
+
+class _NoBounds(dict):
+    """A lean-launcher table that never holds one: every launch goes through Taichi's call."""
+
+    def __setitem__(self, key: Any, value: Any) -> None:
+        pass
+
+
+DEBUG = textwrap.dedent(
+    """
+    import taichi as ti
+    ti.init(arch=ti.cpu, debug=True, cpu_max_num_threads=1)  # bounds-checked ndarray access
+    import os
+    os.environ["TIPAD_WARMUP"] = "0"
+    import numpy as np
+    import torch
+    import tipad_transforms.functional as F
+
+    bad = []
+    for dtype in (torch.uint8, torch.int16, torch.float32):
+        for w in (3, 9, 10, 11, 13, 21):
+            for phase in range(8 // dtype.itemsize):
+                for left in range(0, 9, 3):
+                    buf = torch.arange(2 * w + phase).to(dtype)
+                    x = buf[phase:].view(1, 2, w)  # the image ends where its storage does
+                    pads = (left, 1, 8 - left, 0)
+                    got = F.pad(x, pads, padding_mode="edge")
+                    want = np.pad(x.numpy(), ((0, 0), (1, 0), (left, 8 - left)), mode="edge")
+                    if not np.array_equal(got.numpy(), want):
+                        bad.append((dtype, w, phase, left))
+    print("bad", bad)
+    """
+)
+
+
+def test_reads_stay_in_the_word_view() -> None:
+    # Under Taichi's debug mode every ndarray access is bounds-checked: a read of the image's
+    # partial last word (which no guard page can catch: it never leaves a page) raises.
+    run = subprocess.run([sys.executable, "-c", DEBUG], capture_output=True, text=True, timeout=300)
+    assert run.returncode == 0 and "bad []" in run.stdout, (run.stdout[-1000:], run.stderr[-2000:])
 
 
 GUARDED = textwrap.dedent(

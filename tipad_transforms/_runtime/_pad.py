@@ -117,7 +117,7 @@ def _build_kernels(ti: Any) -> dict[str, Any]:
         # pixels. Image rows of odd widths, and images at odd addresses, start anywhere in a
         # word: a canvas word then takes the high pixels of one image word and the low pixels
         # of the next (little-endian: lower addresses hold the low bits), one load per word.
-        # The image's word view starts at or before the image (`phase` pixels; see _words) and
+        # The image's word view starts at or before the image (`phase` pixels; _word_span) and
         # ends at its last whole word, so the last word or two of the image are moved as pixels.
         head = n
         body = 0
@@ -138,7 +138,7 @@ def _build_kernels(ti: Any) -> dict[str, Any]:
             if d == 0:
                 for j in range(body):
                     canvas_w[wd + j] = img_w[ws + j]
-            else:
+            elif body > 0:  # (img_w[ws] may be the partial word past the view when body is 0)
                 low = d * (64 // lanes)  # bits of the first word's pixels that precede the run
                 word = img_w[ws]
                 for j in range(body):
@@ -299,15 +299,18 @@ def _word_span(t: torch.Tensor, before: bool) -> tuple[int, int] | None:
     """``(address, bytes)`` of the 8-byte words the kernel may read (``before``: an image) or
     write (a canvas) for ``t``, or None when there is not one whole word.
 
-    A canvas's words are its own whole words from its first byte, which must be 8-byte aligned
-    (the kernel writes no byte outside it). An image's start at the aligned word that holds its
-    first byte, inside its storage (read, never written; the bytes before the image are shifted
-    out), so an image at an odd address moves words too. Either ends at the last whole word: a
-    tail shorter than a word is left out, and the kernel moves it as pixels.
+    Only for a storage that starts on a word (the allocator's always do; ``torch.frombuffer``'s
+    need not): then the words are whole words of the storage, and ``t``'s address is a multiple
+    of its element size, so its phase is a whole number of pixels. A canvas's words are its own
+    whole words from its first byte, which must be 8-byte aligned (the kernel writes no byte
+    outside it). An image's start at the aligned word that holds its first byte (read, never
+    written; the bytes before the image are shifted out), so an image at an odd address moves
+    words too. Either ends at the last whole word: a tail shorter than a word is left out, and
+    the kernel moves it as pixels.
     """
     address = t.data_ptr()
     start = address - address % 8
-    if start != address and not (before and start >= t.untyped_storage().data_ptr()):
+    if (start != address and not before) or t.untyped_storage().data_ptr() % 8:
         return None
     size = (address + t.numel() * t.element_size()) // 8 * 8 - start
     return (start, size) if size >= 8 else None
