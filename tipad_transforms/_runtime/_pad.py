@@ -242,15 +242,21 @@ def _build_kernels(ti: Any) -> dict[str, Any]:
                 iy, src_row, tx0, ty, first = s[0], s[1], s[2], s[3], s[4]
                 for big_y in range(y0, y0 + ti.min(_ROW_BLOCK, out_h - y0)):
                     row = (plane * out_h + big_y) * out_w
+                    # Standard modes: every canvas row is an image row (the row map's) whose
+                    # columns [left, left + w) map to themselves, so rows above and below the
+                    # image copy that stretch as the image's own rows do, not pixel by pixel.
                     inside = 0 <= iy < h
-                    if inside:
-                        copy_run(img, canvas, img_w, canvas_w, first + iy * w, row + left, w,
-                                 phase, lanes, backward)
                     if ti.static(not tiled):
                         src_row = first + meta[maps + big_y] * w
-                    # The border of a row is [0, left) and [left + w, out_w) beside the image,
-                    # the whole row above or below it; one call site keeps the kernel small,
-                    # and a trip count LLVM cannot fold keeps it from unrolling the call twice.
+                        inside = True
+                    if inside:
+                        copy_run(img, canvas, img_w, canvas_w,
+                                 src_row if ti.static(not tiled) else first + iy * w, row + left,
+                                 w, phase, lanes, backward)  # fmt: skip
+                    # The border of a row is [0, left) and [left + w, out_w) beside the image
+                    # (beside its stretch), the whole row above or below it; one call site
+                    # keeps the kernel small, and a trip count LLVM cannot fold keeps it from
+                    # unrolling the call twice.
                     for part in range(2 if inside else 1):
                         x0 = 0
                         x1 = out_w if part == 0 else 0
