@@ -311,7 +311,8 @@ class PadCollate:
         regions = None
         if self.return_regions:
             table = torch.cat([placement, torch.tensor(sizes, dtype=torch.int64)], dim=1)
-            regions = Regions(table, device=padded.device)
+            # Built (and checked) on the CPU, then one copy to the batch's device.
+            regions = Regions(table, canvas_size=size).to(padded.device)
         canvas = Canvas(size, placement, sizes, self.mask_fill, self._device)
         like = read.containers[0]
         if read.kind == "image":

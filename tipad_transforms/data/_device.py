@@ -11,7 +11,8 @@ from torch.utils.data import get_worker_info
 from torchvision import tv_tensors
 from torchvision.transforms import v2
 
-from ._tree import apply_to_image, image_slot, is_container, is_plain_tensor, replace
+from ._regions import Regions
+from ._tree import apply_to_image, image_slot, is_container, is_plain_tensor, iter_tensors, replace
 
 __all__ = [
     "Transforms",
@@ -61,13 +62,59 @@ def apply_transforms(batch: Any, transforms: tuple[Callable[[Any], Any], ...]) -
     transform does to its type, so after a pad the ``Regions``, boxes, keypoints and masks of a
     ``PadCollate`` batch follow the grown canvas, and plain tensors (labels) pass through. The
     image comes back in its own type. Any other callable gets the image batch alone.
+
+    Raises ValueError naming the regions where a batch that holds ``Regions`` meets a transform
+    that moves pixels by its own code, past the per-type kernels (``UNFOLLOWABLE``).
     """
     for t in transforms:
         if isinstance(t, v2.Transform):
+            if any(isinstance(x, Regions) for x in iter_tensors(batch)):
+                check_followable(t)
             batch = _transform_structure(batch, t)
         else:
             batch = apply_to_image(batch, t)
     return batch
+
+
+# torchvision transforms that move or mix pixels by their own code, image by image, instead of
+# through a functional with per-type kernels: Regions (like BoundingBoxes, which these refuse)
+# would pass through them untouched, describing pixels that are no longer there.
+UNFOLLOWABLE: tuple[type[v2.Transform], ...] = (
+    v2.AutoAugment,
+    v2.RandAugment,
+    v2.TrivialAugmentWide,
+    v2.AugMix,
+    v2.CutMix,
+    v2.MixUp,
+    v2.LinearTransformation,
+)
+
+
+def _nested(t: Any) -> list[Any]:
+    """``t`` and the transforms it holds (``v2.Compose``, ``RandomApply``, ``RandomChoice``,
+    ``RandomOrder`` keep theirs in a plain ``transforms`` list)."""
+    found, stack = [], [t]
+    while stack:
+        current = stack.pop()
+        found.append(current)
+        inner = getattr(current, "transforms", None)
+        if isinstance(inner, (Sequence, torch.nn.ModuleList)) and not isinstance(inner, str):
+            stack.extend(inner)
+    return found
+
+
+def check_followable(t: Any) -> None:
+    """ValueError naming the regions if ``t`` holds a transform they cannot follow."""
+    for inner in _nested(t):
+        if isinstance(inner, UNFOLLOWABLE):
+            raise ValueError(
+                f"the batch holds Regions, which {type(inner).__name__} cannot move: it changes "
+                "the images' pixels by its own code (torchvision refuses BoundingBoxes and masks "
+                "there for the same reason), so the regions would describe pixels that are no "
+                f"longer where they say. Apply {type(inner).__name__} to a batch without regions "
+                "(PadCollate(return_regions=False)), or use transforms that move them: flips, "
+                "resizes, crops, pads, translate/scale affines"
+            )
 
 
 def _transform_structure(batch: Any, t: v2.Transform) -> Any:
