@@ -142,13 +142,17 @@ class PadCollate:
         generator: ``torch.Generator`` for the draws (placement, offsets); default torch's
             global RNG. Inside DataLoader workers the draws come from a generator derived from it
             and the worker's seed, so they differ between workers and epochs and repeat with the
-            same seeds (``tipad_transforms._seeding``).
+            same seeds (``tipad_transforms._seeding``). It travels to ``spawn`` and
+            ``forkserver`` workers as its state's bytes, so every start
+            method draws what a ``fork`` worker would.
 
     Samples and what comes back (``B`` samples, canvas ``(H, W)``): each sample is an image
     (tensor ``(C, h, w)``, or ``(h, w)`` for all samples, becoming ``C = 1``; ``tv_tensors.Image``;
-    PIL image, converted to a uint8 ``(C, h, w)`` tensor as ``v2.PILToTensor``) or a tuple, list
-    or dict holding one (the image is the first ``tv_tensors.Image`` or PIL image, else the
-    ``"image"`` key of a dict, else the first plain tensor). The result has
+    PIL image, converted to a uint8 ``(C, h, w)`` tensor as ``v2.PILToTensor``; numpy array
+    ``(h, w, C)`` or ``(h, w)`` as cv2 and Albumentations give them, read as ``v2.ToImage``
+    reads them: ``(C, h, w)``, dtype kept, copied) or a tuple, list or dict holding one (the
+    image is the first ``tv_tensors.Image`` or PIL image, else the ``"image"`` key of a dict,
+    else the first plain tensor or numpy array). The result has
     ``torch.utils.data.default_collate``'s structure with:
 
     * the image replaced by the padded batch ``(B, C, H, W)`` (a ``tv_tensors.Image`` if the
@@ -158,14 +162,16 @@ class PadCollate:
     * ``tv_tensors.Mask``: padded with ``mask_fill`` at its sample's placement and stacked; a
       dict holding boxes or keypoints (torchvision's detection target) stays a list of
       per-sample dicts, its masks padded but not stacked;
-    * anything else: ``default_collate``.
+    * anything else: ``default_collate`` (a plain tensor or array of another size per sample
+      is refused with a ``ValueError``; where it has its image's size, the message says to
+      give masks as ``tv_tensors.Mask``).
 
     With ``return_regions=True`` the batch also says where each real image lies in its canvas:
-    a ``Regions`` ``(B, 4)`` int64 tensor of ``(top, left, h, w)`` (``images[i, :, top:top+h,
-    left:left+w]`` is image ``i``), so a loss can mask the padding. Bare images give
-    ``(images, regions)``; tuples/lists get it appended; dicts get it under the key
-    ``"region"``. ``Regions`` follow a pad applied later on the batch (``DeviceLoader``,
-    ``GPUCollate`` transforms).
+    a ``Regions`` ``(B, 4)`` int64 tensor of ``(top, left, h, w)`` with ``canvas_size`` ``(H,
+    W)`` (``images[i, :, top:top+h, left:left+w]`` is image ``i``), so a loss can mask the
+    padding. Bare images give ``(images, regions)``; tuples/lists get it appended; dicts get it
+    under the key ``"region"``. ``Regions`` follow every geometric transform applied later
+    (``DeviceLoader``, ``GPUCollate`` transforms, ``v2.Compose``) as boxes do.
 
     ``make_params(sizes)`` draws a batch's parameters; ``collate(samples, params=...)``
     replays them exactly.
@@ -176,7 +182,8 @@ class PadCollate:
             image of another rank (a 2-D image among 3-D ones), channel count, dtype or device
             than ``samples[0]``'s; a sample larger than a fixed ``size``; boxes whose
             ``canvas_size`` or masks whose size differ from their image's; fields that
-            ``default_collate`` cannot stack.
+            ``default_collate`` cannot stack; a numpy image of another rank than 2 or 3 or of
+            a non-real dtype.
 
     Examples:
         >>> import torch
@@ -428,10 +435,10 @@ class GPUCollate(PadCollate):
 
     Args:
         device: where to build the batch (``"cuda"``: the current CUDA device).
-        transforms: a callable or a sequence of callables applied in order to the padded image
-            batch ``(B, C, H, W)`` on the device, e.g. ``BrickPad(8, random_offset=True)`` (one
-            draw per sample, one launch) or ``v2.Normalize``; see ``DeviceLoader`` for how a
-            transform sees the batch.
+        transforms: a callable or a sequence of callables applied in order to the padded
+            batch on the device, e.g. ``BrickPad(8, random_offset=True)`` (one draw per sample,
+            one launch), ``v2.RandomResizedCrop`` (targets and regions follow) or
+            ``v2.Normalize``; see ``DeviceLoader`` for how a transform sees the batch.
         **kwargs: ``PadCollate``'s arguments.
 
     Returns: as ``PadCollate``, every tensor on ``device``.
