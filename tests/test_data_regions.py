@@ -459,7 +459,7 @@ def test_regions_keep_their_canvas_through_copies_and_pickling() -> None:
         (([[0, 0, 1, 1]],), {"canvas_size": 4}, TypeError, "canvas_size must be"),
         (([[0, 0, 1, 1]],), {"canvas_size": (4.0, 4)}, TypeError, "canvas_size must be"),
         (([[0, 0, 1, 1]],), {"canvas_size": "44"}, TypeError, "canvas_size must be"),
-        (([[0, 0, 1, 1]],), {"canvas_size": (4, -1)}, ValueError, "canvas_size must be >= 0"),
+        (([[0, 0, 1, 1]],), {"canvas_size": (4, -1)}, ValueError, "canvas_size must lie in"),
     ],
 )
 def test_bad_regions_name_what_is_wrong(

@@ -141,9 +141,7 @@ def test_without_a_launcher_the_process_binds_local_rank_0(cuda_state: dict[str,
 
 
 @pytest.mark.parametrize("index", [0, 1, 3])
-def test_binding_the_same_index_again_is_a_no_op(
-    cuda_state: dict[str, Any], index: int
-) -> None:
+def test_binding_the_same_index_again_is_a_no_op(cuda_state: dict[str, Any], index: int) -> None:
     # 0.5.2: the second bind_device(1) raised "local rank 1 has no GPU" (the first had
     # narrowed the variable to one entry).
     assert bind_device(index) == torch.device("cuda", 0)

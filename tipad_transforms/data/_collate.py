@@ -15,7 +15,15 @@ import torch
 from torchvision import tv_tensors
 
 from .. import functional as F
-from .._checks import Number, check_flag, check_generator, check_int, check_number, is_int
+from .._checks import (
+    INT32_MAX,
+    Number,
+    check_flag,
+    check_generator,
+    check_int,
+    check_number,
+    is_int,
+)
 from .._geometry import check_mode
 from .._seeding import worker_generator
 from ..functional._brick import brick_channels, brick_tile_size
@@ -58,7 +66,7 @@ class GeneratorState:
 
 
 def _check_pair(value: Any, name: str) -> tuple[int, int] | None:
-    """None, an int ``s`` (``(s, s)``) or a pair of ints, each >= 1."""
+    """None, an int ``s`` (``(s, s)``) or a pair of ints, each in ``[1, 2**31 - 1]``."""
     if value is None:
         return None
     pair = [value, value] if is_int(value) else value
@@ -71,17 +79,53 @@ def _check_pair(value: Any, name: str) -> tuple[int, int] | None:
         raise TypeError(f"{name} must be None, an int or a pair of ints (H, W), got {value!r}")
     if min(pair) < 1:
         raise ValueError(f"{name} must be >= 1, got {value!r}")
+    if max(pair) > INT32_MAX:
+        raise ValueError(f"{name} must be at most {INT32_MAX} pixels per side, got {value!r}")
     return int(pair[0]), int(pair[1])
+
+
+def _check_sizes(sizes: Any) -> list[tuple[int, int]]:
+    """``sizes``: a non-empty sequence of ``(h, w)`` pairs of ints >= 0."""
+    if isinstance(sizes, (str, bytes, torch.Tensor)) or not isinstance(sizes, Sequence):
+        raise TypeError(f"sizes must be a sequence of (h, w) pairs, got {type(sizes).__name__}")
+    if len(sizes) == 0:
+        raise ValueError("got an empty batch: sizes must hold at least one (h, w)")
+    out = []
+    for i, size in enumerate(sizes):
+        if (
+            isinstance(size, (str, bytes))
+            or not isinstance(size, Sequence)
+            or len(size) != 2
+            or not all(is_int(v) for v in size)
+        ):
+            raise TypeError(f"sizes[{i}] must be a pair of ints (h, w), got {size!r}")
+        if min(size) < 0:
+            raise ValueError(f"sizes[{i}] must be >= 0, got {tuple(size)}")
+        out.append((int(size[0]), int(size[1])))
+    return out
 
 
 def _check_fill(fill: Any) -> Fill:
     numbers = (int, float, bool)
     if isinstance(fill, numbers):
         return fill
-    if isinstance(fill, Sequence) and not isinstance(fill, str):
+    # bytes and str are sequences too (b"12" would read as the fill [49, 50]).
+    if isinstance(fill, Sequence) and not isinstance(fill, (str, bytes, bytearray)):
         if all(isinstance(f, numbers) for f in fill):
             return list(fill)
     raise TypeError(f"fill must be a number or a sequence of numbers, got {fill!r}")
+
+
+def _check_texture(texture: Any) -> None:
+    """A real tensor with data: the tile is read on every call."""
+    if isinstance(texture, torch.Tensor) and (
+        texture.layout != torch.strided or texture.is_quantized or texture.device.type == "meta"
+    ):
+        kind = "quantized" if texture.is_quantized else f"{texture.layout} on {texture.device}"
+        raise TypeError(
+            f"texture must be a dense tensor with data (strided, not quantized, not on meta), "
+            f"got a {kind} tensor"
+        )
 
 
 @dataclass
@@ -229,6 +273,7 @@ class PadCollate:
                 raise ValueError(
                     f"texture is for padding_mode='texture', got padding_mode={padding_mode!r}"
                 )
+            _check_texture(texture)
             bank = as_bank(texture)
             if bank.shape[0] != 1:
                 raise ValueError(
@@ -277,8 +322,10 @@ class PadCollate:
     def canvas_size(self, sizes: Sequence[tuple[int, int]]) -> tuple[int, int]:
         """The canvas ``(H, W)`` for images of ``sizes`` ``[(h, w), ...]``.
 
-        Raises ValueError naming the first sample larger than a fixed ``size``.
+        Raises ValueError naming the first sample larger than a fixed ``size``; TypeError /
+        ValueError naming ``sizes`` when it is not a non-empty list of ``(h, w)`` int pairs.
         """
+        sizes = _check_sizes(sizes)
         if self.size is not None:
             for i, (h, w) in enumerate(sizes):
                 if h > self.size[0] or w > self.size[1]:
@@ -300,9 +347,8 @@ class PadCollate:
         (B, 2) (oy, ox)}``, on the CPU. Draws, in this order: the placements (``"random"``),
         then the lattice offsets (texture mode with ``random_offset``).
         """
+        sizes = _check_sizes(sizes)
         n = len(sizes)
-        if n == 0:
-            raise ValueError("got an empty batch: sizes must hold at least one (h, w)")
         out_h, out_w = self.canvas_size(sizes)
         slack = torch.tensor([(out_h - h, out_w - w) for h, w in sizes], dtype=torch.int64)
         gen = worker_generator(self.generator)
@@ -417,8 +463,19 @@ def _check_params(params: Any, n: int) -> tuple[tuple[int, int], torch.Tensor, t
     out = []
     for name in ("placement", "offset"):
         value = params[name]
-        if not isinstance(value, torch.Tensor) or tuple(value.shape) != (n, 2):
-            raise ValueError(f"params[{name!r}] must be an int tensor of shape ({n}, 2)")
+        if (
+            not isinstance(value, torch.Tensor)
+            or tuple(value.shape) != (n, 2)
+            or value.dtype == torch.bool
+            or value.is_floating_point()
+            or value.is_complex()
+        ):
+            got = (
+                f"{value.dtype} {tuple(value.shape)}"
+                if isinstance(value, torch.Tensor)
+                else type(value).__name__
+            )
+            raise ValueError(f"params[{name!r}] must be an int tensor of shape ({n}, 2), got {got}")
         out.append(value.to("cpu", torch.int64))
     return size, out[0], out[1]
 

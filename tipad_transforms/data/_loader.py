@@ -140,6 +140,11 @@ class DeviceLoader:
         self.prefetch = prefetch
 
     def __len__(self) -> int:
+        if not hasattr(self.loader, "__len__"):
+            raise TypeError(
+                f"len() of a DeviceLoader is its loader's, and a {type(self.loader).__name__} "
+                "has no length (a DataLoader, a list, any Sized loader has one)"
+            )
         return len(self.loader)  # type: ignore[arg-type]
 
     @property
@@ -159,7 +164,12 @@ class DeviceLoader:
 
     def set_epoch(self, epoch: int) -> None:
         """Pass ``epoch`` on to the loader (if it has ``set_epoch``) or else to its sampler and
-        batch sampler (``DistributedSampler`` reshuffles per epoch); no-op where none has one."""
+        batch sampler (``DistributedSampler`` reshuffles per epoch); no-op where none has one.
+        TypeError if ``epoch`` is not an int, ValueError if it is negative."""
+        if isinstance(epoch, bool) or not isinstance(epoch, int):
+            raise TypeError(f"epoch must be an int, got {type(epoch).__name__}")
+        if epoch < 0:
+            raise ValueError(f"epoch must be >= 0, got {epoch}")
         own = getattr(self.loader, "set_epoch", None)
         if callable(own):
             own(epoch)

@@ -27,7 +27,7 @@ from torchvision import tv_tensors
 from torchvision.transforms.v2 import functional as tvF
 
 from .. import functional as F
-from .._checks import is_int
+from .._checks import INT32_MAX, is_int
 from .._geometry import parse_padding
 
 __all__ = ["Regions"]
@@ -45,8 +45,8 @@ def _check_canvas(canvas_size: Any) -> Canvas | None:
         or not all(is_int(v) for v in canvas_size)
     ):
         raise TypeError(f"canvas_size must be None or a pair of ints (H, W), got {canvas_size!r}")
-    if min(canvas_size) < 0:
-        raise ValueError(f"canvas_size must be >= 0, got {tuple(canvas_size)}")
+    if min(canvas_size) < 0 or max(canvas_size) > INT32_MAX:
+        raise ValueError(f"canvas_size must lie in [0, {INT32_MAX}], got {tuple(canvas_size)}")
     return int(canvas_size[0]), int(canvas_size[1])
 
 
@@ -59,7 +59,8 @@ class Regions(tv_tensors.TVTensor):
         canvas_size: ``(H, W)`` of the images the rows refer to, as ``BoundingBoxes`` has it;
             every transform but a pad needs it (a flip must know the width). ``None``: unknown
             (pads still move the rows; other geometric transforms raise ``ValueError``).
-        dtype: an integer dtype (default int64). device, requires_grad: as for any tv_tensor.
+        dtype: an integer dtype (default int64); float data must hold whole numbers.
+        device, requires_grad: as for any tv_tensor.
 
     A plain tensor otherwise: indexing and arithmetic return plain tensors, as for every
     tv_tensor; ``.to()``, ``.clone()``, ``.detach()`` and pickling keep the type and the
@@ -67,8 +68,10 @@ class Regions(tv_tensors.TVTensor):
 
     Raises:
         ValueError: not ``(B, 4)``; a negative height or width, a negative top or left, or a
-            row that leaves the canvas; a negative ``canvas_size``.
-        TypeError: a non-integer dtype; ``canvas_size`` not a pair of ints.
+            row that leaves the canvas; non-integer values; ``canvas_size`` negative or over
+            ``2**31 - 1``.
+        TypeError: a non-integer dtype; data that is no array of numbers; a bad device;
+            ``canvas_size`` not a pair of ints.
     """
 
     canvas_size: Canvas | None
@@ -89,7 +92,27 @@ class Regions(tv_tensors.TVTensor):
         requires_grad: bool | None = None,
     ) -> Regions:
         canvas = _check_canvas(canvas_size)
-        tensor = cls._to_tensor(data, dtype=dtype, device=device, requires_grad=requires_grad)
+        if dtype is not None and (
+            not isinstance(dtype, torch.dtype)
+            or dtype == torch.bool
+            or dtype.is_floating_point
+            or dtype.is_complex
+        ):
+            raise TypeError(f"Regions must have an integer dtype, got {dtype!r}")
+        try:
+            raw = torch.as_tensor(data)
+            if device is not None:
+                torch.device(device)  # a bad name raises here, not deep in a copy
+        except (TypeError, ValueError, RuntimeError, OverflowError) as exc:
+            raise TypeError(
+                f"Regions: data must be (B, 4) integers (a tensor or nested lists), and device a "
+                f"torch device; got data of type {type(data).__name__}: {exc}"
+            ) from exc
+        if raw.is_floating_point() and raw.device.type != "meta":
+            # Whole pixels only: a cast would truncate 0.5 to 0 without a word.
+            if not bool(torch.isfinite(raw).all() and (raw == raw.round()).all()):
+                raise ValueError("Regions must hold whole pixel counts, got non-integer values")
+        tensor = cls._to_tensor(raw, dtype=dtype, device=device, requires_grad=requires_grad)
         if tensor.dtype == torch.bool or tensor.is_floating_point() or tensor.is_complex():
             raise TypeError(f"Regions must have an integer dtype, got {tensor.dtype}")
         if tensor.dim() != 2 or tensor.shape[-1] != 4:
@@ -125,7 +148,7 @@ class Regions(tv_tensors.TVTensor):
 
 
 def _check_rows(rows: torch.Tensor, canvas: Canvas | None) -> None:
-    if rows.numel() == 0:
+    if rows.numel() == 0 or rows.device.type == "meta":  # meta: no values to check
         return
     top, left, h, w = rows.detach().to("cpu", torch.int64).unbind(-1)
     if bool((h < 0).any() | (w < 0).any()):

@@ -162,10 +162,23 @@ def read_samples(samples: Any) -> Samples:
 def _check_like(image: torch.Tensor, ref: torch.Tensor, i: int, where: str) -> None:
     """``image`` (sample ``i``) has ``ref``'s (sample 0's) rank, channels, dtype, device."""
     name = f"samples[{i}]{where}"
+    if image.is_quantized or image.is_nested or image.layout != torch.strided:
+        kind, fix = (
+            ("quantized", ".dequantize()")
+            if image.is_quantized
+            else ("nested", "one image per sample")
+            if image.is_nested
+            else (str(image.layout), ".to_dense()")
+        )
+        raise TypeError(
+            f"{name}: the image must be a dense tensor, got a {kind} one (in the dataset: {fix})"
+        )
     if image.dim() not in (2, 3):
         raise ValueError(f"{name}: the image must be (C, H, W) or (H, W), got {tuple(image.shape)}")
     if image.is_complex():
         raise TypeError(f"{name}: the image must be real, got dtype {image.dtype}")
+    if image.shape[-1] == 0 or image.shape[-2] == 0:
+        raise ValueError(f"{name}: the image is empty, {tuple(image.shape)}: it needs a pixel")
     if image.dim() != ref.dim():
         raise ValueError(
             f"{name}: the image is {image.dim()}-D {tuple(image.shape)}, samples[0]'s is "
