@@ -25,6 +25,7 @@ from typing import Any
 import pytest
 import torch
 from torch.nn import functional as nnF
+from torch.utils.data import DataLoader
 from torchvision import tv_tensors
 from torchvision.transforms import v2
 from torchvision.transforms.v2 import functional as tvF
@@ -476,3 +477,18 @@ def test_good_regions() -> None:
     # int32 rows stay int32 through a transform.
     moved = v2.RandomHorizontalFlip(p=1)(regions)
     assert moved.dtype == torch.int32 and moved.tolist() == [[0, 0, 2, 3]]
+
+
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA device")
+def test_regions_on_cuda_through_pinned_memory_and_the_side_stream() -> None:
+    samples = [(torch.ones(3, h, w), i) for i, (h, w) in enumerate(SIZES)]
+    collate = PadCollate(CANVAS, padding_mode="constant", return_regions=True)
+    loader = DataLoader(samples, batch_size=2, collate_fn=collate, pin_memory=True)
+    transforms = [v2.RandomHorizontalFlip(p=1), v2.Resize(12)]
+    seen = 0
+    for images, _, regions in DeviceLoader(loader, "cuda", transforms):
+        assert type(regions) is Regions and regions.device.type == "cuda"
+        assert regions.canvas_size == (12, 18) == images.shape[-2:]
+        _check_pixels(images.cpu(), regions.cpu())
+        seen += 1
+    assert seen == 2
