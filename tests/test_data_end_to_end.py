@@ -229,6 +229,18 @@ def test_per_sample_names_what_it_cannot_split(batch: Any, match: str) -> None:
         PerSample(v2.RandomHorizontalFlip())(batch)
 
 
+def test_per_sample_refuses_transforms_that_change_the_structure() -> None:
+    batch = (torch.zeros(2, 3, 8, 8), torch.tensor([0, 1]))
+    with pytest.raises(ValueError, match=r"turned the samples' batch\[0\] into tuple"):
+        PerSample(v2.FiveCrop(4))(batch)
+    empty = (torch.zeros(0, 3, 8, 8), torch.zeros(0))
+    assert PerSample(v2.RandomHorizontalFlip())(empty) is empty
+    # On the batch itself the five crops come back, plain as the images went in.
+    ((crops, labels),) = DeviceLoader([batch], "cpu", v2.FiveCrop(4))
+    assert len(crops) == 5 and all(type(c) is torch.Tensor for c in crops)
+    assert crops[0].shape == (2, 3, 4, 4) and torch.equal(labels, batch[1])
+
+
 def test_per_sample_takes_plain_callables_and_refuses_non_callables() -> None:
     batch = (torch.arange(2 * 1 * 2 * 2.0).reshape(2, 1, 2, 2), torch.tensor([3, 4]))
     images, labels = PerSample(lambda im: im * 2)(batch)

@@ -133,7 +133,7 @@ def _transform_structure(batch: Any, t: v2.Transform) -> Any:
     if plain or not is_container(batch):
         images = tv_tensors.Image(batch) if plain else batch
         out = t(images)
-        return out.as_subclass(torch.Tensor) if plain else out
+        return _unwrap(out) if plain else out
     slot = image_slot(batch)
     if slot is None:
         raise TypeError(
@@ -143,7 +143,17 @@ def _transform_structure(batch: Any, t: v2.Transform) -> Any:
     image = batch[slot]
     wrapped = is_plain_tensor(image)
     out = t(replace(batch, slot, tv_tensors.Image(image) if wrapped else image))
-    return replace(out, slot, out[slot].as_subclass(torch.Tensor)) if wrapped else out
+    return replace(out, slot, _unwrap(out[slot])) if wrapped else out
+
+
+def _unwrap(value: Any) -> Any:
+    """The images a transform returned for a plain image, plain again (``FiveCrop`` returns a
+    tuple of them)."""
+    if isinstance(value, torch.Tensor):
+        return value.as_subclass(torch.Tensor)
+    if isinstance(value, (tuple, list)):
+        return rebuild(value, [_unwrap(v) for v in value])
+    return value
 
 
 def cuda_guard(device: torch.device, who: str) -> None:
@@ -230,6 +240,8 @@ class PerSample(v2.Transform):
                 f"tuple/list/dict holding one), got {type(batch).__name__} with image {shape}"
             )
         n = int(image.shape[0])
+        if n == 0:
+            return batch  # no sample, no draw
         plan, samples = _split(batch, n, "batch", top=True)
         outs = [apply_transforms(sample, (self.inner,)) for sample in samples]
         return _join(plan, outs, "batch", self.inner)
@@ -307,6 +319,11 @@ def _join(plan: _Plan, values: list[Any], path: str, t: Any) -> Any:
             [_join(p, [v[j] for v in values], f"{path}[{j}]", t) for j, p in enumerate(inner)],
         )
     first = values[0]
+    if not all(isinstance(v, torch.Tensor) for v in values):
+        raise ValueError(
+            f"PerSample({t!r}) turned the samples' {path} into {type(first).__name__}: the "
+            "transform must keep each sample's structure (a tensor stays a tensor)"
+        )
     shapes = {tuple(v.shape) for v in values}
     canvases = {getattr(v, "canvas_size", None) for v in values}
     if len(shapes) > 1 or len(canvases) > 1:
