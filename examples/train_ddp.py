@@ -136,10 +136,8 @@ def main(argv: list[str] | None = None) -> None:
 
     launched = "WORLD_SIZE" in os.environ
     # First thing: this process sees its own GPU only, as cuda:0 (cpu where there is none).
-    if args.device == "cpu":
-        device = torch.device("cpu")
-    else:
-        device = bind_device() if launched else bind_device(0)
+    # Without torchrun (no LOCAL_RANK) it is its node's only process: local rank 0.
+    device = torch.device("cpu") if args.device == "cpu" else bind_device()
     if launched:
         dist.init_process_group("nccl" if device.type == "cuda" else "gloo")
     rank = dist.get_rank() if launched else 0
@@ -153,7 +151,8 @@ def main(argv: list[str] | None = None) -> None:
     )
     workers: dict[str, Any] = {}
     if args.workers:
-        # forkserver workers run the kernel (a fork of a process running Taichi would not).
+        # forkserver workers run the kernel (a fork of a process running Taichi would not);
+        # PadCollate sends them its rank_generator as the generator's state.
         workers = {"multiprocessing_context": "forkserver", "persistent_workers": True}
     loader = DataLoader(
         dataset,

@@ -53,6 +53,7 @@ def cuda_state(monkeypatch: pytest.MonkeyPatch) -> dict[str, Any]:
     state: dict[str, Any] = {"physical": 4, "runtime": None, "initialized": False, "count": 4}
     monkeypatch.delenv("CUDA_VISIBLE_DEVICES", raising=False)
     monkeypatch.delenv("LOCAL_RANK", raising=False)
+    monkeypatch.setattr(distributed, "_bound", None)  # each test is a fresh process
 
     def runtime_count() -> int:
         if state["runtime"] is not None:
@@ -131,6 +132,30 @@ def test_a_process_bound_by_its_launcher_stays_bound(
         bind_device(1)  # an explicit index must exist
 
 
+def test_without_a_launcher_the_process_binds_local_rank_0(cuda_state: dict[str, Any]) -> None:
+    # 0.5.2: "LOCAL_RANK is not set" under a plain `python script.py`.
+    assert bind_device() == torch.device("cuda", 0)
+    assert os.environ["CUDA_VISIBLE_DEVICES"] == "0"
+    assert bind_device() == torch.device("cuda", 0)  # again: a no-op
+    assert os.environ["CUDA_VISIBLE_DEVICES"] == "0"
+
+
+@pytest.mark.parametrize("index", [0, 1, 3])
+def test_binding_the_same_index_again_is_a_no_op(cuda_state: dict[str, Any], index: int) -> None:
+    # 0.5.2: the second bind_device(1) raised "local rank 1 has no GPU" (the first had
+    # narrowed the variable to one entry).
+    assert bind_device(index) == torch.device("cuda", 0)
+    assert os.environ["CUDA_VISIBLE_DEVICES"] == str(index)
+    assert bind_device(index) == torch.device("cuda", 0)
+    assert os.environ["CUDA_VISIBLE_DEVICES"] == str(index)
+    # A process already started CUDA on its one GPU: still the same answer.
+    cuda_state.update(initialized=True, count=1)
+    assert bind_device(index) == torch.device("cuda", 0)
+    if index > 1:  # a rank beyond the one device this process sees now
+        with pytest.raises(ValueError, match=r"local rank 1 has no GPU.*names 1 device"):
+            bind_device(1)
+
+
 def test_no_gpu_gives_cpu_with_the_variable_set(
     cuda_state: dict[str, Any], monkeypatch: pytest.MonkeyPatch
 ) -> None:
@@ -143,7 +168,6 @@ def test_no_gpu_gives_cpu_with_the_variable_set(
 @pytest.mark.parametrize(
     ("visible", "local", "index", "error", "match"),
     [
-        (None, None, None, ValueError, "LOCAL_RANK is not set"),
         (None, "one", None, ValueError, "LOCAL_RANK must be an integer"),
         (None, None, -1, ValueError, "index must be >= 0"),
         (None, None, 1.0, TypeError, "index must be an int"),
@@ -232,6 +256,15 @@ def test_rank_generators_differ_by_rank_and_repeat(monkeypatch: pytest.MonkeyPat
         rank_generator("3")  # type: ignore[arg-type]
     with pytest.raises(ValueError, match="rank must be an int >= 0"):
         rank_generator(3, -1)
+    with pytest.raises(TypeError, match="rank must be an int or None"):
+        rank_generator(3, "1")  # type: ignore[arg-type]
+    with pytest.raises(TypeError, match="rank must be an int or None"):
+        rank_generator(3, True)
+    monkeypatch.setenv("RANK", "two")
+    with pytest.raises(ValueError, match="RANK must be an integer >= 0, got 'two'"):
+        rank_generator(3)
+    with pytest.raises(TypeError, match="value must be a str or None"):
+        visible_devices(0)  # type: ignore[arg-type]
 
 
 # ---------------------------------------------------------------------------------------------
@@ -378,18 +411,34 @@ def runs(tmp_path_factory: pytest.TempPathFactory) -> dict[str, list[dict[str, A
             _example().main([*ARGS, *single, "--report-dir", str(folder / "single")])
         finally:
             torch.set_num_threads(threads)
-        for name in ("node", "nodes0", "nodes1", "spawn"):
+        # One forkserver DataLoader worker: rank_generator's generator travels in PadCollate.
+        workers = [*ARGS[:-1], "1", "--device", "cpu", "--batch-size", str(BATCH)]
+        children.start("workers", [str(EXAMPLE), *workers, "--report-dir", "workers"])
+        for name in ("node", "nodes0", "nodes1", "spawn", "workers"):
             output = children.wait(name)
             # Every rank ran the Taichi kernels (this process's run is held to it by conftest).
             assert "the Taichi kernel cannot run here" not in output, output[-3000:]
     finally:
         children.close()
     out: dict[str, list[dict[str, Any]]] = {}
-    for run, world in (("node", 2), ("nodes", 2), ("single", 1)):
+    for run, world in (("node", 2), ("nodes", 2), ("single", 1), ("workers", 1)):
         out[run] = [json.loads((folder / run / f"rank{r}.json").read_text()) for r in range(world)]
         print(f"{run}: " + ", ".join(f"rank {r['rank']} {r['wall_s']:.1f} s" for r in out[run]))
     out["spawn"] = [json.loads((folder / f"spawn{i}.json").read_text()) for i in range(2)]
     return out
+
+
+@pytest.mark.slow
+def test_the_example_trains_with_forkserver_workers(runs: dict[str, list[dict[str, Any]]]) -> None:
+    # 0.5.2: "DataLoader worker exited unexpectedly" (the generator could not be sent).
+    (report,) = runs["workers"]
+    assert len(report["epochs"]) == EPOCHS
+    for epoch in report["epochs"]:
+        assert len(epoch["steps"]) == SAMPLES // BATCH
+        labels = [lab for s in epoch["steps"] for lab in s["labels"]]
+        assert labels == [i % 4 for i in epoch["indices"]]
+    regions = [s["regions"] for e in report["epochs"] for s in e["steps"]]
+    assert len({str(r) for r in regions}) > 1, "the worker drew no random placements"
 
 
 @pytest.mark.slow

@@ -3,10 +3,12 @@ one namespace per file (as a reader runs them top to bottom), with its printed c
 
 Blocks written as ``>>>`` sessions are doctests (their outputs are the claims); other Python
 blocks run as scripts and state their claims with ``assert``. A block guarded by
-``if __name__ == "__main__":`` (spawned DataLoader workers import the main module again) runs as
-a script of its own in a fresh interpreter. Blocks in other languages (bash, text) are left
-alone. Sybil (a well-kept doc-testing library) finds the blocks; each file is one test, so the
-repository's fixtures (conftest.py's guard against the torch fallback) apply to it.
+``if __name__ == "__main__":`` runs as a script of its own in a fresh interpreter: spawned
+DataLoader workers import the main module again, and a script may change its whole process
+(``bind_device`` narrows ``CUDA_VISIBLE_DEVICES``; the Ray recipe starts a local Ray). Blocks
+in other languages (bash, text) are left alone. Sybil (a well-kept doc-testing library) finds
+the blocks; each file is one test, so the repository's fixtures (conftest.py's guard against the
+torch fallback) apply to it.
 """
 
 from __future__ import annotations

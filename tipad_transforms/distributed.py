@@ -16,6 +16,7 @@ from __future__ import annotations
 import hashlib
 import os
 import warnings
+from dataclasses import dataclass
 
 import torch
 
@@ -33,6 +34,8 @@ def visible_devices(value: str | None) -> list[str] | None:
     """
     if value is None:
         return None
+    if not isinstance(value, str):
+        raise TypeError(f"value must be a str or None, got {type(value).__name__}")
     out: list[str] = []
     for raw in value.split(","):
         entry = raw.strip()
@@ -45,15 +48,13 @@ def visible_devices(value: str | None) -> list[str] | None:
 
 def local_rank(index: int | None = None) -> int:
     """``index`` if given, else the ``LOCAL_RANK`` the launcher set (torchrun, Ray Train, or a
-    SLURM wrapper that exports it). ValueError/TypeError naming the argument otherwise."""
+    SLURM wrapper that exports it), else 0: a process started without a launcher
+    (``python script.py``) is the node's only one. ValueError/TypeError naming the argument (or
+    ``LOCAL_RANK``) when it is not an int >= 0."""
     if index is None:
         raw = os.environ.get("LOCAL_RANK")
         if raw is None:
-            raise ValueError(
-                "index is None and LOCAL_RANK is not set: pass the process's local index "
-                "(torch.multiprocessing.spawn hands it to the function as its first argument) "
-                "or launch with torchrun, which sets LOCAL_RANK"
-            )
+            return 0
         if not raw.strip().isdigit():
             raise ValueError(f"LOCAL_RANK must be an integer >= 0, got {raw!r}")
         return int(raw)
@@ -96,6 +97,18 @@ def _too_late(visible: str | None, count: int, want: str) -> RuntimeError:
     )
 
 
+@dataclass(frozen=True)
+class _Binding:
+    """What the last ``bind_device`` of this process chose, to recognise a repeat."""
+
+    rank: int
+    visible: str | None  # CUDA_VISIBLE_DEVICES as that call left it
+    device: torch.device
+
+
+_bound: _Binding | None = None
+
+
 def bind_device(index: int | None = None) -> torch.device:
     """Make this process see one GPU, its rank's, as ``cuda:0``; return the device to use.
 
@@ -109,8 +122,11 @@ def bind_device(index: int | None = None) -> torch.device:
     entry in ``os.environ`` (which child processes inherit). When
     ``CUDA_VISIBLE_DEVICES`` already names exactly one device and ``index`` is not given, the
     process is taken as bound already (a Ray task or actor with ``num_gpus=1``, SLURM's
-    ``--gpus-per-task=1``) and it is kept, whatever ``LOCAL_RANK`` says. Calling it again is a
-    no-op.
+    ``--gpus-per-task=1``) and it is kept, whatever ``LOCAL_RANK`` says. Calling it again for
+    the same rank (``bind_device(1); bind_device(1)``, or ``bind_device()`` twice) is a no-op
+    that returns the same device, as long as ``CUDA_VISIBLE_DEVICES`` was left as the first
+    call set it. Without ``index`` and without ``LOCAL_RANK`` (a plain ``python script.py``)
+    the rank is 0.
 
     Works the same under ``torchrun`` (LOCAL_RANK), ``torch.multiprocessing.spawn`` (pass the
     process index), SLURM-style launchers that export ``LOCAL_RANK``, Ray Train, and on
@@ -121,16 +137,25 @@ def bind_device(index: int | None = None) -> torch.device:
         (no GPU, no driver, or a CPU build of torch).
 
     Raises:
-        TypeError / ValueError: ``index`` (or ``LOCAL_RANK``) missing, negative, not an int, or
-            beyond the visible devices (the message names them).
+        TypeError / ValueError: ``index`` (or ``LOCAL_RANK``) negative, not an int, or beyond
+            the visible devices (the message names them).
         RuntimeError: CUDA already started in this process with other devices visible: torch
             initialised CUDA, or a device query started the CUDA runtime (which reads
             ``CUDA_VISIBLE_DEVICES`` once): ``torch.cuda.is_available()`` does, unless
             ``PYTORCH_NVML_BASED_CUDA_CHECK=1``. The message says what to do instead.
     """
+    global _bound
     explicit = index is not None
     rank = local_rank(index)
     before = os.environ.get(VISIBLE)
+    if _bound is not None and _bound.rank == rank and _bound.visible == before:
+        return _bound.device  # a repeat: this process is bound to this rank's GPU already
+    device = _bind(rank, explicit, before)
+    _bound = _Binding(rank, os.environ.get(VISIBLE), device)
+    return device
+
+
+def _bind(rank: int, explicit: bool, before: str | None) -> torch.device:
     visible = visible_devices(before)
     if visible is not None and len(visible) == 1 and not explicit:
         want = visible[0]
@@ -177,6 +202,13 @@ def rank_generator(seed: int, rank: int | None = None) -> torch.Generator:
     ``BrickPad(generator=...)`` and ``DataLoader(generator=...)`` (each its own: pass
     ``rank_generator(seed + k)`` for the ``k``-th). ``rank`` defaults to
     ``torch.distributed.get_rank()`` when a process group is up, else ``RANK``, else 0.
+
+    The generator pickles as any ``torch.Generator``; ``PadCollate`` sends it to ``spawn`` and
+    ``forkserver`` DataLoader workers as its state's bytes.
+
+    Raises:
+        TypeError: ``seed`` not an int, ``rank`` not an int or None.
+        ValueError: ``rank`` (or ``RANK``) negative or not a number.
     """
     if isinstance(seed, bool) or not isinstance(seed, int):
         raise TypeError(f"seed must be an int, got {type(seed).__name__}")
@@ -184,8 +216,13 @@ def rank_generator(seed: int, rank: int | None = None) -> torch.Generator:
         if torch.distributed.is_available() and torch.distributed.is_initialized():
             rank = torch.distributed.get_rank()
         else:
-            rank = int(os.environ.get("RANK", "0"))
-    if isinstance(rank, bool) or not isinstance(rank, int) or rank < 0:
+            raw = os.environ.get("RANK", "0")
+            if not raw.strip().isdigit():
+                raise ValueError(f"RANK must be an integer >= 0, got {raw!r}")
+            rank = int(raw)
+    if isinstance(rank, bool) or not isinstance(rank, int):
+        raise TypeError(f"rank must be an int or None, got {type(rank).__name__}")
+    if rank < 0:
         raise ValueError(f"rank must be an int >= 0, got {rank!r}")
     digest = hashlib.blake2b(f"{seed}/{rank}".encode(), digest_size=8).digest()
     return torch.Generator().manual_seed(int.from_bytes(digest, "little") >> 1)

@@ -15,7 +15,15 @@ import torch
 from torchvision import tv_tensors
 
 from .. import functional as F
-from .._checks import Number, check_flag, check_generator, check_int, check_number, is_int
+from .._checks import (
+    INT32_MAX,
+    Number,
+    check_flag,
+    check_generator,
+    check_int,
+    check_number,
+    is_int,
+)
 from .._geometry import check_mode
 from .._seeding import worker_generator
 from ..functional._brick import brick_channels, brick_tile_size
@@ -26,13 +34,39 @@ from ._regions import Regions
 from ._samples import REGION_KEY, read_samples
 from ._targets import Canvas, collate_field
 
-__all__ = ["GPUCollate", "PadCollate"]
+__all__ = ["GPUCollate", "GeneratorState", "PadCollate"]
 
 PLACEMENTS = ("top_left", "center", "random")
 
 
+@dataclass(frozen=True)
+class GeneratorState:
+    """A ``torch.Generator`` as plain data (its device and its state's bytes), for pickling.
+
+    A DataLoader sends its ``collate_fn`` to each ``spawn``/``forkserver`` worker by pickling
+    it. torch pickles a generator as its device and its state *tensor*, which
+    ``torch.multiprocessing`` sends through shared memory, and a spawned process fails to map
+    that one (torch 2.14: "unable to resize file <filename not specified> to the right size"):
+    the worker dies before its first batch. As bytes, the worker's copy starts in exactly the
+    parent's state, so its draws are those a ``fork`` worker would make.
+    """
+
+    device: str
+    state: bytes
+
+    @classmethod
+    def of(cls, generator: torch.Generator) -> GeneratorState:
+        # get_state() is a CPU uint8 tensor whatever the generator's device.
+        return cls(str(generator.device), generator.get_state().numpy().tobytes())
+
+    def restore(self) -> torch.Generator:
+        generator = torch.Generator(self.device)
+        generator.set_state(torch.frombuffer(bytearray(self.state), dtype=torch.uint8))
+        return generator
+
+
 def _check_pair(value: Any, name: str) -> tuple[int, int] | None:
-    """None, an int ``s`` (``(s, s)``) or a pair of ints, each >= 1."""
+    """None, an int ``s`` (``(s, s)``) or a pair of ints, each in ``[1, 2**31 - 1]``."""
     if value is None:
         return None
     pair = [value, value] if is_int(value) else value
@@ -45,17 +79,53 @@ def _check_pair(value: Any, name: str) -> tuple[int, int] | None:
         raise TypeError(f"{name} must be None, an int or a pair of ints (H, W), got {value!r}")
     if min(pair) < 1:
         raise ValueError(f"{name} must be >= 1, got {value!r}")
+    if max(pair) > INT32_MAX:
+        raise ValueError(f"{name} must be at most {INT32_MAX} pixels per side, got {value!r}")
     return int(pair[0]), int(pair[1])
+
+
+def _check_sizes(sizes: Any) -> list[tuple[int, int]]:
+    """``sizes``: a non-empty sequence of ``(h, w)`` pairs of ints >= 0."""
+    if isinstance(sizes, (str, bytes, torch.Tensor)) or not isinstance(sizes, Sequence):
+        raise TypeError(f"sizes must be a sequence of (h, w) pairs, got {type(sizes).__name__}")
+    if len(sizes) == 0:
+        raise ValueError("got an empty batch: sizes must hold at least one (h, w)")
+    out = []
+    for i, size in enumerate(sizes):
+        if (
+            isinstance(size, (str, bytes))
+            or not isinstance(size, Sequence)
+            or len(size) != 2
+            or not all(is_int(v) for v in size)
+        ):
+            raise TypeError(f"sizes[{i}] must be a pair of ints (h, w), got {size!r}")
+        if min(size) < 0:
+            raise ValueError(f"sizes[{i}] must be >= 0, got {tuple(size)}")
+        out.append((int(size[0]), int(size[1])))
+    return out
 
 
 def _check_fill(fill: Any) -> Fill:
     numbers = (int, float, bool)
     if isinstance(fill, numbers):
         return fill
-    if isinstance(fill, Sequence) and not isinstance(fill, str):
+    # bytes and str are sequences too (b"12" would read as the fill [49, 50]).
+    if isinstance(fill, Sequence) and not isinstance(fill, (str, bytes, bytearray)):
         if all(isinstance(f, numbers) for f in fill):
             return list(fill)
     raise TypeError(f"fill must be a number or a sequence of numbers, got {fill!r}")
+
+
+def _check_texture(texture: Any) -> None:
+    """A real tensor with data: the tile is read on every call."""
+    if isinstance(texture, torch.Tensor) and (
+        texture.layout != torch.strided or texture.is_quantized or texture.device.type == "meta"
+    ):
+        kind = "quantized" if texture.is_quantized else f"{texture.layout} on {texture.device}"
+        raise TypeError(
+            f"texture must be a dense tensor with data (strided, not quantized, not on meta), "
+            f"got a {kind} tensor"
+        )
 
 
 @dataclass
@@ -116,13 +186,17 @@ class PadCollate:
         generator: ``torch.Generator`` for the draws (placement, offsets); default torch's
             global RNG. Inside DataLoader workers the draws come from a generator derived from it
             and the worker's seed, so they differ between workers and epochs and repeat with the
-            same seeds (``tipad_transforms._seeding``).
+            same seeds (``tipad_transforms._seeding``). It travels to ``spawn`` and
+            ``forkserver`` workers as its state's bytes, so every start
+            method draws what a ``fork`` worker would.
 
     Samples and what comes back (``B`` samples, canvas ``(H, W)``): each sample is an image
     (tensor ``(C, h, w)``, or ``(h, w)`` for all samples, becoming ``C = 1``; ``tv_tensors.Image``;
-    PIL image, converted to a uint8 ``(C, h, w)`` tensor as ``v2.PILToTensor``) or a tuple, list
-    or dict holding one (the image is the first ``tv_tensors.Image`` or PIL image, else the
-    ``"image"`` key of a dict, else the first plain tensor). The result has
+    PIL image, converted to a uint8 ``(C, h, w)`` tensor as ``v2.PILToTensor``; numpy array
+    ``(h, w, C)`` or ``(h, w)`` as cv2 and Albumentations give them, read as ``v2.ToImage``
+    reads them: ``(C, h, w)``, dtype kept, copied) or a tuple, list or dict holding one (the
+    image is the first ``tv_tensors.Image`` or PIL image, else the ``"image"`` key of a dict,
+    else the first plain tensor or numpy array). The result has
     ``torch.utils.data.default_collate``'s structure with:
 
     * the image replaced by the padded batch ``(B, C, H, W)`` (a ``tv_tensors.Image`` if the
@@ -132,14 +206,16 @@ class PadCollate:
     * ``tv_tensors.Mask``: padded with ``mask_fill`` at its sample's placement and stacked; a
       dict holding boxes or keypoints (torchvision's detection target) stays a list of
       per-sample dicts, its masks padded but not stacked;
-    * anything else: ``default_collate``.
+    * anything else: ``default_collate`` (a plain tensor or array of another size per sample
+      is refused with a ``ValueError``; where it has its image's size, the message says to
+      give masks as ``tv_tensors.Mask``).
 
     With ``return_regions=True`` the batch also says where each real image lies in its canvas:
-    a ``Regions`` ``(B, 4)`` int64 tensor of ``(top, left, h, w)`` (``images[i, :, top:top+h,
-    left:left+w]`` is image ``i``), so a loss can mask the padding. Bare images give
-    ``(images, regions)``; tuples/lists get it appended; dicts get it under the key
-    ``"region"``. ``Regions`` follow a pad applied later on the batch (``DeviceLoader``,
-    ``GPUCollate`` transforms).
+    a ``Regions`` ``(B, 4)`` int64 tensor of ``(top, left, h, w)`` with ``canvas_size`` ``(H,
+    W)`` (``images[i, :, top:top+h, left:left+w]`` is image ``i``), so a loss can mask the
+    padding. Bare images give ``(images, regions)``; tuples/lists get it appended; dicts get it
+    under the key ``"region"``. ``Regions`` follow every geometric transform applied later
+    (``DeviceLoader``, ``GPUCollate`` transforms, ``v2.Compose``) as boxes do.
 
     ``make_params(sizes)`` draws a batch's parameters; ``collate(samples, params=...)``
     replays them exactly.
@@ -150,7 +226,8 @@ class PadCollate:
             image of another rank (a 2-D image among 3-D ones), channel count, dtype or device
             than ``samples[0]``'s; a sample larger than a fixed ``size``; boxes whose
             ``canvas_size`` or masks whose size differ from their image's; fields that
-            ``default_collate`` cannot stack.
+            ``default_collate`` cannot stack; a numpy image of another rank than 2 or 3 or of
+            a non-real dtype.
 
     Examples:
         >>> import torch
@@ -196,6 +273,7 @@ class PadCollate:
                 raise ValueError(
                     f"texture is for padding_mode='texture', got padding_mode={padding_mode!r}"
                 )
+            _check_texture(texture)
             bank = as_bank(texture)
             if bank.shape[0] != 1:
                 raise ValueError(
@@ -224,13 +302,30 @@ class PadCollate:
         # Where the batch is built: None keeps the samples' device (GPUCollate sets its own).
         self._device: torch.device | None = None
 
+    # -- pickling (spawn and forkserver workers get a copy) -----------------------------------
+
+    def __getstate__(self) -> dict[str, Any]:
+        # Generators as bytes: torch's own pickling of one does not survive the trip to a
+        # spawned worker (GeneratorState).
+        return {
+            k: GeneratorState.of(v) if isinstance(v, torch.Generator) else v
+            for k, v in self.__dict__.items()
+        }
+
+    def __setstate__(self, state: dict[str, Any]) -> None:
+        self.__dict__.update(
+            {k: v.restore() if isinstance(v, GeneratorState) else v for k, v in state.items()}
+        )
+
     # -- parameters -----------------------------------------------------------------------
 
     def canvas_size(self, sizes: Sequence[tuple[int, int]]) -> tuple[int, int]:
         """The canvas ``(H, W)`` for images of ``sizes`` ``[(h, w), ...]``.
 
-        Raises ValueError naming the first sample larger than a fixed ``size``.
+        Raises ValueError naming the first sample larger than a fixed ``size``; TypeError /
+        ValueError naming ``sizes`` when it is not a non-empty list of ``(h, w)`` int pairs.
         """
+        sizes = _check_sizes(sizes)
         if self.size is not None:
             for i, (h, w) in enumerate(sizes):
                 if h > self.size[0] or w > self.size[1]:
@@ -252,9 +347,8 @@ class PadCollate:
         (B, 2) (oy, ox)}``, on the CPU. Draws, in this order: the placements (``"random"``),
         then the lattice offsets (texture mode with ``random_offset``).
         """
+        sizes = _check_sizes(sizes)
         n = len(sizes)
-        if n == 0:
-            raise ValueError("got an empty batch: sizes must hold at least one (h, w)")
         out_h, out_w = self.canvas_size(sizes)
         slack = torch.tensor([(out_h - h, out_w - w) for h, w in sizes], dtype=torch.int64)
         gen = worker_generator(self.generator)
@@ -311,7 +405,8 @@ class PadCollate:
         regions = None
         if self.return_regions:
             table = torch.cat([placement, torch.tensor(sizes, dtype=torch.int64)], dim=1)
-            regions = Regions(table, device=padded.device)
+            # Built (and checked) on the CPU, then one copy to the batch's device.
+            regions = Regions(table, canvas_size=size).to(padded.device)
         canvas = Canvas(size, placement, sizes, self.mask_fill, self._device)
         like = read.containers[0]
         if read.kind == "image":
@@ -368,8 +463,19 @@ def _check_params(params: Any, n: int) -> tuple[tuple[int, int], torch.Tensor, t
     out = []
     for name in ("placement", "offset"):
         value = params[name]
-        if not isinstance(value, torch.Tensor) or tuple(value.shape) != (n, 2):
-            raise ValueError(f"params[{name!r}] must be an int tensor of shape ({n}, 2)")
+        if (
+            not isinstance(value, torch.Tensor)
+            or tuple(value.shape) != (n, 2)
+            or value.dtype == torch.bool
+            or value.is_floating_point()
+            or value.is_complex()
+        ):
+            got = (
+                f"{value.dtype} {tuple(value.shape)}"
+                if isinstance(value, torch.Tensor)
+                else type(value).__name__
+            )
+            raise ValueError(f"params[{name!r}] must be an int tensor of shape ({n}, 2), got {got}")
         out.append(value.to("cpu", torch.int64))
     return size, out[0], out[1]
 
@@ -386,10 +492,10 @@ class GPUCollate(PadCollate):
 
     Args:
         device: where to build the batch (``"cuda"``: the current CUDA device).
-        transforms: a callable or a sequence of callables applied in order to the padded image
-            batch ``(B, C, H, W)`` on the device, e.g. ``BrickPad(8, random_offset=True)`` (one
-            draw per sample, one launch) or ``v2.Normalize``; see ``DeviceLoader`` for how a
-            transform sees the batch.
+        transforms: a callable or a sequence of callables applied in order to the padded
+            batch on the device, e.g. ``BrickPad(8, random_offset=True)`` (one draw per sample,
+            one launch), ``v2.RandomResizedCrop`` (targets and regions follow) or
+            ``v2.Normalize``; see ``DeviceLoader`` for how a transform sees the batch.
         **kwargs: ``PadCollate``'s arguments.
 
     Returns: as ``PadCollate``, every tensor on ``device``.

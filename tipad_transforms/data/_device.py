@@ -3,7 +3,7 @@ and the guard against building CUDA batches where CUDA cannot run."""
 
 from __future__ import annotations
 
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
 import torch
@@ -11,9 +11,19 @@ from torch.utils.data import get_worker_info
 from torchvision import tv_tensors
 from torchvision.transforms import v2
 
-from ._tree import apply_to_image, image_slot, is_container, is_plain_tensor, replace
+from ._regions import Regions
+from ._tree import (
+    apply_to_image,
+    image_slot,
+    is_container,
+    is_plain_tensor,
+    iter_tensors,
+    rebuild,
+    replace,
+)
 
 __all__ = [
+    "PerSample",
     "Transforms",
     "apply_transforms",
     "check_device",
@@ -61,13 +71,61 @@ def apply_transforms(batch: Any, transforms: tuple[Callable[[Any], Any], ...]) -
     transform does to its type, so after a pad the ``Regions``, boxes, keypoints and masks of a
     ``PadCollate`` batch follow the grown canvas, and plain tensors (labels) pass through. The
     image comes back in its own type. Any other callable gets the image batch alone.
+
+    Raises ValueError naming the regions where a batch that holds ``Regions`` meets a transform
+    that moves pixels by its own code, past the per-type kernels (``UNFOLLOWABLE``).
     """
     for t in transforms:
         if isinstance(t, v2.Transform):
+            if any(isinstance(x, Regions) for x in iter_tensors(batch)):
+                check_followable(t)
             batch = _transform_structure(batch, t)
         else:
             batch = apply_to_image(batch, t)
     return batch
+
+
+# torchvision transforms that move or mix pixels by their own code, image by image, instead of
+# through a functional with per-type kernels: Regions (like BoundingBoxes, which these refuse)
+# would pass through them untouched, describing pixels that are no longer there.
+UNFOLLOWABLE: tuple[type[v2.Transform], ...] = (
+    v2.AutoAugment,
+    v2.RandAugment,
+    v2.TrivialAugmentWide,
+    v2.AugMix,
+    v2.CutMix,
+    v2.MixUp,
+    v2.LinearTransformation,
+)
+
+
+def _nested(t: Any) -> list[Any]:
+    """``t`` and the transforms it holds (``v2.Compose``, ``RandomApply``, ``RandomChoice``,
+    ``RandomOrder`` keep theirs in a plain ``transforms`` list)."""
+    found, stack = [], [t]
+    while stack:
+        current = stack.pop()
+        found.append(current)
+        inner = getattr(current, "transforms", None)
+        if isinstance(inner, (Sequence, torch.nn.ModuleList)) and not isinstance(inner, str):
+            stack.extend(inner)
+        if isinstance(current, PerSample):
+            stack.append(current.inner)
+    return found
+
+
+def check_followable(t: Any) -> None:
+    """ValueError naming the regions if ``t`` holds a transform they cannot follow."""
+    for inner in _nested(t):
+        if isinstance(inner, UNFOLLOWABLE):
+            raise ValueError(
+                f"the batch holds Regions, which {type(inner).__name__} cannot move: it changes "
+                "the images' pixels by its own code (torchvision refuses BoundingBoxes and masks "
+                "there for the same reason), so the regions would describe pixels that are no "
+                f"longer where they say. Apply {type(inner).__name__} to a batch without regions "
+                "(PadCollate(return_regions=False)), or use transforms that move them: flips, "
+                "resizes, crops, pads, translate/scale affines"
+            )
 
 
 def _transform_structure(batch: Any, t: v2.Transform) -> Any:
@@ -75,7 +133,7 @@ def _transform_structure(batch: Any, t: v2.Transform) -> Any:
     if plain or not is_container(batch):
         images = tv_tensors.Image(batch) if plain else batch
         out = t(images)
-        return out.as_subclass(torch.Tensor) if plain else out
+        return _unwrap(out) if plain else out
     slot = image_slot(batch)
     if slot is None:
         raise TypeError(
@@ -85,7 +143,17 @@ def _transform_structure(batch: Any, t: v2.Transform) -> Any:
     image = batch[slot]
     wrapped = is_plain_tensor(image)
     out = t(replace(batch, slot, tv_tensors.Image(image) if wrapped else image))
-    return replace(out, slot, out[slot].as_subclass(torch.Tensor)) if wrapped else out
+    return replace(out, slot, _unwrap(out[slot])) if wrapped else out
+
+
+def _unwrap(value: Any) -> Any:
+    """The images a transform returned for a plain image, plain again (``FiveCrop`` returns a
+    tuple of them)."""
+    if isinstance(value, torch.Tensor):
+        return value.as_subclass(torch.Tensor)
+    if isinstance(value, (tuple, list)):
+        return rebuild(value, [_unwrap(v) for v in value])
+    return value
 
 
 def cuda_guard(device: torch.device, who: str) -> None:
@@ -113,3 +181,158 @@ def cuda_guard(device: torch.device, who: str) -> None:
         "the DataLoader in tipad_transforms.data.DeviceLoader(loader, device, transforms) to move "
         f"and augment the batches on the GPU; or keep {who} and set num_workers=0"
     )
+
+
+# -- per-sample draws -------------------------------------------------------------------------
+
+
+class PerSample(v2.Transform):
+    """Apply ``transform`` to each sample of a batch on its own: one random draw per sample.
+
+    A torchvision v2 transform draws its random parameters once per call, so on a batch
+    ``(B, C, H, W)`` every image flips, or none does, and all get the same crop. Wrapped in
+    ``PerSample`` it is called once per sample instead (Kornia's default,
+    ``same_on_batch=False``): ``DeviceLoader(loader, "cuda", [PerSample(v2.RandomHorizontalFlip()),
+    v2.Normalize(...)])``. It works anywhere a v2 transform does (``DeviceLoader``,
+    ``GPUCollate``, ``v2.Compose``, a direct call) and costs one call of ``transform`` per sample.
+    tipad's padding transforms (``BrickPad``, ``TexturePad``) draw per sample already, in one
+    launch: do not wrap them.
+
+    How the batch is split (``B``: the image batch's first size; the image found by the rule of
+    ``DeviceLoader``): the images ``(B, C, H, W)``, masks ``(B, ...)``, labels and any tensor of
+    first size ``B`` into their rows, ``Regions`` into one-row regions (their ``canvas_size``
+    kept); a list or tuple of ``B`` per-sample values (``PadCollate``'s boxes, keypoints and
+    target dicts) into its elements; a list or tuple of tensors (a collated tuple field) and a
+    dict element by element. Each sample then goes through ``transform`` as a v2 transform sees
+    a sample (or, for a plain callable, its image alone), and the results are stacked back into
+    the batch's structure.
+
+    Args:
+        transform: a v2 transform (or any callable on an image) to apply to each sample; kept
+            as ``inner``.
+
+    Raises:
+        TypeError: ``transform`` not callable.
+        ValueError: at call time, naming the element: a batch without a ``(B, C, H, W)`` image;
+            an element that does not split into ``B`` samples (a ``BoundingBoxes`` tensor of
+            the whole batch, a tensor of another first size, a number); samples that come back
+            with different shapes or canvases (end the per-sample transforms with one that
+            gives one size, e.g. ``v2.RandomResizedCrop(size)``, ``v2.Resize((h, w))``).
+    """
+
+    def __init__(self, transform: Callable[..., Any]) -> None:
+        super().__init__()
+        if not callable(transform):
+            raise TypeError(f"transform must be callable, got {type(transform).__name__}")
+        # Not "transform": v2.Transform's own method of that name would shadow it.
+        self.inner = transform
+
+    def forward(self, *inputs: Any) -> Any:
+        batch = inputs if len(inputs) > 1 else inputs[0]
+        image = batch if isinstance(batch, torch.Tensor) else None
+        if image is None and is_container(batch):
+            slot = image_slot(batch)
+            image = batch[slot] if slot is not None else None
+        if not isinstance(image, torch.Tensor) or image.dim() != 4:
+            shape = tuple(image.shape) if isinstance(image, torch.Tensor) else None
+            raise ValueError(
+                "PerSample needs a batch whose image is (B, C, H, W) (a tensor, or a "
+                f"tuple/list/dict holding one), got {type(batch).__name__} with image {shape}"
+            )
+        n = int(image.shape[0])
+        if n == 0:
+            return batch  # no sample, no draw
+        plan, samples = _split(batch, n, "batch", top=True)
+        outs = [apply_transforms(sample, (self.inner,)) for sample in samples]
+        return _join(plan, outs, "batch", self.inner)
+
+    def extra_repr(self) -> str:
+        return "" if isinstance(self.inner, torch.nn.Module) else repr(self.inner)
+
+
+_POINTS = (tv_tensors.BoundingBoxes, tv_tensors.KeyPoints)
+# How one element of a batch was split: rows of a tensor, the elements of a per-sample list,
+# or a container split element by element.
+_Plan = tuple[str, Any, list[Any]]
+
+
+def _is_per_sample_list(value: Sequence[Any], n: int) -> bool:
+    # A collated tuple field holds tensors of the whole batch; PadCollate's per-sample lists
+    # hold boxes, keypoints, dicts (or strings, numbers).
+    return len(value) == n and not all(
+        isinstance(v, torch.Tensor) and not isinstance(v, _POINTS) for v in value
+    )
+
+
+def _split(value: Any, n: int, path: str, *, top: bool = False) -> tuple[_Plan, list[Any]]:
+    """``value`` as ``n`` per-sample values, and how to put them back (``_join``). The batch
+    itself (``top``) is always a container of fields, whatever its length."""
+    if isinstance(value, _POINTS):
+        raise ValueError(
+            f"PerSample cannot split {path}: a {type(value).__name__} tensor holds one image's "
+            "objects; give them per sample (a list of one per image, as PadCollate does)"
+        )
+    if isinstance(value, torch.Tensor):
+        if value.dim() == 0 or value.shape[0] != n:
+            raise ValueError(
+                f"PerSample cannot split {path} (shape {tuple(value.shape)}) into the batch's "
+                f"{n} samples: its first size must be {n}"
+            )
+        plain = value.as_subclass(torch.Tensor)
+        rows: list[Any]
+        if isinstance(value, Regions):
+            rows = [Regions.wrap(plain[i : i + 1], like=value) for i in range(n)]
+        elif isinstance(value, tv_tensors.TVTensor):
+            rows = [tv_tensors.wrap(plain[i], like=value) for i in range(n)]
+        else:
+            rows = list(plain.unbind(0))
+        return ("rows", None, []), rows
+    if isinstance(value, Mapping):
+        parts = {k: _split(v, n, f"{path}[{k!r}]") for k, v in value.items()}
+        samples = [{k: parts[k][1][i] for k in value} for i in range(n)]
+        return ("map", list(value), [parts[k][0] for k in value]), samples
+    if isinstance(value, (tuple, list)):
+        if not top and _is_per_sample_list(value, n):
+            return ("items", value, []), list(value)
+        parts_list = [_split(v, n, f"{path}[{j}]") for j, v in enumerate(value)]
+        samples = [rebuild(value, [p[1][i] for p in parts_list]) for i in range(n)]
+        return ("seq", value, [p[0] for p in parts_list]), samples
+    raise ValueError(
+        f"PerSample cannot split {path} ({type(value).__name__}) into the batch's {n} samples: "
+        "give tensors of first size B, lists of B values, or tuples/lists/dicts of those"
+    )
+
+
+def _join(plan: _Plan, values: list[Any], path: str, t: Any) -> Any:
+    """The per-sample ``values`` (one per sample) put back as ``plan`` says."""
+    kind, like, inner = plan
+    if kind == "items":
+        return rebuild(like, values)
+    if kind == "map":
+        return {
+            k: _join(p, [v[k] for v in values], f"{path}[{k!r}]", t)
+            for k, p in zip(like, inner, strict=True)
+        }
+    if kind == "seq":
+        return rebuild(
+            like,
+            [_join(p, [v[j] for v in values], f"{path}[{j}]", t) for j, p in enumerate(inner)],
+        )
+    first = values[0]
+    if not all(isinstance(v, torch.Tensor) for v in values):
+        raise ValueError(
+            f"PerSample({t!r}) turned the samples' {path} into {type(first).__name__}: the "
+            "transform must keep each sample's structure (a tensor stays a tensor)"
+        )
+    shapes = {tuple(v.shape) for v in values}
+    canvases = {getattr(v, "canvas_size", None) for v in values}
+    if len(shapes) > 1 or len(canvases) > 1:
+        raise ValueError(
+            f"PerSample({t!r}) gave the samples' {path} different shapes or canvases "
+            f"({sorted(map(str, shapes | canvases - {None}))}), which do not stack into one "
+            "batch: end the per-sample transforms with one that gives one size, e.g. "
+            "v2.RandomResizedCrop(size), v2.Resize((h, w)) or v2.CenterCrop(size)"
+        )
+    plain = [v.as_subclass(torch.Tensor) for v in values]
+    out = torch.cat(plain) if isinstance(first, Regions) else torch.stack(plain)
+    return tv_tensors.wrap(out, like=first) if isinstance(first, tv_tensors.TVTensor) else out

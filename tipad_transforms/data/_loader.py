@@ -3,8 +3,8 @@
 The device stage of a pipeline (timm's ``PrefetchLoader``, Lightning's
 ``on_after_batch_transfer``): the workers build CPU batches (``PadCollate``), the main process
 copies each to the GPU on a side stream while the previous one is in use, and batch transforms
-(``BrickPad``/``TexturePad`` with per-sample parameters in one launch, ``v2.Normalize``, ...)
-run there.
+(``BrickPad``/``TexturePad`` with per-sample parameters in one launch, ``v2.Normalize``,
+torchvision's geometry with the targets and regions following) run there.
 """
 
 from __future__ import annotations
@@ -68,13 +68,17 @@ class DeviceLoader:
     """Wrap a DataLoader: yield its batches on ``device``, with ``transforms`` applied there.
 
     Each batch has every tensor moved to ``device`` (through tuples, lists and dicts; tv_tensors
-    keep their type), then ``transforms`` applied in order to its image batch: the batch itself
-    if it is a tensor, else the first ``tv_tensors.Image``, else a dict's ``"image"`` key, else
-    the first plain tensor (for ``PadCollate``'s batches: the padded images). After a tipad
-    padding transform (``BrickPad``, ``TexturePad``) the rest of a ``PadCollate`` batch follows
-    the grown canvas: regions (the ``"region"`` key, else the last element: an int64 ``(B, 4)``
-    tensor) move by ``(top, left)``, boxes and keypoints shift, masks get ``mask_fill``. Other
-    transforms see the image batch only.
+    keep their type and metadata), then ``transforms`` applied in order. The image batch is the
+    batch itself if it is a tensor, else the first ``tv_tensors.Image``, else a dict's
+    ``"image"`` key, else the first plain tensor (for ``PadCollate``'s batches: the padded
+    images). A v2 transform (torchvision's or tipad's) gets the whole batch, the image batch as
+    a ``tv_tensors.Image``, so everything in it follows the transform as torchvision moves it:
+    after a flip, resize, crop, pad or translate/scale affine, boxes and keypoints move (with
+    their ``canvas_size``), masks are transformed with the images, and ``Regions`` still say
+    where each image's pixels are (a rotation or shear that leaves no rectangle raises
+    ``ValueError`` naming the regions); labels pass through. Any other callable gets the image
+    batch alone. A v2 transform draws its random parameters once per call, so once per batch
+    (every image flips or none does); ``PerSample(t)`` draws per sample.
 
     On CUDA with ``prefetch=True``, batch ``k + 1`` is copied on a side stream
     (``non_blocking=True``, which overlaps with compute when the DataLoader pins memory:
@@ -87,7 +91,8 @@ class DeviceLoader:
     Args:
         loader: any iterable of batches, usually a ``torch.utils.data.DataLoader``.
         device: where the batches go (``"cuda"``, ``"cuda:0"``, ``"cpu"``, a torch.device).
-        transforms: None, a callable or a sequence of callables for the image batch.
+        transforms: None, a callable or a sequence of callables (v2 transforms get the whole
+            batch, other callables the image batch).
         prefetch: copy the next batch while the current one is used (CUDA only).
 
     Behaviour: ``len()`` is the loader's; every ``iter()`` is a new epoch (the loader's own
@@ -96,7 +101,8 @@ class DeviceLoader:
     iterator at once, which stops its (non-persistent) worker processes.
 
     Raises:
-        TypeError / ValueError: naming the argument.
+        TypeError / ValueError: naming the argument. While iterating: what the transforms
+            raise, and ``ValueError`` naming the regions for a transform they cannot follow.
         RuntimeError: a CUDA device on a machine without CUDA.
 
     Examples:
@@ -134,6 +140,11 @@ class DeviceLoader:
         self.prefetch = prefetch
 
     def __len__(self) -> int:
+        if not hasattr(self.loader, "__len__"):
+            raise TypeError(
+                f"len() of a DeviceLoader is its loader's, and a {type(self.loader).__name__} "
+                "has no length (a DataLoader, a list, any Sized loader has one)"
+            )
         return len(self.loader)  # type: ignore[arg-type]
 
     @property
@@ -153,7 +164,12 @@ class DeviceLoader:
 
     def set_epoch(self, epoch: int) -> None:
         """Pass ``epoch`` on to the loader (if it has ``set_epoch``) or else to its sampler and
-        batch sampler (``DistributedSampler`` reshuffles per epoch); no-op where none has one."""
+        batch sampler (``DistributedSampler`` reshuffles per epoch); no-op where none has one.
+        TypeError if ``epoch`` is not an int, ValueError if it is negative."""
+        if isinstance(epoch, bool) or not isinstance(epoch, int):
+            raise TypeError(f"epoch must be an int, got {type(epoch).__name__}")
+        if epoch < 0:
+            raise ValueError(f"epoch must be >= 0, got {epoch}")
         own = getattr(self.loader, "set_epoch", None)
         if callable(own):
             own(epoch)

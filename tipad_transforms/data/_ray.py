@@ -85,10 +85,12 @@ class RayPadBatch:
     ``region_column`` ``(B, 4)`` int64 ``(top, left, h, w)``: where each image lies.
 
     Raises:
-        TypeError / ValueError at construction, naming the argument; RuntimeError for
+        TypeError / ValueError at construction, naming the argument (a device other than cpu
+        or cuda; a region or key column that is the image column); RuntimeError for
         ``device="cuda"`` in a process that sees no GPU or several. At call time, ValueError /
         TypeError naming the row's key (its path): an image of another rank, channel count or
-        dtype than the batch's first, larger than ``size``, or not an array.
+        dtype than the batch's first, larger than ``size``, empty, or not an array; naming the
+        column: an empty batch, an image column that is no list or array.
     """
 
     def __init__(
@@ -116,6 +118,16 @@ class RayPadBatch:
                 raise TypeError(f"{name} must be a str, got {type(value).__name__}")
         if key_column is not None and not isinstance(key_column, str):
             raise TypeError(f"key_column must be a str or None, got {type(key_column).__name__}")
+        if region_column == image_column:
+            raise ValueError(
+                f"region_column and image_column must differ (the regions would replace the "
+                f"images), got {region_column!r} for both"
+            )
+        if key_column in (image_column, region_column):
+            raise ValueError(
+                f"key_column must name a column of its own (the rows' paths or ids), got "
+                f"{key_column!r}, which is the image or region column"
+            )
         if not isinstance(placement, str) or placement not in PLACEMENTS:
             raise ValueError(f"placement must be one of {PLACEMENTS}, got {placement!r}")
         self.device = self._check_cuda(check_device(device))
@@ -146,6 +158,8 @@ class RayPadBatch:
 
     @staticmethod
     def _check_cuda(device: torch.device) -> torch.device:
+        if device.type not in ("cpu", "cuda"):
+            raise ValueError(f"device must be 'cpu' or 'cuda' (the actor's GPU), got {device}")
         if device.type != "cuda":
             return device
         if (device.index or 0) != 0:
@@ -169,6 +183,8 @@ class RayPadBatch:
         """The parameters for rows ``keys`` with images of ``sizes`` ``[(h, w), ...]``, in
         ``PadCollate.make_params``'s format: ``{"size", "placement", "offset"}``. Replays:
         ``PadCollate(...)(samples, params=...)`` gives the same pixels."""
+        if isinstance(keys, (str, bytes)) or not isinstance(keys, Sequence):
+            raise TypeError(f"keys must be a sequence of row keys, got {type(keys).__name__}")
         n = len(sizes)
         if n == 0 or len(keys) != n:
             raise ValueError(f"need one key per size, got {len(keys)} keys and {n} sizes")
@@ -202,7 +218,14 @@ class RayPadBatch:
                 "set image_column"
             )
         column = batch[self.image_column]
+        if isinstance(column, (str, bytes)) or not isinstance(column, (Sequence, np.ndarray)):
+            raise TypeError(
+                f"column {self.image_column!r} must hold one image per row (a list or an "
+                f"array), got {type(column).__name__}"
+            )
         n = len(column)
+        if n == 0:
+            raise ValueError(f"got an empty batch: column {self.image_column!r} has no rows")
         keys = self._keys(batch, n)
         images = [self._image(column[i], keys[i]) for i in range(n)]
         sizes = [(int(im.shape[-2]), int(im.shape[-1])) for im in images]
@@ -238,7 +261,10 @@ class RayPadBatch:
                 f"image {key!r}: expected (h, w) or (h, w, C) pixels, got shape {value.shape}"
             )
         if value.dtype == np.object_ or value.dtype.kind not in "biuf":
-            raise TypeError(f"image {key!r}: pixels must be numbers, got dtype {value.dtype}")
+            raise TypeError(
+                f"image {key!r}: pixels must be real numbers (bool, int, uint, float), got "
+                f"dtype {value.dtype}"
+            )
         image = torch.from_numpy(np.ascontiguousarray(value))
         if image.dim() == 3 and self.channels_last:
             image = image.permute(2, 0, 1)

@@ -1,16 +1,25 @@
-"""``Regions``: where each real image lies in its padded canvas, a tv_tensor that follows pads.
+"""``Regions``: where each real image lies in its canvas, a tv_tensor that follows geometry.
 
 ``PadCollate(return_regions=True)`` returns one ``(B, 4)`` int64 row ``(top, left, height,
-width)`` per sample. As a tv_tensor type of its own, registered with the padding functionals
-(tipad's ``texture_pad``, ``brick_pad``, ``pad`` and torchvision's ``v2.functional.pad``), it
-moves by ``(top, left)`` whenever a transform pads the batch it travels with: ``BrickPad``,
-``TexturePad``, ``Pad`` or ``torchvision.transforms.v2.Pad`` in a ``DeviceLoader`` or
-``GPUCollate``. Other transforms pass it through unchanged (a crop or flip leaves it stale).
-This file is the whole of the type: a new input type is one file of registrations like it.
+width)`` per sample, with the batch's ``canvas_size`` ``(H, W)``. Every geometric functional of
+torchvision's v2 (flips, resize, crops, pad, affine, rotate, perspective, elastic, five and ten
+crops) and tipad's padding functionals have a kernel for it here, so any transform built on
+them (``v2.RandomResizedCrop``, ``v2.RandomAffine``, ``BrickPad``, ...) moves the regions as it
+moves the pixels, in a ``DeviceLoader``, a ``GPUCollate`` or a plain ``v2.Compose``.
+
+Each kernel treats the regions as ``tv_tensors.BoundingBoxes`` (float64 ``XYXY`` boxes on the
+same canvas) and runs torchvision's own box kernel for the functional, then rounds the box's
+edges to the nearest pixel boundary (halves up): a region is where torchvision would move a box
+around the image. Where the image's pixels stop being an axis-aligned rectangle (a rotation by
+other than a multiple of 90 degrees, a shear, a perspective, an elastic displacement), no
+``(top, left, height, width)`` row can say where they lie: the kernel raises ``ValueError``
+naming the regions instead of returning the enclosing box. This file is the whole of the type: a
+new input type is one file of registrations like it.
 """
 
 from __future__ import annotations
 
+from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
 import torch
@@ -18,52 +27,285 @@ from torchvision import tv_tensors
 from torchvision.transforms.v2 import functional as tvF
 
 from .. import functional as F
+from .._checks import INT32_MAX, is_int
 from .._geometry import parse_padding
 
 __all__ = ["Regions"]
 
+Canvas = tuple[int, int]
+
+
+def _check_canvas(canvas_size: Any) -> Canvas | None:
+    if canvas_size is None:
+        return None
+    if (
+        isinstance(canvas_size, (str, bytes))
+        or not isinstance(canvas_size, Sequence)
+        or len(canvas_size) != 2
+        or not all(is_int(v) for v in canvas_size)
+    ):
+        raise TypeError(f"canvas_size must be None or a pair of ints (H, W), got {canvas_size!r}")
+    if min(canvas_size) < 0 or max(canvas_size) > INT32_MAX:
+        raise ValueError(f"canvas_size must lie in [0, {INT32_MAX}], got {tuple(canvas_size)}")
+    return int(canvas_size[0]), int(canvas_size[1])
+
 
 class Regions(tv_tensors.TVTensor):
-    """``(B, 4)`` int64 rows ``(top, left, height, width)``: ``images[i, :, top:top + height,
-    left:left + width]`` is sample ``i``'s real image. A plain tensor otherwise (indexing and
-    arithmetic return plain tensors, as for every tv_tensor)."""
+    """``(B, 4)`` integer rows ``(top, left, height, width)`` on a canvas ``(H, W)``:
+    ``images[i, :, top:top + height, left:left + width]`` is sample ``i``'s real image.
+
+    Args:
+        data: anything ``torch.as_tensor`` takes, of shape ``(B, 4)``.
+        canvas_size: ``(H, W)`` of the images the rows refer to, as ``BoundingBoxes`` has it;
+            every transform but a pad needs it (a flip must know the width). ``None``: unknown
+            (pads still move the rows; other geometric transforms raise ``ValueError``).
+        dtype: an integer dtype (default int64); float data must hold whole numbers.
+        device, requires_grad: as for any tv_tensor.
+
+    A plain tensor otherwise: indexing and arithmetic return plain tensors, as for every
+    tv_tensor; ``.to()``, ``.clone()``, ``.detach()`` and pickling keep the type and the
+    ``canvas_size``.
+
+    Raises:
+        ValueError: not ``(B, 4)``; a negative height or width, a negative top or left, or a
+            row that leaves the canvas; non-integer values; ``canvas_size`` negative or over
+            ``2**31 - 1``.
+        TypeError: a non-integer dtype; data that is no array of numbers; a bad device;
+            ``canvas_size`` not a pair of ints.
+    """
+
+    canvas_size: Canvas | None
 
     @classmethod
-    def _wrap(cls, tensor: torch.Tensor) -> Regions:
-        return tensor.as_subclass(cls)
+    def _wrap(cls, tensor: torch.Tensor, *, canvas_size: Canvas | None) -> Regions:
+        regions = tensor.as_subclass(cls)
+        regions.canvas_size = canvas_size
+        return regions
 
     def __new__(
         cls,
         data: Any,
         *,
+        canvas_size: Sequence[int] | None = None,
         dtype: torch.dtype | None = torch.int64,
         device: torch.device | str | int | None = None,
         requires_grad: bool | None = None,
     ) -> Regions:
-        tensor = cls._to_tensor(data, dtype=dtype, device=device, requires_grad=requires_grad)
+        canvas = _check_canvas(canvas_size)
+        if dtype is not None and (
+            not isinstance(dtype, torch.dtype)
+            or dtype == torch.bool
+            or dtype.is_floating_point
+            or dtype.is_complex
+        ):
+            raise TypeError(f"Regions must have an integer dtype, got {dtype!r}")
+        try:
+            raw = torch.as_tensor(data)
+            if device is not None:
+                torch.device(device)  # a bad name raises here, not deep in a copy
+        except (TypeError, ValueError, RuntimeError, OverflowError) as exc:
+            raise TypeError(
+                f"Regions: data must be (B, 4) integers (a tensor or nested lists), and device a "
+                f"torch device; got data of type {type(data).__name__}: {exc}"
+            ) from exc
+        if raw.is_floating_point() and raw.device.type != "meta":
+            # Whole pixels only: a cast would truncate 0.5 to 0 without a word.
+            if not bool(torch.isfinite(raw).all() and (raw == raw.round()).all()):
+                raise ValueError("Regions must hold whole pixel counts, got non-integer values")
+        tensor = cls._to_tensor(raw, dtype=dtype, device=device, requires_grad=requires_grad)
+        if tensor.dtype == torch.bool or tensor.is_floating_point() or tensor.is_complex():
+            raise TypeError(f"Regions must have an integer dtype, got {tensor.dtype}")
         if tensor.dim() != 2 or tensor.shape[-1] != 4:
             raise ValueError(f"Regions must have shape (B, 4), got {tuple(tensor.shape)}")
-        return cls._wrap(tensor)
+        _check_rows(tensor, canvas)
+        return cls._wrap(tensor, canvas_size=canvas)
+
+    @classmethod
+    def wrap(cls, tensor: torch.Tensor, like: Regions, **kwargs: Any) -> Regions:
+        """``tensor`` as ``Regions`` with ``like``'s ``canvas_size`` (or ``kwargs``')."""
+        return cls._wrap(tensor, canvas_size=kwargs.get("canvas_size", like.canvas_size))
+
+    @classmethod
+    def _wrap_output(
+        cls,
+        output: torch.Tensor,
+        args: Sequence[Any] = (),
+        kwargs: Mapping[str, Any] | None = None,
+    ) -> torch.Tensor:
+        # The ops that keep the type (.to, .clone, .detach, ...) lost the metadata on the way:
+        # take it from the first Regions among the arguments, as BoundingBoxes does.
+        values = [*args, *(kwargs or {}).values()]
+        flat = [v for x in values for v in (x if isinstance(x, (tuple, list)) else (x,))]
+        canvas = next((x.canvas_size for x in flat if isinstance(x, Regions)), None)
+        if isinstance(output, torch.Tensor) and not isinstance(output, Regions):
+            return cls._wrap(output, canvas_size=canvas)
+        if isinstance(output, (tuple, list)):
+            return type(output)(cls._wrap(part, canvas_size=canvas) for part in output)  # type: ignore[return-value]
+        return output
+
+    def __repr__(self, *, tensor_contents: Any = None) -> str:
+        return self._make_repr(canvas_size=self.canvas_size)
 
 
-def _shifted(regions: torch.Tensor, padding: Any) -> torch.Tensor:
-    left, top, _, _ = parse_padding(padding)
-    return regions + regions.new_tensor([top, left, 0, 0])
+def _check_rows(rows: torch.Tensor, canvas: Canvas | None) -> None:
+    if rows.numel() == 0 or rows.device.type == "meta":  # meta: no values to check
+        return
+    top, left, h, w = rows.detach().to("cpu", torch.int64).unbind(-1)
+    if bool((h < 0).any() | (w < 0).any()):
+        raise ValueError("Regions must have heights and widths >= 0 (rows are (top, left, h, w))")
+    if bool((top < 0).any() | (left < 0).any()):
+        raise ValueError("Regions must have top and left >= 0 (rows are (top, left, h, w))")
+    if canvas is not None and bool(((top + h) > canvas[0]).any() | ((left + w) > canvas[1]).any()):
+        raise ValueError(f"a row of Regions leaves its canvas_size {canvas}")
 
 
-@F.register_kernel(F.texture_pad, Regions)
-def _texture_pad_regions(regions: torch.Tensor, padding: Any, *args: Any, **kw: Any) -> Any:
-    return _shifted(regions, padding)
+# -- the kernels: regions as BoundingBoxes and back --------------------------------------------
 
 
-@F.register_kernel(F.brick_pad, Regions)
-@F.register_kernel(F.pad, Regions)
-def _pad_regions(regions: torch.Tensor, padding: Any, *args: Any, **kw: Any) -> Any:
-    return _shifted(regions, padding)
+def _as_boxes(regions: Regions, what: str) -> tv_tensors.BoundingBoxes:
+    """``regions`` as float64 ``XYXY`` boxes on their canvas."""
+    if regions.canvas_size is None:
+        raise ValueError(
+            f"Regions without a canvas_size cannot follow {what}: give it the images' size, "
+            "Regions(rows, canvas_size=(H, W)) (PadCollate's regions have it)"
+        )
+    top, left, h, w = regions.as_subclass(torch.Tensor).to(torch.float64).unbind(-1)
+    xyxy = torch.stack([left, top, left + w, top + h], dim=-1)
+    return tv_tensors.BoundingBoxes(xyxy, format="XYXY", canvas_size=regions.canvas_size)
+
+
+def _from_boxes(boxes: tv_tensors.BoundingBoxes, like: Regions) -> Regions:
+    """``XYXY`` boxes back as ``like``'s rows, each edge on the nearest pixel boundary."""
+    x1, y1, x2, y2 = torch.floor(boxes.as_subclass(torch.Tensor) + 0.5).unbind(-1)
+    rows = torch.stack([y1, x1, (y2 - y1).clamp_min(0), (x2 - x1).clamp_min(0)], dim=-1)
+    canvas = (int(boxes.canvas_size[0]), int(boxes.canvas_size[1]))
+    return Regions._wrap(rows.to(like.dtype), canvas_size=canvas)
+
+
+def _name(functional: Callable[..., Any]) -> str:
+    return f"torchvision.transforms.v2.functional.{functional.__name__}"
+
+
+def _via_boxes(functional: Callable[..., Any]) -> None:
+    """Register for ``functional`` the kernel that runs it on the regions as boxes."""
+
+    @tvF.register_kernel(functional, Regions)
+    def kernel(regions: Regions, *args: Any, **kwargs: Any) -> Regions:
+        return _from_boxes(
+            functional(_as_boxes(regions, _name(functional)), *args, **kwargs), regions
+        )
+
+
+for _functional in (
+    tvF.horizontal_flip,
+    tvF.vertical_flip,
+    tvF.resize,
+    tvF.crop,
+    tvF.center_crop,
+    tvF.resized_crop,
+):
+    _via_boxes(_functional)
+
+
+def _refuse(what: str, why: str) -> ValueError:
+    return ValueError(
+        f"Regions cannot follow {what}: {why}, so the image's pixels no longer fill an "
+        "axis-aligned rectangle that a (top, left, height, width) row could describe. Leave the "
+        "regions out of the batch for this transform (PadCollate(return_regions=False), or take "
+        "them out before it), or keep to transforms that keep rectangles: flips, resizes, crops, "
+        "pads, affine with translate/scale only, rotations by multiples of 90 degrees"
+    )
+
+
+def _rectangles_only(functional: Callable[..., Any], why: str) -> None:
+    """Register for ``functional`` (which maps lines to lines: affine, rotate, perspective) the
+    kernel that moves the regions' corners as ``KeyPoints`` first: where every corner lands on
+    a corner of their enclosing box, the image is still an axis-aligned rectangle and the
+    boxes' kernel gives it; otherwise ``ValueError``."""
+
+    @tvF.register_kernel(functional, Regions)
+    def kernel(regions: Regions, *args: Any, **kwargs: Any) -> Regions:
+        boxes = _as_boxes(regions, _name(functional))
+        x1, y1, x2, y2 = boxes.as_subclass(torch.Tensor).unbind(-1)
+        corners = torch.stack([x1, y1, x2, y1, x2, y2, x1, y2], dim=-1).reshape(-1, 2)
+        points = tv_tensors.KeyPoints(corners, canvas_size=boxes.canvas_size)
+        moved = functional(points, *args, **kwargs).as_subclass(torch.Tensor).reshape(-1, 4, 2)
+        low, high = moved.amin(dim=1, keepdim=True), moved.amax(dim=1, keepdim=True)
+        # float64 corners: exact maps (90-degree turns, scales) are off by ~1e-13 pixels.
+        tol = 1e-6 * max(1, *boxes.canvas_size)
+        on_box = ((moved - low).abs() <= tol) | ((moved - high).abs() <= tol)
+        if not bool(on_box.all()):
+            raise _refuse(_name(functional), why)
+        return _from_boxes(functional(boxes, *args, **kwargs), regions)
+
+
+_rectangles_only(tvF.affine, "this affine map rotates or shears the canvas")
+_rectangles_only(tvF.rotate, "this rotation is not a multiple of 90 degrees")
+_rectangles_only(tvF.perspective, "this perspective map bends the canvas's rectangles")
+
+
+@tvF.register_kernel(tvF.elastic, Regions)
+def _elastic_regions(regions: Regions, displacement: torch.Tensor, *args: Any, **kw: Any) -> Any:
+    # Only a zero displacement (the identity) keeps the region a rectangle.
+    if bool(displacement.ne(0).any()):
+        raise _refuse(_name(tvF.elastic), "an elastic displacement bends every straight edge")
+    return regions.clone()
 
 
 @tvF.register_kernel(tvF.pad, Regions)
 def _torchvision_pad_regions(regions: Regions, padding: Any, *args: Any, **kw: Any) -> Regions:
-    # torchvision's own v2.Pad moves them too (its public registry for user tv_tensor types,
-    # which hands the kernel the tv_tensor itself).
-    return tv_tensors.wrap(_shifted(regions.as_subclass(torch.Tensor), padding), like=regions)
+    # Every padding mode puts the image at the same place; only the border differs.
+    return _padded(regions, parse_padding(padding))
+
+
+def _padded(regions: Regions, padding: tuple[int, int, int, int]) -> Regions:
+    if regions.canvas_size is None:  # the rows move; the canvas stays unknown
+        left, top, _, _ = padding
+        shifted = regions.as_subclass(torch.Tensor) + regions.new_tensor([top, left, 0, 0])
+        return Regions._wrap(shifted, canvas_size=None)
+    boxes = tvF.pad(_as_boxes(regions, "pad"), list(padding), padding_mode="constant")
+    return _from_boxes(boxes, regions)
+
+
+def _crop_size(size: Any) -> tuple[int, int]:
+    """torchvision's five/ten-crop ``size``: an int, ``[s]`` or ``[h, w]``."""
+    if is_int(size):
+        return int(size), int(size)
+    if isinstance(size, (tuple, list)) and len(size) in (1, 2) and all(is_int(s) for s in size):
+        return (int(size[0]), int(size[0])) if len(size) == 1 else (int(size[0]), int(size[1]))
+    raise ValueError(f"Please provide only two dimensions (h, w) for size, got {size!r}")
+
+
+def _five(regions: Regions, size: Any) -> tuple[Regions, ...]:
+    """The regions in ``five_crop``'s five crops (top-left, top-right, bottom-left,
+    bottom-right, centre), each through the crop kernels."""
+    ch, cw = _crop_size(size)
+    boxes = _as_boxes(regions, _name(tvF.five_crop))
+    height, width = boxes.canvas_size
+    if ch > height or cw > width:
+        raise ValueError(f"Requested crop size {size} is bigger than input size {(height, width)}")
+    corners = [(0, 0), (0, width - cw), (height - ch, 0), (height - ch, width - cw)]
+    crops = [tvF.crop(boxes, top, left, ch, cw) for top, left in corners]
+    crops.append(tvF.center_crop(boxes, [ch, cw]))
+    return tuple(_from_boxes(c, regions) for c in crops)
+
+
+@tvF.register_kernel(tvF.five_crop, Regions)
+def _five_crop_regions(regions: Regions, size: Any) -> tuple[Regions, ...]:
+    return _five(regions, size)
+
+
+@tvF.register_kernel(tvF.ten_crop, Regions)
+def _ten_crop_regions(regions: Regions, size: Any, vertical_flip: bool = False) -> Any:
+    flip = tvF.vertical_flip if vertical_flip else tvF.horizontal_flip
+    return _five(regions, size) + _five(flip(regions), size)
+
+
+# -- tipad's padding functionals ----------------------------------------------------------------
+
+
+@F.register_kernel(F.texture_pad, Regions, wrap=False)
+@F.register_kernel(F.brick_pad, Regions, wrap=False)
+@F.register_kernel(F.pad, Regions, wrap=False)
+def _pad_regions(regions: Regions, padding: Any, *args: Any, **kw: Any) -> Regions:
+    return _padded(regions, parse_padding(padding))

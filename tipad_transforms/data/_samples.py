@@ -1,7 +1,8 @@
 """Reading a batch of samples: which element is the image, and the images as ``(C, H, W)``.
 
-A sample is an image (tensor ``(C, H, W)`` or ``(H, W)``, ``tv_tensors.Image``, PIL image), or a
-tuple/list/dict holding one next to its targets; the image is found by ``_tree.image_slot``'s
+A sample is an image (tensor ``(C, H, W)`` or ``(H, W)``, ``tv_tensors.Image``, PIL image, numpy
+array ``(H, W, C)`` or ``(H, W)`` as ``v2.ToImage`` takes it), or a tuple/list/dict holding one
+next to its targets; the image is found by ``_tree.image_slot``'s
 rule in the first sample and must sit at the same place in every other one. Every error names
 the index of the sample at fault.
 """
@@ -12,12 +13,13 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
+import numpy as np
 import PIL.Image
 import torch
 from torchvision import tv_tensors
 from torchvision.transforms.v2 import functional as tvF
 
-from ._tree import image_slot, is_plain_tensor
+from ._tree import image_slot, is_plain_image
 
 __all__ = ["REGION_KEY", "Samples", "read_samples"]
 
@@ -46,7 +48,7 @@ class Samples:
 
 
 def _is_image(value: Any) -> bool:
-    return isinstance(value, (tv_tensors.Image, PIL.Image.Image)) or is_plain_tensor(value)
+    return isinstance(value, (tv_tensors.Image, PIL.Image.Image)) or is_plain_image(value)
 
 
 def _kind(sample: Any) -> str:
@@ -63,15 +65,34 @@ def _where(kind: str, slot: Any) -> str:
     return "" if kind == "image" else f"[{slot!r}]"
 
 
+def _from_numpy(image: np.ndarray, name: str) -> torch.Tensor:
+    """``v2.ToImage``'s reading of an array: ``(H, W, C)`` or ``(H, W)`` -> ``(C, H, W)``
+    (``C = 1`` for 2-D), the array's dtype, a contiguous copy (the array is never shared)."""
+    if image.ndim not in (2, 3):
+        raise ValueError(
+            f"{name}: a numpy image must be (H, W, C) or (H, W), as v2.ToImage takes it (cv2, "
+            f"Albumentations), got shape {image.shape}; convert other layouts to a (C, H, W) "
+            "tensor in the dataset"
+        )
+    if image.dtype.kind not in "biuf":
+        raise TypeError(
+            f"{name}: a numpy image must hold real numbers (bool, int, uint, float), got "
+            f"dtype {image.dtype}"
+        )
+    return torch.from_numpy(np.array(np.atleast_3d(image).transpose(2, 0, 1), order="C"))
+
+
 def _as_tensor(image: Any, i: int, where: str) -> torch.Tensor:
     if isinstance(image, PIL.Image.Image):
         return tvF.pil_to_tensor(image)
+    if isinstance(image, np.ndarray):
+        return _from_numpy(image, f"samples[{i}]{where}")
     if not isinstance(image, torch.Tensor) or (
         isinstance(image, tv_tensors.TVTensor) and not isinstance(image, tv_tensors.Image)
     ):
         raise TypeError(
-            f"samples[{i}]{where} must be an image (tensor, tv_tensors.Image or PIL image), "
-            f"got {type(image).__name__}"
+            f"samples[{i}]{where} must be an image (tensor, tv_tensors.Image, PIL image or "
+            f"numpy array), got {type(image).__name__}"
         )
     return image.as_subclass(torch.Tensor) if type(image) is not torch.Tensor else image
 
@@ -93,14 +114,15 @@ def read_samples(samples: Any) -> Samples:
     kind = _kind(first)
     if kind == "other":
         raise TypeError(
-            "samples[0] must be an image (tensor, tv_tensors.Image, PIL image) or a "
-            f"tuple/list/dict holding one, got {type(first).__name__}"
+            "samples[0] must be an image (tensor, tv_tensors.Image, PIL image, numpy array) or "
+            f"a tuple/list/dict holding one, got {type(first).__name__}"
         )
     slot = None if kind == "image" else image_slot(first)
     if kind != "image" and slot is None:
         raise TypeError(
             f"samples[0] is a {type(first).__name__} without an image: the image is its first "
-            "tv_tensors.Image or PIL image, else its 'image' key, else its first plain tensor"
+            "tv_tensors.Image or PIL image, else its 'image' key, else its first plain tensor "
+            "or numpy array"
         )
     if kind == "mapping" and REGION_KEY in first:
         raise ValueError(
@@ -140,10 +162,23 @@ def read_samples(samples: Any) -> Samples:
 def _check_like(image: torch.Tensor, ref: torch.Tensor, i: int, where: str) -> None:
     """``image`` (sample ``i``) has ``ref``'s (sample 0's) rank, channels, dtype, device."""
     name = f"samples[{i}]{where}"
+    if image.is_quantized or image.is_nested or image.layout != torch.strided:
+        kind, fix = (
+            ("quantized", ".dequantize()")
+            if image.is_quantized
+            else ("nested", "one image per sample")
+            if image.is_nested
+            else (str(image.layout), ".to_dense()")
+        )
+        raise TypeError(
+            f"{name}: the image must be a dense tensor, got a {kind} one (in the dataset: {fix})"
+        )
     if image.dim() not in (2, 3):
         raise ValueError(f"{name}: the image must be (C, H, W) or (H, W), got {tuple(image.shape)}")
     if image.is_complex():
         raise TypeError(f"{name}: the image must be real, got dtype {image.dtype}")
+    if image.shape[-1] == 0 or image.shape[-2] == 0:
+        raise ValueError(f"{name}: the image is empty, {tuple(image.shape)}: it needs a pixel")
     if image.dim() != ref.dim():
         raise ValueError(
             f"{name}: the image is {image.dim()}-D {tuple(image.shape)}, samples[0]'s is "

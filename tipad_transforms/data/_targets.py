@@ -16,6 +16,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
+import numpy as np
 import torch
 from torch.utils.data import default_collate
 from torchvision import tv_tensors
@@ -89,10 +90,37 @@ def collate_field(values: list[Any], canvas: Canvas, path: str, *, stack: bool =
         return [rebuild(first, [f[i] for f in fields]) for i in range(len(values))]
     if not stack:
         return [canvas.move(v) for v in values]
+    _check_stackable(values, canvas, path)
     try:
         return canvas.move(default_collate(values))
     except (RuntimeError, TypeError) as exc:
         raise ValueError(f"cannot collate samples[*]{path}: {exc}") from exc
+
+
+def _check_stackable(values: list[Any], canvas: Canvas, path: str) -> None:
+    """ValueError, before ``default_collate``'s "stack expects each tensor to be equal size",
+    for plain tensors or arrays of different shapes; naming ``tv_tensors.Mask`` where each one
+    ends with its own image's size (a segmentation mask given as a plain tensor)."""
+    if not all(isinstance(v, (torch.Tensor, np.ndarray)) for v in values):
+        return
+    shapes = [tuple(v.shape) for v in values]
+    if len(set(shapes)) == 1:
+        return
+    first = next(i for i, s in enumerate(shapes) if s != shapes[0])
+    image_sized = all(len(s) >= 2 and s[-2:] == canvas.sizes[i] for i, s in enumerate(shapes))
+    if image_sized:
+        raise ValueError(
+            f"cannot collate samples[*]{path}: samples[{first}]{path} has shape {shapes[first]}, "
+            f"samples[0]{path} {shapes[0]}, each its own image's size: if these are "
+            "segmentation masks, wrap them as torchvision.tv_tensors.Mask (e.g. "
+            "tv_tensors.Mask(torch.as_tensor(mask))) and PadCollate pads each onto the canvas "
+            "with mask_fill"
+        )
+    raise ValueError(
+        f"cannot collate samples[*]{path}: samples[{first}]{path} has shape {shapes[first]}, "
+        f"samples[0]{path} {shapes[0]}: default_collate stacks only equal shapes (masks of an "
+        "image's size go as tv_tensors.Mask, which PadCollate pads)"
+    )
 
 
 def _collate_mappings(values: list[Any], canvas: Canvas, path: str, stack: bool) -> Any:

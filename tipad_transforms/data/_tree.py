@@ -2,9 +2,11 @@
 
 One rule finds the image in a tuple, list or dict (a sample given to ``PadCollate`` or a batch
 given to ``DeviceLoader``'s transforms), the rule of torchvision's v2 transforms extended to
-dicts: the first ``tv_tensors.Image`` or PIL image; otherwise, in a dict, the value under the
-key ``"image"`` if it is a tensor; otherwise the first plain tensor (not a tv_tensor: boxes and
-masks are never the image).
+dicts and numpy arrays: the first ``tv_tensors.Image`` or PIL image; otherwise, in a dict, the
+value under the key ``"image"`` if it is a plain tensor or a numpy array; otherwise the first
+plain tensor or numpy array (not a tv_tensor: boxes and masks are never the image). Numpy
+arrays are what cv2 and Albumentations pipelines hand over: ``(H, W, C)`` or ``(H, W)``, as
+``v2.ToImage`` takes them.
 """
 
 from __future__ import annotations
@@ -12,6 +14,7 @@ from __future__ import annotations
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from typing import Any
 
+import numpy as np
 import PIL.Image
 import torch
 from torchvision import tv_tensors
@@ -34,6 +37,11 @@ def is_plain_tensor(value: Any) -> bool:
     return isinstance(value, torch.Tensor) and not isinstance(value, tv_tensors.TVTensor)
 
 
+def is_plain_image(value: Any) -> bool:
+    """A plain tensor or a numpy array: the image where no tv_tensors.Image or PIL image is."""
+    return is_plain_tensor(value) or isinstance(value, np.ndarray)
+
+
 def is_container(value: Any) -> bool:
     return isinstance(value, (Mapping, tuple, list))
 
@@ -50,10 +58,10 @@ def image_slot(container: Mapping[Any, Any] | Sequence[Any]) -> Any:
     for key, value in items:
         if isinstance(value, (tv_tensors.Image, PIL.Image.Image)):
             return key
-    if isinstance(container, Mapping) and is_plain_tensor(container.get(IMAGE_KEY)):
+    if isinstance(container, Mapping) and is_plain_image(container.get(IMAGE_KEY)):
         return IMAGE_KEY
     for key, value in items:
-        if is_plain_tensor(value):
+        if is_plain_image(value):
             return key
     return None
 
