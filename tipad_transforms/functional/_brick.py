@@ -17,6 +17,7 @@ import torch
 import torch.nn.functional as nnF
 
 from .._checks import INT32_MAX, check_int, is_int
+from .._value_cache import untraced
 
 __all__ = ["brick_channels", "brick_options", "make_brick_texture", "running_bond_stagger"]
 
@@ -213,7 +214,11 @@ def make_brick_texture(
     if not dtype.is_floating_point:
         raise ValueError(f"dtype must be a floating dtype, got {dtype}")
 
-    tile = _render(bh, bw, m, per_tile, n_courses, base, mortar_base, shade, hue, grain, seed)
+    # Rendered (and cached) where no tracer sees it: under torch.export the tile is then a
+    # constant of the program, not a trace of the generator's draws (and no fake tile is cached).
+    tile = untraced(
+        lambda: _render(bh, bw, m, per_tile, n_courses, base, mortar_base, shade, hue, grain, seed)
+    )
     if channels in (1, 2):
         luma = torch.tensor(_LUMA, dtype=torch.float64)[:, None, None]
         tile = (tile * luma).sum(0, keepdim=True)

@@ -19,9 +19,17 @@ import torch.nn.functional as nnF
 from torchvision.transforms.v2 import functional as tvF
 
 from .._checks import INT64_MAX, is_int
-from .._value_cache import KeyedCache, ValueCache, normal_tensors
+from .._value_cache import KeyedCache, ValueCache, normal_tensors, tracing
 
-__all__ = ["Fill", "as_bank", "fill_values", "per_sample", "scale_texture", "texture_bank"]
+__all__ = [
+    "Fill",
+    "as_bank",
+    "fill_values",
+    "per_sample",
+    "plain",
+    "scale_texture",
+    "texture_bank",
+]
 
 Fill = int | float | bool | Sequence[int | float | bool] | None
 
@@ -124,10 +132,18 @@ def as_bank(texture: Any) -> torch.Tensor:
         )
     if bank.numel() == 0:
         raise ValueError(f"texture must not be empty, got shape {tuple(texture.shape)}")
-    if type(bank) is not torch.Tensor:
-        # Dynamo cannot trace as_subclass(torch.Tensor) on a plain tensor (fullgraph break).
-        bank = bank.as_subclass(torch.Tensor)
-    return bank
+    return plain(bank)
+
+
+def plain(t: torch.Tensor) -> torch.Tensor:
+    """``t`` as a plain ``torch.Tensor`` (a tv_tensor or another subclass unwrapped), except
+    under a tracer (``tracing()``): a FakeTensor or FunctionalTensor stays what it is, since its
+    unwrapped view would be a tensor the tracer never saw (``torch.export`` lifts it as a fake
+    constant and fails). A plain tensor is returned as it is (Dynamo cannot trace
+    ``as_subclass(torch.Tensor)`` on one)."""
+    if type(t) is torch.Tensor or tracing():
+        return t
+    return t.as_subclass(torch.Tensor)
 
 
 def texture_bank(

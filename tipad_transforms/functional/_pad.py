@@ -19,9 +19,9 @@ from torchvision.transforms.v2 import functional as tvF
 
 from .._checks import check_int
 from .._geometry import check_mode, image_channels, parse_padding
-from .._value_cache import KeyedCache
+from .._value_cache import KeyedCache, untraced
 from ._brick import brick_channels, brick_options, make_brick_texture, running_bond_stagger
-from ._convert import Fill, scale_texture
+from ._convert import Fill, plain, scale_texture
 from ._launch import Border, launch
 from ._pil import pil_apply
 from ._registry import get_kernel, register_kernel
@@ -41,7 +41,7 @@ def check_image(x: Any, name: str = "inpt") -> torch.Tensor:
         raise ValueError(f"{name} must have shape (..., C, H, W) or (H, W), got {tuple(x.shape)}")
     if x.is_complex():
         raise TypeError(f"{name} must be a real or bool tensor, got dtype {x.dtype}")
-    return x.as_subclass(torch.Tensor) if type(x) is not torch.Tensor else x
+    return plain(x)
 
 
 def _check_out(out: Any, *inputs: Any) -> None:
@@ -307,7 +307,9 @@ def brick_tile(dtype: torch.dtype, device: torch.device, **brick: Any) -> torch.
         # In [0, 1] by construction: no data-dependent range check is needed.
         return tile >= 0.5 if dtype == torch.bool else scale_texture(tile, dtype)
 
-    return _BRICK_TILES.get(key, make)
+    # Under torch.export, jit.trace or a mode, made where no tracer sees it (and cached there):
+    # the program gets the tile as a constant.
+    return untraced(lambda: _BRICK_TILES.get(key, make))
 
 
 def brick_pad(

@@ -218,7 +218,7 @@ def pad_direct(
 
 
 @torch.library.custom_op("tipad::pad", mutates_args=())
-def pad(
+def _pad_op(
     x: torch.Tensor,
     padding: list[int],
     mode: str,
@@ -228,23 +228,18 @@ def pad(
     texture_index: torch.Tensor,
     stagger: int,
 ) -> torch.Tensor:
-    """Pad ``x`` (``(..., C, H, W)`` or ``(H, W)``) into a new tensor; see the module docstring.
-
-    Raises ValueError/TypeError naming the argument for shapes, dtypes and devices the kernel
-    cannot take (the fake implementation checks the same).
-    """
     g = _check_forward(x, padding, mode, fill, texture, offset, texture_index, stagger)
     return _forward(g, x, mode, fill, texture, offset, texture_index, stagger, None)
 
 
-@pad.register_fake
+@_pad_op.register_fake
 def _(x, padding, mode, fill, texture, offset, texture_index, stagger):  # type: ignore[no-untyped-def]
     g = _check_forward(x, padding, mode, fill, texture, offset, texture_index, stagger)
     return x.new_empty(g.out_shape(x.shape))
 
 
 @torch.library.custom_op("tipad::pad_out", mutates_args=("out",))
-def pad_out(
+def _pad_out_op(
     x: torch.Tensor,
     padding: list[int],
     pad_mode: str,
@@ -255,17 +250,6 @@ def pad_out(
     stagger: int,
     out: torch.Tensor,
 ) -> None:
-    """``pad`` writing into ``out`` (contiguous, the output's shape, dtype and device).
-
-    The mode argument is ``pad_mode``, not ``mode``: torch.compile functionalizes this mutating
-    op through a higher-order op that takes its own ``mode`` keyword, and a schema argument of
-    that name collides with it ("got multiple values for argument 'mode'").
-
-    Raises ValueError/TypeError naming ``out`` for a wrong shape, dtype, device or a
-    non-contiguous ``out``, and ValueError ``"out must not overlap NAME in memory"`` when ``x``,
-    ``fill``, ``texture``, ``offset`` or ``texture_index`` shares memory with it (checked
-    eagerly only: a compiled graph functionalizes the write).
-    """
     g = _check_forward(x, padding, pad_mode, fill, texture, offset, texture_index, stagger,
                        "pad_mode")  # fmt: skip
     _check_out(out, g, x)
@@ -274,7 +258,7 @@ def pad_out(
     _forward(g, x, pad_mode, fill, texture, offset, texture_index, stagger, out)
 
 
-@pad_out.register_fake
+@_pad_out_op.register_fake
 def _(x, padding, pad_mode, fill, texture, offset, texture_index, stagger, out):  # type: ignore[no-untyped-def]
     g = _check_forward(x, padding, pad_mode, fill, texture, offset, texture_index, stagger,
                        "pad_mode")  # fmt: skip
@@ -300,7 +284,7 @@ def _check_backward(
 
 
 @torch.library.custom_op("tipad::pad_backward", mutates_args=())
-def pad_backward(
+def _pad_backward_op(
     grad: torch.Tensor,
     x_shape: list[int],
     padding: list[int],
@@ -310,12 +294,6 @@ def pad_backward(
     texture_index: torch.Tensor,
     stagger: int,
 ) -> tuple[torch.Tensor, torch.Tensor]:
-    """Gradients of ``pad``: ``(grad_x, grad_texture)`` with ``x``'s and ``texture``'s shapes.
-
-    Every image pixel receives the sum of the gradients of all canvas pixels that read it (the
-    interior copy and, for edge/reflect/symmetric/circular, the border); the texture receives
-    the border gradients of texture mode. Half types accumulate in float32.
-    """
     g = _check_backward(grad, x_shape, padding, mode, texture, offset, texture_index, stagger)
     acc = grad.dtype if grad.dtype in (torch.float32, torch.float64) else torch.float32
     canvas_grad = grad.detach().reshape(g.n, g.c, g.out_h, g.out_w).to(acc).contiguous()
@@ -341,7 +319,7 @@ def pad_backward(
     return grad_x.to(grad.dtype).reshape(x_shape), grad_tex.to(grad.dtype)
 
 
-@pad_backward.register_fake
+@_pad_backward_op.register_fake
 def _(grad, x_shape, padding, mode, texture, offset, texture_index, stagger):  # type: ignore[no-untyped-def]
     _check_backward(grad, x_shape, padding, mode, texture, offset, texture_index, stagger)
     return grad.new_empty(x_shape), grad.new_empty(texture.shape)
@@ -378,7 +356,7 @@ def _backward(ctx, grad):  # type: ignore[no-untyped-def]
     )
 
 
-pad.register_autograd(_backward, setup_context=_setup_context)
+_pad_op.register_autograd(_backward, setup_context=_setup_context)
 
 
 # pad_stack: N images of different sizes, packed flat, each padded to one canvas size.
@@ -446,7 +424,7 @@ def _check_stack_forward(
 
 
 @torch.library.custom_op("tipad::pad_stack", mutates_args=())
-def pad_stack(
+def _pad_stack_op(
     images: torch.Tensor,
     sizes: torch.Tensor,
     canvas: list[int],
@@ -457,13 +435,6 @@ def pad_stack(
     texture_index: torch.Tensor,
     stagger: int,
 ) -> torch.Tensor:
-    """Pad ``N`` packed images each to ``canvas`` ``[C, H, W]`` in one launch: ``(N, C, H, W)``.
-
-    ``images``: 1-D, the ``(C, h_i, w_i)`` images flattened and concatenated in order;
-    ``sizes``: ``(N, 4)`` int ``(h_i, w_i, top_i, left_i)`` (read on the host); the rest as
-    ``pad``, per image. Canvas ``i`` equals ``pad`` of image ``i`` with padding ``(left_i,
-    top_i, W - left_i - w_i, H - top_i - h_i)``.
-    """
     return _stack_forward(images, sizes, canvas, mode, fill, texture, offset, texture_index,
                           stagger)  # fmt: skip
 
@@ -512,7 +483,7 @@ def _stack_forward(
     return out
 
 
-@pad_stack.register_fake
+@_pad_stack_op.register_fake
 def _(images, sizes, canvas, mode, fill, texture, offset, texture_index, stagger):  # type: ignore[no-untyped-def]
     _check_stack_forward(images, sizes, canvas, mode, fill, texture, offset, texture_index,
                          stagger)  # fmt: skip
@@ -542,7 +513,7 @@ def _check_stack_backward(
 
 
 @torch.library.custom_op("tipad::pad_stack_backward", mutates_args=())
-def pad_stack_backward(
+def _pad_stack_backward_op(
     grad: torch.Tensor,
     sizes: torch.Tensor,
     numel: int,
@@ -552,8 +523,6 @@ def pad_stack_backward(
     texture_index: torch.Tensor,
     stagger: int,
 ) -> tuple[torch.Tensor, torch.Tensor]:
-    """Gradients of ``pad_stack``: ``(grad_images, grad_texture)``, ``(numel,)`` and the
-    texture's shape; sums as ``pad_backward``, per image. Half types accumulate in float32."""
     _check_stack_backward(grad, sizes, numel, mode, texture, offset, texture_index, stagger)
     _, c, out_h, out_w = grad.shape
     table = _stack_sizes(sizes, numel, [c, out_h, out_w], mode)
@@ -576,7 +545,7 @@ def pad_stack_backward(
     return grad_images.to(grad.dtype), grad_tex.to(grad.dtype)
 
 
-@pad_stack_backward.register_fake
+@_pad_stack_backward_op.register_fake
 def _(grad, sizes, numel, mode, texture, offset, texture_index, stagger):  # type: ignore[no-untyped-def]
     _check_stack_backward(grad, sizes, numel, mode, texture, offset, texture_index, stagger)
     return grad.new_empty(numel), grad.new_empty(texture.shape)
@@ -608,4 +577,188 @@ def _stack_backward(ctx, grad):  # type: ignore[no-untyped-def]
     )
 
 
-pad_stack.register_autograd(_stack_backward, setup_context=_setup_stack_context)
+_pad_stack_op.register_autograd(_stack_backward, setup_context=_setup_stack_context)
+
+
+# The public ops: plain functions over the registered ops, so that help() and the docs show each
+# its own signature and docstring (a CustomOpDef shows torch's generic text). Each is one call of
+# the op's OpOverload, bound once here: the same frames as CustomOpDef.__call__, which makes that
+# same call.
+_PAD = torch.ops.tipad.pad.default
+_PAD_OUT = torch.ops.tipad.pad_out.default
+_PAD_BACKWARD = torch.ops.tipad.pad_backward.default
+_PAD_STACK = torch.ops.tipad.pad_stack.default
+_PAD_STACK_BACKWARD = torch.ops.tipad.pad_stack_backward.default
+
+
+def pad(
+    x: torch.Tensor,
+    padding: list[int],
+    mode: str,
+    fill: torch.Tensor,
+    texture: torch.Tensor,
+    offset: torch.Tensor,
+    texture_index: torch.Tensor,
+    stagger: int,
+) -> torch.Tensor:
+    """``torch.ops.tipad.pad``: pad ``x`` into a new tensor, in one kernel launch.
+
+    The op under ``tipad_transforms.functional``'s ``pad``, ``texture_pad`` and ``brick_pad``,
+    with their arguments in canonical form (they parse user input; this checks shapes, dtypes
+    and devices only). Traceable (``torch.compile``, ``torch.export``, ``torch.jit.trace``
+    record ``tipad::pad``) and differentiable w.r.t. ``x`` and ``texture``.
+
+    Args:
+        x: ``(..., C, H, W)`` or ``(H, W)``, any real or bool dtype, CPU or CUDA, any strides.
+        padding: ``[left, top, right, bottom]``, each ``>= 0``.
+        mode: ``"constant"``, ``"edge"``, ``"reflect"``, ``"symmetric"``, ``"circular"`` or
+            ``"texture"``.
+        fill: ``(C,)`` in ``x``'s dtype and device, the constant mode's border; any tensor
+            (empty: ``x.new_empty(0)``) for the other modes.
+        texture: ``(K, 1 or C, th, tw)`` bank in ``x``'s dtype and device (texture mode), any
+            tensor otherwise.
+        offset: ``(N, 2)`` int32 ``(oy, ox)`` lattice shifts, ``N`` the product of ``x``'s
+            leading dims (1 for ``(C, H, W)`` and ``(H, W)``), on ``x``'s device.
+        texture_index: ``(N,)`` int32 bank indices in ``[0, K)``, on ``x``'s device.
+        stagger: horizontal shift of each successive row of tiles (int32).
+
+    Returns:
+        ``(..., C, H + top + bottom, W + left + right)``, ``x``'s dtype and device, contiguous:
+        ``x`` bit-exact in the middle, the border as ``functional.texture_pad`` (texture mode)
+        and ``functional.pad`` (the others) describe it.
+
+    Raises:
+        ValueError: a shape, mode, padding or device the kernel cannot take (the message names
+            the argument); ``texture_index`` outside the bank (CPU indices).
+        TypeError: ``fill``, ``texture``, ``offset`` or ``texture_index`` of another dtype.
+    """
+    return _PAD(x, padding, mode, fill, texture, offset, texture_index, stagger)
+
+
+def pad_out(
+    x: torch.Tensor,
+    padding: list[int],
+    pad_mode: str,
+    fill: torch.Tensor,
+    texture: torch.Tensor,
+    offset: torch.Tensor,
+    texture_index: torch.Tensor,
+    stagger: int,
+    out: torch.Tensor,
+) -> None:
+    """``torch.ops.tipad.pad_out``: ``pad`` writing into ``out``; returns None.
+
+    Arguments as ``pad``, with ``out`` contiguous, of the output's shape, ``x``'s dtype and
+    device, sharing no memory with any input. Not differentiable (a mutating op).
+
+    The mode argument is ``pad_mode``, not ``mode``: torch.compile functionalizes this mutating
+    op through a higher-order op that takes its own ``mode`` keyword, and a schema argument of
+    that name collides with it ("got multiple values for argument 'mode'").
+
+    Raises:
+        ValueError / TypeError: as ``pad`` (naming ``pad_mode`` for the mode); naming ``out``
+            for a wrong shape, dtype, device or a non-contiguous ``out``; ``"out must not
+            overlap NAME in memory"`` when ``x``, ``fill``, ``texture``, ``offset`` or
+            ``texture_index`` shares memory with it (checked eagerly only: a compiled graph
+            functionalizes the write).
+    """
+    _PAD_OUT(x, padding, pad_mode, fill, texture, offset, texture_index, stagger, out)
+
+
+def pad_backward(
+    grad: torch.Tensor,
+    x_shape: list[int],
+    padding: list[int],
+    mode: str,
+    texture: torch.Tensor,
+    offset: torch.Tensor,
+    texture_index: torch.Tensor,
+    stagger: int,
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """``torch.ops.tipad.pad_backward``: the gradients of ``pad``, ``(grad_x, grad_texture)``.
+
+    Every image pixel receives the sum of the gradients of all canvas pixels that read it (the
+    interior copy and, for edge/reflect/symmetric/circular, the border); the texture receives
+    the border gradients of texture mode (zeros in the other modes).
+
+    Args:
+        grad: the gradient of ``pad``'s output: its shape, a floating dtype, ``x``'s device.
+        x_shape: the shape of ``pad``'s ``x``.
+        padding, mode, texture, offset, texture_index, stagger: as given to ``pad``.
+
+    Returns:
+        ``grad_x`` of shape ``x_shape`` and ``grad_texture`` of ``texture``'s shape, both in
+        ``grad``'s dtype and device (float16 and bfloat16 accumulate in float32).
+
+    Raises:
+        TypeError: ``grad`` is not floating point; ``offset``/``texture_index`` not int32.
+        ValueError: shapes or devices that do not match ``pad``'s (naming the argument).
+    """
+    return _PAD_BACKWARD(grad, x_shape, padding, mode, texture, offset, texture_index, stagger)
+
+
+def pad_stack(
+    images: torch.Tensor,
+    sizes: torch.Tensor,
+    canvas: list[int],
+    mode: str,
+    fill: torch.Tensor,
+    texture: torch.Tensor,
+    offset: torch.Tensor,
+    texture_index: torch.Tensor,
+    stagger: int,
+) -> torch.Tensor:
+    """``torch.ops.tipad.pad_stack``: pad ``N`` packed images each to ``canvas`` in one launch.
+
+    The op under ``functional.pad_stack``. Canvas ``i`` equals ``pad`` of image ``i`` with
+    padding ``(left_i, top_i, W - left_i - w_i, H - top_i - h_i)``. Differentiable w.r.t.
+    ``images`` and ``texture``.
+
+    Args:
+        images: 1-D, the ``(C, h_i, w_i)`` images flattened and concatenated in order; any real
+            or bool dtype, CPU or CUDA.
+        sizes: ``(N, 4)`` integer ``(h_i, w_i, top_i, left_i)`` per image (read on the host):
+            each image must fit the canvas at its place.
+        canvas: ``[C, H, W]``, non-negative.
+        mode, fill, texture, offset, texture_index, stagger: as ``pad``'s, per image (``N``
+            rows of ``offset`` and ``texture_index``; ``fill`` ``(C,)``).
+
+    Returns:
+        ``(N, C, H, W)`` in ``images``' dtype and device, contiguous.
+
+    Raises:
+        ValueError: ``images`` not 1-D; a malformed ``sizes`` table, an image that does not fit
+            its canvas, element counts that do not match (naming the sample); the errors of
+            ``pad`` for the other arguments.
+    """
+    return _PAD_STACK(images, sizes, canvas, mode, fill, texture, offset, texture_index, stagger)
+
+
+def pad_stack_backward(
+    grad: torch.Tensor,
+    sizes: torch.Tensor,
+    numel: int,
+    mode: str,
+    texture: torch.Tensor,
+    offset: torch.Tensor,
+    texture_index: torch.Tensor,
+    stagger: int,
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """``torch.ops.tipad.pad_stack_backward``: the gradients of ``pad_stack``,
+    ``(grad_images, grad_texture)``.
+
+    Args:
+        grad: ``(N, C, H, W)``, the gradient of ``pad_stack``'s output (a floating dtype).
+        sizes: the ``sizes`` table given to ``pad_stack``.
+        numel: ``images.numel()`` of ``pad_stack``'s packed images.
+        mode, texture, offset, texture_index, stagger: as given to ``pad_stack``.
+
+    Returns:
+        ``grad_images`` ``(numel,)`` and ``grad_texture`` of ``texture``'s shape, in ``grad``'s
+        dtype and device; sums as ``pad_backward``, per image (half types accumulate in
+        float32).
+
+    Raises:
+        TypeError / ValueError: as ``pad_stack`` and ``pad_backward``, naming the argument.
+    """
+    return _PAD_STACK_BACKWARD(grad, sizes, numel, mode, texture, offset, texture_index, stagger)
