@@ -58,6 +58,10 @@ def _as_int(value: Any) -> int:
     return int(value)
 
 
+# Sequences of characters or bytes: never a padding (bytes iterate as ints).
+_TEXT = (str, bytes, bytearray, memoryview)
+
+
 def parse_padding(padding: int | Sequence[int]) -> tuple[int, int, int, int]:
     """Normalise torchvision's padding forms to ``(left, top, right, bottom)``.
 
@@ -68,7 +72,7 @@ def parse_padding(padding: int | Sequence[int]) -> tuple[int, int, int, int]:
     """
     if isinstance(padding, (int, torch.SymInt)) and not isinstance(padding, bool):
         values: list[int] = [int(padding)] * 4
-    elif isinstance(padding, Sequence) and not isinstance(padding, str):
+    elif isinstance(padding, Sequence) and not isinstance(padding, _TEXT):
         ints = [_as_int(p) for p in padding]
         if len(ints) == 1:
             values = ints * 4

@@ -11,6 +11,7 @@ image is not cast through float64, so ``2**53 + 1`` stays ``2**53 + 1`` on int64
 from __future__ import annotations
 
 import math
+import struct
 from collections.abc import Sequence
 from typing import Any
 
@@ -18,7 +19,7 @@ import torch
 import torch.nn.functional as nnF
 from torchvision.transforms.v2 import functional as tvF
 
-from .._checks import INT64_MAX, is_int
+from .._checks import INT64_MAX, check_dense, is_int
 from .._value_cache import KeyedCache, ValueCache, normal_tensors, tracing
 
 __all__ = [
@@ -70,6 +71,7 @@ def fill_values(fill: Any, dtype: torch.dtype, channels: int, name: str = "fill"
     if fill is None:
         fill = 0
     if isinstance(fill, torch.Tensor):  # a typed value (beyond torchvision): taken as it is
+        check_dense(fill, name)
         if fill.numel() not in (1, channels) or fill.is_complex():
             raise ValueError(
                 f"{name} must hold 1 or {channels} (channel) real values, got {tuple(fill.shape)}"
@@ -77,12 +79,28 @@ def fill_values(fill: Any, dtype: torch.dtype, channels: int, name: str = "fill"
         return fill.detach().reshape(-1).to("cpu", dtype).expand(channels).contiguous()
     if isinstance(fill, Sequence) and not isinstance(fill, str) and len(fill) == 1:
         fill = fill[0]
-    key = (fill if isinstance(fill, _NUMBER) else tuple(fill) if _is_numbers(fill) else None,
-           type(fill), dtype, channels, name)  # fmt: skip
-    if key[0] is not None:
+    values = (_bits(fill),) if isinstance(fill, _NUMBER) else _bits_of(fill)
+    if values is not None:
+        key = (values, type(fill), dtype, channels, name)
         return _FILLS.get(key, lambda: _fill_tensor(fill, dtype, channels, name))
     with normal_tensors():  # as the cached ones: never an inference tensor
         return _fill_tensor(fill, dtype, channels, name)
+
+
+def _bits(value: int | float | bool) -> tuple[type, object]:
+    """A cache key for one fill value: its type and, for a float, its bits (``0.0 == -0.0``
+    and ``hash(0.0) == hash(-0.0)``, but they fill different borders; a NaN never equals
+    itself, so as a plain value it would never be found again)."""
+    if isinstance(value, float):
+        return float, struct.pack("<d", value)
+    return type(value), value
+
+
+def _bits_of(fill: Any) -> tuple[tuple[type, object], ...] | None:
+    """``_bits`` of each value of a sequence of numbers, else None (not cached)."""
+    if not _is_numbers(fill):
+        return None
+    return tuple(_bits(v) for v in fill)
 
 
 def _fill_tensor(fill: Any, dtype: torch.dtype, channels: int, name: str) -> torch.Tensor:
@@ -117,6 +135,7 @@ def as_bank(texture: Any) -> torch.Tensor:
     """A user texture as a ``(K, C, th, tw)`` view, or TypeError/ValueError naming ``texture``."""
     if not isinstance(texture, torch.Tensor):
         raise TypeError(f"texture must be a torch.Tensor, got {type(texture).__name__}")
+    check_dense(texture, "texture")
     if texture.is_complex():
         raise TypeError(f"texture must be real, got dtype {texture.dtype}")
     if texture.dim() == 2:
@@ -216,7 +235,7 @@ def scale_texture(bank: torch.Tensor, dtype: torch.dtype) -> torch.Tensor:
 def per_sample(value: Any, lead: tuple[int, ...], last: tuple[int, ...], name: str) -> torch.Tensor:
     """``value`` (int(s) or an int tensor of ``lead_prefix + last``) as ``(N, *last)`` int64."""
     if isinstance(value, torch.Tensor):
-        t = value.detach()
+        t = check_dense(value, name).detach()
         if t.is_floating_point() or t.is_complex() or t.dtype == torch.bool:
             raise TypeError(f"{name} must hold integers, got dtype {t.dtype}")
     elif is_int(value):

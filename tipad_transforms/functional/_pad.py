@@ -17,13 +17,13 @@ import torch
 from torchvision import tv_tensors
 from torchvision.transforms.v2 import functional as tvF
 
-from .._checks import check_int
+from .._checks import check_dense, check_int
 from .._geometry import check_mode, image_channels, parse_padding
 from .._value_cache import KeyedCache, untraced
 from ._brick import brick_channels, brick_options, make_brick_texture, running_bond_stagger
 from ._convert import Fill, plain, scale_texture
 from ._launch import Border, launch
-from ._pil import pil_apply
+from ._pil import pil_apply, pil_fill
 from ._registry import get_kernel, register_kernel
 
 __all__ = ["brick_pad", "pad", "texture_pad"]
@@ -34,9 +34,11 @@ T = TypeVar("T")
 
 
 def check_image(x: Any, name: str = "inpt") -> torch.Tensor:
-    """``x`` as a plain tensor of shape ``(..., C, H, W)`` or ``(H, W)``, real or bool."""
+    """``x`` as a plain tensor of shape ``(..., C, H, W)`` or ``(H, W)``, real or bool, dense
+    and holding data (not quantized, sparse, nested or meta: ``_checks.check_dense``)."""
     if not isinstance(x, torch.Tensor):
         raise TypeError(f"{name} must be a torch.Tensor or PIL image, got {type(x).__name__}")
+    check_dense(x, name)
     if x.dim() < 2:
         raise ValueError(f"{name} must have shape (..., C, H, W) or (H, W), got {tuple(x.shape)}")
     if x.is_complex():
@@ -50,6 +52,7 @@ def _check_out(out: Any, *inputs: Any) -> None:
         return
     if not isinstance(out, torch.Tensor):
         raise TypeError(f"out must be a torch.Tensor, got {type(out).__name__}")
+    check_dense(out, "out")
     if torch.is_grad_enabled() and any(
         isinstance(t, torch.Tensor) and t.requires_grad for t in (out, *inputs)
     ):
@@ -268,8 +271,14 @@ def _pad_pil(
     out: Any = None,
 ) -> PIL.Image.Image:
     _no_out(out)
+    # As torchvision pads a PIL image: palette images as their indices, a constant fill as the
+    # pixel PIL makes of it in the image's mode (pil_fill), every other mode as numpy.pad does.
+    mode = check_mode(padding_mode, "padding_mode")
+    value = pil_fill(img, fill) if mode == "constant" else None
     return pil_apply(
-        img, functools.partial(pad_image, padding=padding, fill=fill, padding_mode=padding_mode)
+        img,
+        functools.partial(pad_image, padding=padding, fill=value, padding_mode=mode),
+        indices=True,
     )
 
 

@@ -14,7 +14,7 @@ from typing import Any
 import torch
 
 from .. import ops
-from .._checks import check_int
+from .._checks import check_dense, check_int
 from .._geometry import check_mode, image_channels
 from ..ops._pad import pad_stack_direct
 from ..ops._route import eager
@@ -49,6 +49,7 @@ def _images(images: Any) -> list[torch.Tensor]:
 def _placement(placement: Any, n: int) -> torch.Tensor:
     if not isinstance(placement, torch.Tensor):
         raise TypeError(f"placement must be an int tensor (N, 2), got {type(placement).__name__}")
+    check_dense(placement, "placement")
     if placement.is_floating_point() or placement.is_complex() or placement.dtype == torch.bool:
         raise TypeError(f"placement must hold integers, got dtype {placement.dtype}")
     if tuple(placement.shape) != (n, 2):

@@ -17,7 +17,7 @@ import torch
 
 from .. import _fallback, _runtime
 from .._geometry import MODE_CODES, PadGeometry, check_bank_index
-from ._common import check_int32, check_meta, check_no_overlap
+from ._common import check_dense, check_int32, check_meta, check_no_overlap
 from ._route import exact_route, kernel_ran
 
 __all__ = [
@@ -627,11 +627,16 @@ def pad(
         ``x`` bit-exact in the middle, the border as ``functional.texture_pad`` (texture mode)
         and ``functional.pad`` (the others) describe it.
 
+    Meta tensors give a meta result of the right shape (the op's fake implementation), as
+    torch's own ops do.
+
     Raises:
         ValueError: a shape, mode, padding or device the kernel cannot take (the message names
             the argument); ``texture_index`` outside the bank (CPU indices).
-        TypeError: ``fill``, ``texture``, ``offset`` or ``texture_index`` of another dtype.
+        TypeError: ``fill``, ``texture``, ``offset`` or ``texture_index`` of another dtype; a
+            tensor argument that is quantized, nested or sparse (not a dense strided tensor).
     """
+    check_dense(x=x, fill=fill, texture=texture, offset=offset, texture_index=texture_index)
     return _PAD(x, padding, mode, fill, texture, offset, texture_index, stagger)
 
 
@@ -662,6 +667,8 @@ def pad_out(
             ``texture_index`` shares memory with it (checked eagerly only: a compiled graph
             functionalizes the write).
     """
+    check_dense(x=x, fill=fill, texture=texture, offset=offset, texture_index=texture_index,
+                out=out)  # fmt: skip
     _PAD_OUT(x, padding, pad_mode, fill, texture, offset, texture_index, stagger, out)
 
 
@@ -694,6 +701,7 @@ def pad_backward(
         TypeError: ``grad`` is not floating point; ``offset``/``texture_index`` not int32.
         ValueError: shapes or devices that do not match ``pad``'s (naming the argument).
     """
+    check_dense(grad=grad, texture=texture, offset=offset, texture_index=texture_index)
     return _PAD_BACKWARD(grad, x_shape, padding, mode, texture, offset, texture_index, stagger)
 
 
@@ -731,6 +739,8 @@ def pad_stack(
             its canvas, element counts that do not match (naming the sample); the errors of
             ``pad`` for the other arguments.
     """
+    check_dense(images=images, sizes=sizes, fill=fill, texture=texture, offset=offset,
+                texture_index=texture_index)  # fmt: skip
     return _PAD_STACK(images, sizes, canvas, mode, fill, texture, offset, texture_index, stagger)
 
 
@@ -761,4 +771,6 @@ def pad_stack_backward(
     Raises:
         TypeError / ValueError: as ``pad_stack`` and ``pad_backward``, naming the argument.
     """
+    check_dense(grad=grad, sizes=sizes, texture=texture, offset=offset,
+                texture_index=texture_index)  # fmt: skip
     return _PAD_STACK_BACKWARD(grad, sizes, numel, mode, texture, offset, texture_index, stagger)

@@ -339,8 +339,8 @@ def wkv(
         one-token step allocates.
 
     Raises:
-        TypeError: an argument is not a tensor, not floating point, ``v``'s dtype differs from
-            ``k``'s, or ``state`` has the wrong dtype.
+        TypeError: an argument is not a tensor, is quantized, nested or sparse, not floating
+            point, ``v``'s dtype differs from ``k``'s, or ``state`` has the wrong dtype.
         ValueError: wrong shapes, or arguments on different devices.
     """
     # Python types here; the op checks shapes, dtypes and devices (once per call).
@@ -354,7 +354,7 @@ def wkv(
     elif not isinstance(state, torch.Tensor):
         raise TypeError(f"state must be a torch.Tensor or None, got {type(state).__name__}")
     else:
-        s = state
+        s = check_tensor("state", state)
     if eager(time_decay, time_first, k, v, s):
         # No graph to record: the op's implementation itself, without the dispatcher's ~80 us
         # (a one-token step's WKV is a few microseconds of work).
