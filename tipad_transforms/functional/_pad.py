@@ -243,13 +243,14 @@ def pad(
 def pad_image(
     image: torch.Tensor,
     padding: Padding,
-    fill: Fill = 0,
+    fill: Fill | torch.Tensor = 0,
     padding_mode: str = "constant",
     *,
     out: torch.Tensor | None = None,
     fill_name: str = "fill",
 ) -> torch.Tensor:
-    """``pad``'s kernel for plain tensors, images, videos and masks."""
+    """``pad``'s kernel for plain tensors, images, videos and masks (``fill`` may also be a
+    tensor of 1 or C values, cast with ``.to(dtype)``)."""
     x = check_image(image)
     pads = parse_padding(padding)
     mode = check_mode(padding_mode, "padding_mode")
