@@ -47,7 +47,7 @@ def check_mode(mode: Any, name: str = "padding_mode") -> str:
 
 
 # One side's padding: what the kernel's 32-bit index arithmetic can place.
-_MAX_PAD = 2**31 - 1
+MAX_PAD = _MAX_PAD = 2**31 - 1
 
 
 def _as_int(value: Any) -> int:
@@ -170,6 +170,6 @@ def check_bank_index(bank_size: int, texture_index: torch.Tensor) -> None:
     lo, hi = (int(v) for v in torch.aminmax(texture_index))
     if lo < 0 or hi >= bank_size:
         raise ValueError(
-            f"texture_index must lie in [0, {bank_size}) for a bank of {bank_size} textures, "
-            f"got values in [{lo}, {hi}]"
+            f"texture_index must lie in [0, {bank_size}) for a texture bank of {bank_size} "
+            f"tile(s), got values in [{lo}, {hi}]"
         )

@@ -166,7 +166,11 @@ def plain(t: torch.Tensor) -> torch.Tensor:
 
 
 def texture_bank(
-    texture: Any, dtype: torch.dtype, device: torch.device, channels: int
+    texture: Any,
+    dtype: torch.dtype,
+    device: torch.device,
+    channels: int,
+    image_name: str = "inpt",
 ) -> torch.Tensor:
     """User texture -> ``(K, Ct, th, tw)`` of ``dtype`` on ``device``, ``Ct`` in {1, channels}.
 
@@ -180,26 +184,30 @@ def texture_bank(
     ct = bank.shape[1]
     if ct not in (1, channels):
         raise ValueError(
-            f"texture has {ct} channels; the image has {channels}: give 1 (broadcast) "
-            f"or {channels} texture channels"
+            f"texture has {ct} channels; the image ({image_name}) has {channels}: give 1 "
+            f"(broadcast) or {channels} texture channels"
         )
     if bank.dtype == dtype and bank.device == device:
         return bank
-    if bank.requires_grad or torch.compiler.is_compiling():
-        return _convert_bank(bank, dtype, device)
-    return _BANKS.get(bank, (dtype, device), lambda: _convert_bank(bank, dtype, device))
+    if bank.requires_grad or tracing():
+        return _convert_bank(bank, dtype, device, image_name)
+    return _BANKS.get(bank, (dtype, device), lambda: _convert_bank(bank, dtype, device, image_name))
 
 
-def _convert_bank(bank: torch.Tensor, dtype: torch.dtype, device: torch.device) -> torch.Tensor:
+def _convert_bank(
+    bank: torch.Tensor, dtype: torch.dtype, device: torch.device, image_name: str
+) -> torch.Tensor:
     bank = bank.to(device)
     if bank.dtype == dtype:
         return bank
     if dtype == torch.bool or bank.dtype == torch.bool:
-        if dtype == torch.bool and not bool(((bank == 0) | (bank == 1)).all()):
-            raise ValueError("texture for a bool image must be 0/1 or False/True")
+        if dtype == torch.bool and not tracing() and not bool(((bank == 0) | (bank == 1)).all()):
+            raise ValueError(f"texture for a bool image ({image_name}) must be 0/1 or False/True")
         return bank.to(dtype)
-    if bank.is_floating_point() and not dtype.is_floating_point:
+    if bank.is_floating_point() and not dtype.is_floating_point and not tracing():
         # torchvision's convention: float images hold [0, 1], integer images the dtype's range.
+        # (A data-dependent check: a traced graph cannot raise it, and the values scale as
+        # they are.)
         lo, hi = torch.aminmax(bank.detach())
         if not (float(lo) >= 0.0 and float(hi) <= 1.0):  # NaN fails too
             raise ValueError(
@@ -209,18 +217,39 @@ def _convert_bank(bank: torch.Tensor, dtype: torch.dtype, device: torch.device) 
     return scale_texture(bank, dtype)
 
 
+_WIDE_UNSIGNED = (torch.uint32, torch.uint64)
+
+
 def scale_texture(bank: torch.Tensor, dtype: torch.dtype) -> torch.Tensor:
-    """torchvision's ``to_dtype(scale=True)`` for a (non-bool) texture, minus its failures."""
+    """torchvision's ``to_dtype(scale=True)`` for a (non-bool) texture, minus its failures.
+
+    Beyond torchvision, whose scaling gives no range to ``uint32`` and ``uint64`` (it turns
+    floats into 0 and 1 and leaves integers unscaled): a float texture scales to their full
+    range as to ``int32``'s, and their values scale to a float image by ``1 / max``; between
+    them and other integer dtypes no scaling is defined (TypeError naming the texture).
+    """
     if bank.dtype == dtype:
         return bank
+    wide = bank.dtype in _WIDE_UNSIGNED or dtype in _WIDE_UNSIGNED
+    if wide and not bank.is_floating_point() and not dtype.is_floating_point:
+        raise TypeError(
+            f"texture of dtype {bank.dtype} cannot be scaled to a {dtype} image (torchvision "
+            "defines no integer scaling for uint32 and uint64): give the texture as floats in "
+            "[0, 1] or in the image's dtype"
+        )
+    if wide and not bank.is_floating_point():
+        return (bank.double() * (1.0 / torch.iinfo(bank.dtype).max)).to(dtype)
     if bank.is_floating_point() and not dtype.is_floating_point:
-        if dtype in (torch.int32, torch.int64):
+        if dtype in (torch.int32, torch.int64, *_WIDE_UNSIGNED):
             # torchvision refuses these; scale the same way (v * (max + 1 - 1e-3), truncated)
             # in float64, where 1.0 may round up to max + 1: saturate it rather than wrap.
             info = torch.iinfo(dtype)
             scaled = (bank.double() * (info.max + 1.0 - 1e-3)).floor()
             top = scaled >= float(info.max)
-            return scaled.masked_fill(top, 0).to(dtype).masked_fill(top, info.max)
+            # torch.where: masked_fill has no uint32/uint64 kernel.
+            return torch.where(
+                top, torch.tensor(info.max, dtype=dtype), scaled.masked_fill(top, 0).to(dtype)
+            )
         if bank.dtype in (torch.float16, torch.bfloat16):
             # In half precision max + 1 - 1e-3 rounds to max + 1, so torchvision would turn 1.0
             # into 0 (uint8) or the minimum (int8, int16): scale in float32 instead.

@@ -308,6 +308,12 @@ def _pad_points(
     inpt: Any, padding: Padding, fill: Fill = 0, padding_mode: str = "constant", **_: Any
 ) -> Any:
     mode = check_mode(padding_mode, "padding_mode")
+    if mode != "constant":
+        # torchvision's rule, in the words of this function's arguments.
+        raise ValueError(
+            f"padding_mode {mode!r} cannot pad {type(inpt).__name__} (inpt): boxes and "
+            "keypoints are shifted by constant padding only, as torchvision does"
+        )
     return tvF.pad(inpt, padding=list(parse_padding(padding)), padding_mode=mode)
 
 

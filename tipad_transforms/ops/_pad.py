@@ -11,13 +11,23 @@ ops with fake implementations and registered autograd, they trace under
 
 from __future__ import annotations
 
+import math
 from typing import Any
 
 import torch
 
 from .. import _fallback, _runtime
-from .._geometry import MODE_CODES, PadGeometry, check_bank_index
-from ._common import check_dense, check_int32, check_meta, check_no_overlap
+from .._geometry import MAX_PAD, MODE_CODES, PadGeometry, check_bank_index
+from .._value_cache import tracing
+from ._common import (
+    check_dense,
+    check_int32,
+    check_ints,
+    check_meta,
+    check_no_overlap,
+    check_scalar_int,
+    check_str,
+)
 from ._route import exact_route, kernel_ran
 
 __all__ = [
@@ -74,17 +84,23 @@ def _check_params(
     dtype: torch.dtype | None,
     device: torch.device,
     like: str,
+    mode_name: str = "mode",
 ) -> None:
     """What the kernel reads besides the image, for ``n`` samples of ``c`` channels: ``fill``
     ``(C,)`` (constant mode, unless None), ``texture`` ``(K >= 1, 1 or C, th >= 1, tw >= 1)``
     (texture mode), ``offset`` ``(N, 2)`` and ``texture_index`` ``(N,)`` int32, one device;
-    ``dtype``: the one of fill and texture (None: not checked)."""
+    ``dtype``: the one of fill and texture (None: not checked). The errors of fill and texture
+    name the mode too (``mode_name``): a mode that reads them may be what is wrong."""
     check_meta("offset", offset, shape=(n, 2), dtype=torch.int32, device=device, like=like)
     check_meta("texture_index", texture_index, shape=(n,), dtype=torch.int32, device=device,
                like=like)  # fmt: skip
     check_int32("stagger", stagger)
     if mode == "constant" and fill is not None:
-        check_meta("fill", fill, shape=(c,), dtype=dtype, device=device, like=like)
+        if tuple(fill.shape) != (c,):
+            raise ValueError(
+                f"fill must have shape ({c},) for {mode_name} 'constant', got {tuple(fill.shape)}"
+            )
+        check_meta("fill", fill, dtype=dtype, device=device, like=like)
     if mode == "texture":
         if (
             texture.dim() != 4
@@ -93,8 +109,8 @@ def _check_params(
             or min(texture.shape[2:]) < 1
         ):
             raise ValueError(
-                f"texture must be (K, 1 or {c}, th, tw) with K, th, tw >= 1, got "
-                f"{tuple(texture.shape)}"
+                f"texture must be (K, 1 or {c}, th, tw) with K, th, tw >= 1 for {mode_name} "
+                f"'texture', got {tuple(texture.shape)}"
             )
         check_meta("texture", texture, dtype=dtype, device=device, like=like)
 
@@ -104,19 +120,25 @@ def _check_pad(
     padding: list[int],
     mode: str,
     mode_name: str = "mode",
+    x_name: str = "x",
 ) -> PadGeometry:
-    """The geometry of a valid ``x_shape`` and ``padding``, else a ValueError naming them."""
+    """The geometry of a valid ``x_shape`` and ``padding``, else a ValueError naming them
+    (``x_name``: what holds the shape)."""
     if len(x_shape) < 2 or min(x_shape) < 0:
-        raise ValueError(f"x must have shape (..., C, H, W) or (H, W), got {tuple(x_shape)}")
-    if len(padding) != 4 or min(padding) < 0:
+        shape = f"shape (..., C, H, W) or (H, W), got {tuple(x_shape)}"
+        raise ValueError(f"{x_name} must {'be' if x_name == 'x_shape' else 'have'} {shape}")
+    if len(padding) != 4 or min(padding) < 0 or max(padding) > MAX_PAD:
         raise ValueError(
-            f"padding must be 4 non-negative ints [left, top, right, bottom], got {padding}"
+            f"padding must be 4 ints [left, top, right, bottom] in [0, {MAX_PAD}], got {padding}"
         )
     _check_mode(mode, mode_name)
     g = PadGeometry.of(x_shape, padding)
     reads_image = mode not in ("constant", "texture")
     if reads_image and g.h * g.w == 0 and g.n * g.c * g.out_h * g.out_w > 0:
-        raise ValueError(f"{mode_name} {mode!r} needs a non-empty image, got {tuple(x_shape)}")
+        raise ValueError(
+            f"{x_name} of shape {tuple(x_shape)} holds no pixels: {mode_name} {mode!r} needs a "
+            "non-empty image"
+        )
     return g
 
 
@@ -133,7 +155,7 @@ def _check_forward(
 ) -> PadGeometry:
     g = _check_pad(x.shape, padding, mode, mode_name)
     _check_params(g.n, g.c, mode, fill, texture, offset, texture_index, stagger, x.dtype,
-                  x.device, "x")  # fmt: skip
+                  x.device, "x", mode_name)  # fmt: skip
     return g
 
 
@@ -176,12 +198,24 @@ def _forward(
     """The body of ``tipad::pad`` (``out`` None) and ``tipad::pad_out``, after their checks;
     the eager direct route (``pad_direct``) runs it too, so both give the same bits."""
     image, tex = _prepare(x, texture, texture_index, check_index)
-    canvas = (
-        torch.empty(g.out_shape(x.shape), dtype=x.dtype, device=x.device) if out is None else out
-    )
+    canvas = _allocate(g.out_shape(x.shape), x, "padding") if out is None else out
     _run(g, mode, image, canvas, tex, fill.contiguous(), offset.contiguous(),
          texture_index.contiguous(), stagger)  # fmt: skip
     return canvas
+
+
+def _allocate(shape: list[int], like: torch.Tensor, name: str) -> torch.Tensor:
+    """A new output of ``shape`` like ``like``, or a ValueError naming ``name`` (what set its
+    size) when it cannot be allocated (the allocator's RuntimeError, CUDA's OutOfMemoryError:
+    a border of 10**9 pixels is a bad argument, not a crash)."""
+    try:
+        return torch.empty(shape, dtype=like.dtype, device=like.device)
+    except RuntimeError as exc:
+        nbytes = math.prod(shape) * like.element_size()
+        raise ValueError(
+            f"{name} gives an output of shape {tuple(shape)} ({nbytes} bytes), which cannot be "
+            f"allocated: {str(exc).splitlines()[0]}"
+        ) from None
 
 
 #: Eager calls served by ``pad_direct`` (read by the tests: a direct route that silently stopped
@@ -275,9 +309,13 @@ def _check_backward(
     texture_index: torch.Tensor,
     stagger: int,
 ) -> PadGeometry:
-    g = _check_pad(x_shape, padding, mode)
+    g = _check_pad(x_shape, padding, mode, x_name="x_shape")
     _check_float_grad(grad)
-    check_meta("grad", grad, shape=g.out_shape(x_shape))
+    if tuple(grad.shape) != tuple(g.out_shape(x_shape)):
+        raise ValueError(
+            f"grad must have shape {tuple(g.out_shape(x_shape))} (x_shape grown by padding), "
+            f"got {tuple(grad.shape)}"
+        )
     _check_params(g.n, g.c, mode, None, texture, offset, texture_index, stagger, None,
                   grad.device, "grad")  # fmt: skip
     return g
@@ -375,10 +413,18 @@ def _check_stack(sizes: torch.Tensor, canvas: list[int], mode: str) -> int:
     return int(sizes.shape[0])
 
 
-def _stack_sizes(sizes: torch.Tensor, numel: int, canvas: list[int], mode: str) -> torch.Tensor:
+def _stack_sizes(
+    sizes: torch.Tensor,
+    numel: int,
+    canvas: list[int],
+    mode: str,
+    backward: bool = False,
+) -> torch.Tensor:
     """``sizes`` (checked by ``_check_stack``) as an int64 CPU ``(N, 4)`` table, its values
     checked against the packed images' element count and the canvas ``[C, H, W]``: the kernel
-    trusts it for every memory access."""
+    trusts it for every memory access. The errors name the arguments these come from: the
+    forward's ``images`` and ``canvas``, the backward's ``numel`` and ``grad``."""
+    images_name, canvas_name = ("numel", "grad") if backward else ("images", "canvas")
     table = sizes.detach().to("cpu", torch.int64)
     c, out_h, out_w = canvas
     h, w, top, left = table.unbind(1)
@@ -387,7 +433,8 @@ def _stack_sizes(sizes: torch.Tensor, numel: int, canvas: list[int], mode: str) 
         i = int(misfit.nonzero()[0, 0])
         raise ValueError(
             f"sample {i}: an image of size {tuple(table[i, :2].tolist())} at (top, left) "
-            f"{tuple(table[i, 2:].tolist())} does not fit a {(out_h, out_w)} canvas"
+            f"{tuple(table[i, 2:].tolist())} (sizes[{i}]) does not fit a {(out_h, out_w)} canvas "
+            f"({canvas_name})"
         )
     # A standard mode reads its border from the image: an empty one has nothing to read.
     empty = (h * w == 0) & (mode not in ("constant", "texture") and out_h * out_w > 0)
@@ -395,12 +442,13 @@ def _stack_sizes(sizes: torch.Tensor, numel: int, canvas: list[int], mode: str) 
         i = int(empty.nonzero()[0, 0])
         raise ValueError(
             f"sample {i}: mode {mode!r} needs a non-empty image, got size "
-            f"{tuple(table[i, :2].tolist())}"
+            f"{tuple(table[i, :2].tolist())} (sizes[{i}])"
         )
     described = c * int((h * w).sum())
     if described != numel:
         raise ValueError(
-            f"images hold {numel} elements; sizes and {c} channels describe {described}"
+            f"{images_name} gives {numel} elements; sizes and {c} channels describe "
+            f"{described} (the channels of {canvas_name})"
         )
     return table
 
@@ -466,7 +514,7 @@ def _stack_forward(
     if tex.numel() > 0 and texture_index.device.type == "cpu":
         check_bank_index(tex.shape[0], texture_index)  # as in _prepare
     flat = images.detach().contiguous()
-    out = torch.empty(table.shape[0], *canvas, dtype=images.dtype, device=images.device)
+    out = _allocate([table.shape[0], *canvas], images, "canvas")
     args: dict[str, Any] = dict(
         texture=tex,
         fill=fill.contiguous(),
@@ -525,7 +573,7 @@ def _pad_stack_backward_op(
 ) -> tuple[torch.Tensor, torch.Tensor]:
     _check_stack_backward(grad, sizes, numel, mode, texture, offset, texture_index, stagger)
     _, c, out_h, out_w = grad.shape
-    table = _stack_sizes(sizes, numel, [c, out_h, out_w], mode)
+    table = _stack_sizes(sizes, numel, [c, out_h, out_w], mode, backward=True)
     acc = grad.dtype if grad.dtype in (torch.float32, torch.float64) else torch.float32
     canvas_grad = grad.detach().to(acc).contiguous()
     tex = texture.detach().contiguous()
@@ -584,6 +632,30 @@ _pad_stack_op.register_autograd(_stack_backward, setup_context=_setup_stack_cont
 # its own signature and docstring (a CustomOpDef shows torch's generic text). Each is one call of
 # the op's OpOverload, bound once here: the same frames as CustomOpDef.__call__, which makes that
 # same call.
+_NO_PADDING = object()  # _check_call's padding for the ops that take none
+
+
+def _check_call(
+    padding: object,
+    mode: object,
+    stagger: object,
+    mode_name: str = "mode",
+    **tensors: torch.Tensor,
+) -> None:
+    """The Python types the schema takes, as TypeError/ValueError naming the argument (the
+    dispatcher's own complaint is a RuntimeError, and it takes ``True`` for an int), and dense
+    tensors (``check_dense``). ``padding`` is ``_NO_PADDING`` for the ops that take none. Under
+    a tracer the Python types are left to the dispatcher: ``torch.jit.trace`` hands in sizes
+    as 0-d tensors."""
+    check_dense(**tensors)
+    if tracing():
+        return
+    if padding is not _NO_PADDING:
+        check_ints("padding", padding)
+    check_str(mode_name, mode)
+    check_scalar_int("stagger", stagger)
+
+
 _PAD = torch.ops.tipad.pad.default
 _PAD_OUT = torch.ops.tipad.pad_out.default
 _PAD_BACKWARD = torch.ops.tipad.pad_backward.default
@@ -636,7 +708,8 @@ def pad(
         TypeError: ``fill``, ``texture``, ``offset`` or ``texture_index`` of another dtype; a
             tensor argument that is quantized, nested or sparse (not a dense strided tensor).
     """
-    check_dense(x=x, fill=fill, texture=texture, offset=offset, texture_index=texture_index)
+    _check_call(padding, mode, stagger, x=x, fill=fill, texture=texture, offset=offset,
+                texture_index=texture_index)  # fmt: skip
     return _PAD(x, padding, mode, fill, texture, offset, texture_index, stagger)
 
 
@@ -667,8 +740,8 @@ def pad_out(
             ``texture_index`` shares memory with it (checked eagerly only: a compiled graph
             functionalizes the write).
     """
-    check_dense(x=x, fill=fill, texture=texture, offset=offset, texture_index=texture_index,
-                out=out)  # fmt: skip
+    _check_call(padding, pad_mode, stagger, "pad_mode", x=x, fill=fill, texture=texture,
+                offset=offset, texture_index=texture_index, out=out)  # fmt: skip
     _PAD_OUT(x, padding, pad_mode, fill, texture, offset, texture_index, stagger, out)
 
 
@@ -701,7 +774,10 @@ def pad_backward(
         TypeError: ``grad`` is not floating point; ``offset``/``texture_index`` not int32.
         ValueError: shapes or devices that do not match ``pad``'s (naming the argument).
     """
-    check_dense(grad=grad, texture=texture, offset=offset, texture_index=texture_index)
+    if not tracing():
+        check_ints("x_shape", x_shape)
+    _check_call(padding, mode, stagger, grad=grad, texture=texture, offset=offset,
+                texture_index=texture_index)  # fmt: skip
     return _PAD_BACKWARD(grad, x_shape, padding, mode, texture, offset, texture_index, stagger)
 
 
@@ -739,8 +815,10 @@ def pad_stack(
             its canvas, element counts that do not match (naming the sample); the errors of
             ``pad`` for the other arguments.
     """
-    check_dense(images=images, sizes=sizes, fill=fill, texture=texture, offset=offset,
-                texture_index=texture_index)  # fmt: skip
+    if not tracing():
+        check_ints("canvas", canvas)
+    _check_call(_NO_PADDING, mode, stagger, images=images, sizes=sizes, fill=fill, texture=texture,
+                offset=offset, texture_index=texture_index)  # fmt: skip
     return _PAD_STACK(images, sizes, canvas, mode, fill, texture, offset, texture_index, stagger)
 
 
@@ -771,6 +849,8 @@ def pad_stack_backward(
     Raises:
         TypeError / ValueError: as ``pad_stack`` and ``pad_backward``, naming the argument.
     """
-    check_dense(grad=grad, sizes=sizes, texture=texture, offset=offset,
+    if not tracing():
+        check_scalar_int("numel", numel)
+    _check_call(_NO_PADDING, mode, stagger, grad=grad, sizes=sizes, texture=texture, offset=offset,
                 texture_index=texture_index)  # fmt: skip
     return _PAD_STACK_BACKWARD(grad, sizes, numel, mode, texture, offset, texture_index, stagger)
