@@ -148,9 +148,9 @@ def pil_fill(img: PIL.Image.Image, fill: Any, name: str = "fill") -> torch.Tenso
     ):
         values = list(fill) * bands if len(fill) == 1 else list(fill)
         if len(values) != bands:
+            counts = "1 value" if bands == 1 else f"1 or {bands} values (one per band)"
             raise ValueError(
-                f"{name} must have 1 or {bands} values for a PIL {img.mode!r} image (one per "
-                f"band), got {len(fill)}"
+                f"{name} must have {counts} for a PIL {img.mode!r} image, got {len(fill)}"
             )
     else:
         raise TypeError(
