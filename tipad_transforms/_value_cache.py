@@ -70,11 +70,11 @@ def untraced(make: Callable[[], V]) -> V:
 
     Eagerly (not ``tracing()``), and in code Dynamo traces (which cannot trace a thread; it
     bakes such values in through ``torch.compiler.assume_constant_result``, as ``brick_tile``
-    does), this is ``make()``. Under any other tracer it runs ``make`` on a
-    helper thread and waits for it: torch's dispatch and function modes (fake, proxy,
-    functional), the ``torch.jit.trace`` tracer, functorch's transforms, grad mode and autocast
-    are all thread local, so there it makes plain tensors, as in eager mode (public APIs only).
-    Its exceptions are raised here.
+    does), this is ``make()``. Under any other tracer it runs ``make`` on a helper thread and
+    waits for it: torch's dispatch and function modes (fake, proxy, functional), the
+    ``torch.jit.trace`` tracer, functorch's transforms, grad mode and autocast are all thread
+    local, so there it makes plain tensors, as in eager mode (public APIs only). Its exceptions
+    are raised here.
     """
     if not tracing() or torch.compiler.is_dynamo_compiling():
         return make()
