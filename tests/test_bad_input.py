@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import re
 from collections.abc import Callable
 from typing import Any
 
@@ -10,6 +11,8 @@ import torch
 from reference import assert_bitwise_equal, random_image
 
 import tipad_transforms.functional as F
+from tipad_transforms import ops
+from tipad_transforms.transforms import Pad, TexturePad
 
 X = random_image((2, 3, 4, 5), torch.float32, seed=1)
 XU = random_image((3, 4, 5), torch.uint8, seed=2)
@@ -239,3 +242,156 @@ def test_pil_and_tensor_paths_validate_alike(fn: str) -> None:
     }
     with pytest.raises(ValueError, match="padding"):
         getattr(F, fn)(img, *args[fn])
+
+
+# ---------------------------------------------------------------------------------------------
+# tensors with no plain strided memory: refused by name before anything reads them
+
+
+def _quantized(t: torch.Tensor) -> torch.Tensor:
+    return torch.quantize_per_tensor(t.float(), 0.1, 0, torch.quint8)
+
+
+def _nested(t: torch.Tensor) -> torch.Tensor:
+    return torch.nested.nested_tensor([t, t])
+
+
+def _jagged(t: torch.Tensor) -> torch.Tensor:
+    return torch.nested.nested_tensor([t, t], layout=torch.jagged)
+
+
+def _csr(t: torch.Tensor) -> torch.Tensor:
+    return t.reshape(t.shape[0], -1).to_sparse_csr()
+
+
+KINDS: dict[str, tuple[Callable[[torch.Tensor], torch.Tensor], str]] = {
+    "quantized": (_quantized, "quantized"),
+    "sparse_coo": (lambda t: t.to_sparse(), "sparse_coo"),
+    "sparse_csr": (_csr, "sparse_csr"),
+    "nested": (_nested, "nested"),
+    "jagged": (_jagged, "nested"),
+}
+
+_OP_REST = (
+    torch.empty(0),
+    torch.empty(0),
+    torch.zeros(1, 2, dtype=torch.int32),
+    torch.zeros(1, dtype=torch.int32),
+    0,
+)
+_PLACE = torch.zeros(1, 2, dtype=torch.long)
+_W = torch.zeros(5)
+_K = torch.rand(3, 4, 5)
+
+# argument name -> (the call with that argument replaced, a tensor of the argument's usual kind)
+ARGUMENTS: dict[str, tuple[str, Callable[[torch.Tensor], Any], torch.Tensor]] = {
+    "pad inpt": ("inpt", lambda t: F.pad(t, 1), X[0]),
+    "pad reflect inpt": ("inpt", lambda t: F.pad(t, 1, padding_mode="reflect"), X[0]),
+    "pad fill": ("fill", lambda t: F.pad(X, 1, fill=t), torch.rand(3)),
+    "pad out": ("out", lambda t: F.pad(X[0, :, :2, :3], 1, out=t), torch.rand(3, 4, 5)),
+    "texture_pad inpt": ("inpt", lambda t: F.texture_pad(t, 1, TEX), X[0]),
+    "texture_pad texture": ("texture", lambda t: F.texture_pad(X, 1, t), TEX),
+    "texture_pad offset": (
+        "offset",
+        lambda t: F.texture_pad(X, 1, TEX, offset=t),
+        torch.ones(2, 2, dtype=torch.long),
+    ),
+    "texture_pad texture_index": (
+        "texture_index",
+        lambda t: F.texture_pad(X, 1, BANK, texture_index=t),
+        torch.ones(2, dtype=torch.long),
+    ),
+    "brick_pad inpt": ("inpt", lambda t: F.brick_pad(t, 1), X[0]),
+    "pad_stack images": ("images[0]", lambda t: F.pad_stack([t], (6, 7), _PLACE), X[0]),
+    "pad_stack placement": ("placement", lambda t: F.pad_stack([X[0]], (6, 7), t), _PLACE),
+    "Pad()": ("inpt", lambda t: Pad(1)(t), X[0]),
+    "TexturePad texture": ("texture", lambda t: TexturePad(1, t), TEX),
+    "ops.pad x": ("x", lambda t: ops.pad(t, [1, 1, 1, 1], "edge", *_OP_REST), X[:1]),
+    "ops.pad fill": (
+        "fill",
+        lambda t: ops.pad(X[:1], [1, 1, 1, 1], "constant", t, *_OP_REST[1:]),
+        torch.rand(3),
+    ),
+    "ops.pad_stack images": (
+        "images",
+        lambda t: ops.pad_stack(t, torch.tensor([[4, 5, 0, 0]]), [3, 4, 5], "edge", *_OP_REST),
+        X[0].reshape(-1),
+    ),
+    "ops.wkv k": ("k", lambda t: ops.wkv(_W, _W, t, _K), _K),
+    "ops.wkv state": ("state", lambda t: ops.wkv(_W, _W, _K, _K, t), torch.rand(3, 3, 5)),
+    "ops.time_conv k": ("k", lambda t: ops.time_conv(torch.rand(3, 2), t), torch.rand(3, 3, 4)),
+}
+
+
+@pytest.mark.filterwarnings("ignore::UserWarning")  # torch's notes on these prototype kinds
+@pytest.mark.parametrize("kind", list(KINDS))
+@pytest.mark.parametrize("where", list(ARGUMENTS))
+def test_tensors_without_strided_memory_are_refused_by_name(where: str, kind: str) -> None:
+    # A quantized texture crashed the process (SIGSEGV in the texture cache's byte view);
+    # other kinds met INTERNAL ASSERTs, "NestedTensorImpl doesn't support sizes", torch's
+    # "could not run ... with arguments from the 'SparseCPU' backend" or wrong results.
+    name, call, usual = ARGUMENTS[where]
+    make, word = KINDS[kind]
+    try:
+        odd = make(usual)
+    except RuntimeError:
+        pytest.skip(f"torch cannot make a {kind} tensor of {usual.dtype}")
+    with pytest.raises(TypeError, match=rf"^{re.escape(name)} must be a dense .*{word}"):
+        call(odd)
+
+
+@pytest.mark.filterwarnings("ignore::UserWarning")  # quantized tensors are deprecated
+def test_quantized_texture_no_longer_crashes() -> None:
+    # The issue's reproducer, verbatim: at 0.5.2 the texture cache's byte view of it killed the
+    # process (rc 139) where it was found, and raised "Creation of quantized tensor requires
+    # quantized dtype" here; now a TypeError naming texture before anything reads it.
+    texture = torch.quantize_per_tensor(torch.rand(3, 2, 2), 0.1, 0, torch.quint8)
+    with pytest.raises(TypeError, match=r"^texture must be a dense"):
+        F.texture_pad(torch.rand(3, 4, 4), 1, texture)
+
+
+META = ["pad inpt", "pad fill", "pad out", "texture_pad inpt", "texture_pad texture",
+        "texture_pad offset", "texture_pad texture_index", "brick_pad inpt", "pad_stack images",
+        "pad_stack placement", "Pad()", "TexturePad texture"]  # fmt: skip
+
+
+@pytest.mark.parametrize("where", META)
+def test_meta_tensors_are_refused_by_the_functionals(where: str) -> None:
+    # A meta texture or fill reached "Cannot copy out of meta tensor; no data!", a meta image
+    # with a CPU texture a device mismatch deep inside: padding needs data.
+    name, call, usual = ARGUMENTS[where]
+    with pytest.raises(ValueError, match=rf"^{re.escape(name)} is a meta tensor"):
+        call(usual.to("meta"))
+
+
+def test_meta_tensors_give_shapes_at_the_ops() -> None:
+    # The ops keep torch's meta semantics: their fake implementation gives the output's shape.
+    x = torch.empty(2, 3, 4, 5, device="meta")
+    empty = torch.empty(0, device="meta")
+    lattice = (torch.zeros(2, 2, dtype=torch.int32), torch.zeros(2, dtype=torch.int32))
+    out = ops.pad(x, [1, 2, 3, 4], "reflect", empty, empty, *(t.to("meta") for t in lattice), 0)
+    assert out.device.type == "meta" and out.shape == (2, 3, 10, 9)
+    y = ops.wkv(
+        *(torch.empty(5, device="meta") for _ in range(2)),
+        *(torch.empty(2, 3, 5, device="meta") for _ in range(2)),
+    )
+    assert y.device.type == "meta" and y.shape == (2, 3, 5)  # fmt: skip
+
+
+@pytest.mark.parametrize("padding", [b"12", bytearray(b"\x01\x02"), "12", memoryview(b"1")])
+def test_text_and_bytes_are_not_paddings(padding: Any) -> None:
+    # F.pad(img, b"12") padded by 49 and 50 pixels (bytes iterate as ints); torchvision raises
+    # TypeError.
+    from torchvision.transforms.v2 import functional as tvF
+
+    with pytest.raises(TypeError):
+        tvF.pad(X, padding)  # the reference behaviour
+    for call in (
+        lambda: F.pad(X, padding),
+        lambda: F.texture_pad(X, padding, TEX),
+        lambda: F.brick_pad(X, padding),
+        lambda: Pad(padding),
+        lambda: TexturePad(padding, TEX),
+    ):
+        with pytest.raises(TypeError, match=r"^padding must be"):
+            call()

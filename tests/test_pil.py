@@ -1,8 +1,10 @@
 """PIL images through the padding functionals: every mode comes back in its own mode.
 
-References are numpy.pad on the image's own array (band by band), built from random images;
-palette images are checked on their indices, which stay exact, and on nearest-colour matching
-for colours the palette does not hold.
+References are numpy.pad on the image's own array (band by band), built from random images,
+and torchvision.transforms.v2.functional.pad on the same PIL image for constant fills (every
+mode: palette indices, bilevel white, PIL's own colour conversions); palette images are checked
+on their indices, which stay exact, and on nearest-colour matching for texture colours the
+palette does not hold.
 """
 
 from __future__ import annotations
@@ -192,8 +194,9 @@ def test_short_palette_only_matches_its_own_entries() -> None:
     img = PIL.Image.frombytes("P", (W, H), rng.integers(0, 16, (H, W), dtype=np.uint8).tobytes())
     img.putpalette(palette.reshape(-1).tolist())
     # Black is not in the palette; Pillow's padding entries (16..255) are black, so a match
-    # outside the first 16 would be "exact" but invalid.
-    out = F.pad(img, PADDING, padding_mode="constant", fill=0)
+    # outside the first 16 would be "exact" but invalid. (A black texture: pad's fill is an
+    # index, as in torchvision.)
+    out = F.texture_pad(img, PADDING, torch.zeros(3, 2, 2, dtype=torch.uint8))
     got = np.array(out)
     np.testing.assert_array_equal(interior(got), np.array(img))
     assert got.max() < 16
@@ -220,13 +223,84 @@ def test_palette_with_transparency_pads_in_rgba() -> None:
 
 def test_pa_keeps_its_alpha_band() -> None:
     img = make_image("PA", seed=10)
-    out = F.pad(img, PADDING, padding_mode="constant", fill=(1, 2, 3, 99))
-    assert out.mode == "PA"
+    out = F.pad(img, PADDING, padding_mode="constant", fill=(5, 99))  # (index, alpha)
+    assert out.mode == "PA" and out.getpalette() == img.getpalette()
     got = as_bands(out)
     np.testing.assert_array_equal(interior(got), as_bands(img))
-    assert (got[0, :, 1] == 99).all()
-    palette = np.array(img.getpalette(), dtype=np.uint8).reshape(-1, 3)
-    assert got[0, 0, 0] == _nearest_rgb(np.array([1, 2, 3]), palette)
+    assert (got[0, :, 0] == 5).all() and (got[0, :, 1] == 99).all()
+    with pytest.raises(ValueError, match="fill must have 1 or 2 values"):
+        F.pad(img, PADDING, fill=(1, 2, 3, 99))  # torchvision: ValueError too
+
+
+def _torchvision_pad(img: PIL.Image.Image, fill: Any, mode: str) -> PIL.Image.Image:
+    from torchvision.transforms.v2 import functional as tvF
+
+    return tvF.pad(img, list(PADDING), fill=fill, padding_mode=mode)  # type: ignore[no-any-return]
+
+
+def _duplicate_palette_image() -> PIL.Image.Image:
+    # Entry 7 repeats entry 2's colour: a lookup by colour finds 2 where the index is 7.
+    rng = _rng(21)
+    palette = _palette(rng, 256)
+    palette[7] = palette[2]
+    img = PIL.Image.frombytes("P", (W, H), rng.integers(0, 12, (H, W), dtype=np.uint8).tobytes())
+    img.putpalette(palette.reshape(-1).tolist())
+    return img
+
+
+PIL_FILL_CASES = [
+    ("P", 7),  # torchvision: index 7 (was the nearest palette colour to grey 7)
+    ("P", 2.9),
+    ("P", (7,)),
+    ("P", 300),
+    ("P", None),
+    ("1", 1),  # torchvision: white (was black: 1 < 128 on the way back)
+    ("1", 255),
+    ("1", 0),
+    ("LAB", 7),  # torchvision: (7, 135, 135), PIL's a/b offset (was (7, 7, 7))
+    ("LAB", (10, 20, 30)),
+    ("L", 300),  # PIL clips
+    ("L", -2),
+    ("RGB", (1.7, 300, -1)),
+    ("I;16", 70000),
+    ("I", -5),
+    ("F", 0.25),
+    ("CMYK", 9),
+    ("YCbCr", (1, 2, 3)),
+    ("HSV", 200),
+    ("RGBA", (1, 2, 3, 4)),
+]
+
+
+@pytest.mark.parametrize(("mode", "fill"), PIL_FILL_CASES, ids=str)
+def test_constant_fill_of_every_pil_mode_is_torchvisions(mode: str, fill: Any) -> None:
+    # The reference is torchvision.transforms.v2.functional.pad on the same PIL image.
+    img = _duplicate_palette_image() if mode == "P" else make_image(mode, seed=22)
+    want = _torchvision_pad(img, fill, "constant")
+    got = F.pad(img, PADDING, fill=fill)
+    assert got.mode == want.mode and got.size == want.size
+    np.testing.assert_array_equal(np.array(got), np.array(want))
+    assert got.getpalette() == want.getpalette()
+
+
+@pytest.mark.parametrize(("mode", "fill"), [("RGBA", (1, 2, 3)), ("P", (1, 2)), ("L", (1, 2))])
+def test_a_fill_of_another_band_count_is_refused_as_torchvision_does(mode: str, fill: Any) -> None:
+    img = make_image(mode, seed=23)
+    with pytest.raises(ValueError):
+        _torchvision_pad(img, fill, "constant")
+    with pytest.raises(ValueError, match=r"^fill must have 1 (value|or \d values)"):
+        F.pad(img, PADDING, fill=fill)
+
+
+@pytest.mark.parametrize("padding_mode", ["edge", "reflect", "symmetric"])
+def test_palette_images_pad_their_indices(padding_mode: str) -> None:
+    # torchvision pads a palette image's indices (numpy.pad): exact even with duplicate colours.
+    img = _duplicate_palette_image()
+    want = _torchvision_pad(img, 0, padding_mode)
+    got = F.pad(img, PADDING, padding_mode=padding_mode)
+    assert got.mode == "P"
+    np.testing.assert_array_equal(np.array(got), np.array(want))
+    assert got.getpalette() == img.getpalette()
 
 
 # ---------------------------------------------------------------------------------------------

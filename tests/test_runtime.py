@@ -376,11 +376,18 @@ def test_refused_device_uses_fallback_with_one_warning(
         torch.testing.assert_close(g, w)
 
 
-def test_meta_tensors_give_shapes() -> None:
+def test_meta_tensors_give_shapes_at_the_ops_only() -> None:
+    # The ops' fake implementations give shapes, as torch's ops do; the functionals refuse
+    # meta tensors by name (padding needs data: a meta texture or fill met "Cannot copy out
+    # of meta tensor" deep inside). test_bad_input.py covers every argument.
     x = torch.empty(2, 3, 4, 5, device="meta")
-    assert F.pad(x, (1, 2, 3, 4), padding_mode="reflect").shape == (2, 3, 10, 9)
-    tex = torch.empty(3, 2, 2, device="meta")
-    assert F.texture_pad(x, 2, tex).shape == (2, 3, 8, 9)
+    empty = torch.empty(0, device="meta")
+    lattice = (torch.zeros(2, 2, dtype=torch.int32), torch.zeros(2, dtype=torch.int32))
+    meta_lattice = [t.to("meta") for t in lattice]
+    out = ops.pad(x, [1, 2, 3, 4], "reflect", empty, empty, *meta_lattice, 0)
+    assert out.device.type == "meta" and out.shape == (2, 3, 10, 9)
+    with pytest.raises(ValueError, match=r"^inpt is a meta tensor"):
+        F.pad(x, (1, 2, 3, 4), padding_mode="reflect")
 
 
 def _compiled_in(path: str, source: str, name: str) -> Any:
@@ -415,3 +422,145 @@ def test_fallback_warning_in_a_worker_points_past_the_standard_library(
     with pytest.warns(RuntimeWarning, match=reason) as record:
         bootstrap(fetch, ops.pad, x, [1, 1, 1, 1], "edge", none, none, *lattice, 0)
     assert record[0].filename == __file__
+
+
+# ---------------------------------------------------------------------------------------------
+# a Taichi the user started, an interrupted start
+
+# The child's checks, against references it computes with numpy and torch alone (a reflect pad,
+# the WKV recurrence in float64): REPORT <json> on its last line.
+_CHECKS = """
+import json, sys, warnings
+import numpy as np
+import torch
+
+def recurrence(td, tf, k, v):
+    w, u = -torch.exp(td.double()), tf.double()
+    k, v = k.double(), v.double()
+    aa = torch.zeros(k.shape[0], k.shape[2], dtype=torch.float64)
+    bb = torch.zeros_like(aa)
+    pp = torch.full_like(aa, -1e38)
+    ys = []
+    for t in range(k.shape[1]):
+        ww = u + k[:, t]
+        p = torch.maximum(pp, ww)
+        e1, e2 = torch.exp(pp - p), torch.exp(ww - p)
+        ys.append((e1 * aa + e2 * v[:, t]) / (e1 * bb + e2))
+        ww = w + pp
+        p = torch.maximum(ww, k[:, t])
+        e1, e2 = torch.exp(ww - p), torch.exp(k[:, t] - p)
+        aa, bb, pp = e1 * aa + e2 * v[:, t], e1 * bb + e2, p
+    return torch.stack(ys, 1)
+
+def checks(report, calls):
+    import tipad_transforms.functional as F
+    from tipad_transforms.ops import wkv
+    g = torch.Generator().manual_seed(0)
+    x = torch.rand(2, 5, 6, generator=g)
+    td, tf = torch.randn(8, generator=g), torch.randn(8, generator=g)
+    k, v = torch.randn(2, 7, 8, generator=g), torch.randn(2, 7, 8, generator=g)
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        pads = [F.pad(x, 3, padding_mode="reflect") for _ in range(calls)]
+        ys = [wkv(td, tf, k, v) for _ in range(calls)]
+    want = np.pad(x.numpy(), ((0, 0), (3, 3), (3, 3)), mode="reflect")
+    report["pad_ok"] = all(np.array_equal(p.numpy(), want) for p in pads)
+    err = max(float((y.double() - recurrence(td, tf, k, v)).abs().max()) for y in ys)
+    report["wkv_err"] = err
+    report["warnings"] = [str(w.message) for w in caught]
+    from tipad_transforms import _runtime
+    report["started"] = _runtime.started()
+"""
+
+
+def _child_report(script: str) -> dict[str, Any]:
+    proc = _run_child(_CHECKS + textwrap.dedent(script), timeout=300)
+    lines = [ln for ln in proc.stdout.splitlines() if ln.startswith("REPORT ")]
+    assert proc.returncode == 0 and lines, (
+        f"child exited with {proc.returncode}:\n{proc.stdout[-2000:]}\n{proc.stderr[-3000:]}"
+    )
+    report: dict[str, Any] = json.loads(lines[-1][len("REPORT ") :])
+    return report
+
+
+def test_users_taichi_with_default_ip_i64_is_refused_with_the_reason() -> None:
+    # Aborted the process (LLVM "Invalid cast!", SIGABRT) at the first ops.wkv, and hung under
+    # debug=True: the kernels need default_ip=i32. Now: the torch route, one warning per
+    # operation that names the setting, the right values; a second ti.init(debug=True) too.
+    report = _child_report(
+        """
+        import taichi as ti
+        ti.init(arch=ti.cpu, default_ip=ti.i64)
+        import tipad_transforms
+        tipad_transforms.set_warmup(0)
+        report = {}
+        checks(report, 2)
+        ti.init(arch=ti.cpu, default_ip=ti.i64, debug=True)
+        again = {}
+        checks(again, 1)
+        report["again"] = again
+        print("REPORT " + json.dumps(report))
+        """
+    )
+    for part in (report, report["again"]):
+        assert part["pad_ok"] and part["wkv_err"] < 1e-5
+        assert not part["started"]
+    assert len(report["warnings"]) == 2, report["warnings"]  # padding, computing wkv
+    assert all("default_ip=i64" in w and "ti.i32" in w for w in report["warnings"])
+    assert report["again"]["warnings"] == []  # once per operation and reason
+
+
+def test_users_failed_default_ip_i16_start_leaves_the_kernels_working() -> None:
+    # Taichi's own ti.init refuses i16 (an AssertionError); caught, the next padding and wkv
+    # calls start Taichi as usual and run the kernels.
+    report = _child_report(
+        """
+        import taichi as ti
+        try:
+            ti.init(arch=ti.cpu, default_ip=ti.i16)
+            report = {"init": "accepted"}
+        except AssertionError:
+            report = {"init": "refused"}
+        import tipad_transforms
+        tipad_transforms.set_warmup(0)
+        checks(report, 1)
+        print("REPORT " + json.dumps(report))
+        """
+    )
+    assert report["pad_ok"] and report["wkv_err"] < 1e-5
+    if report["init"] == "refused":
+        assert report["started"] and report["warnings"] == []
+    else:  # a Taichi that takes i16: refused by us, with the reason
+        assert report["warnings"] and all("default_ip" in w for w in report["warnings"])
+
+
+def test_interrupted_first_import_of_taichi_recovers_at_the_next_call() -> None:
+    # Ctrl-C during the first kernel call's `import taichi`, caught (a notebook), left every
+    # later call raising "module 'taichi' has no attribute 'lang'".
+    report = _child_report(
+        """
+        import importlib.abc
+        class Interrupt(importlib.abc.MetaPathFinder):
+            fired = False
+            def find_spec(self, name, path, target=None):
+                if name == "taichi.lang.kernel_impl" and not Interrupt.fired:
+                    Interrupt.fired = True
+                    raise KeyboardInterrupt
+                return None
+        sys.meta_path.insert(0, Interrupt())
+        import tipad_transforms
+        import tipad_transforms.functional as F
+        tipad_transforms.set_warmup(0)
+        report = {}
+        try:
+            F.pad(torch.zeros(1, 2, 2), 1)
+            report["interrupted"] = False
+        except KeyboardInterrupt:
+            report["interrupted"] = True
+        checks(report, 2)
+        print("REPORT " + json.dumps(report))
+        """
+    )
+    assert report["interrupted"]
+    assert report["pad_ok"] and report["wkv_err"] < 1e-5
+    assert report["started"] and report["warnings"] == []

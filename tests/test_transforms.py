@@ -232,6 +232,50 @@ def test_mask_fill_not_representable_is_rejected_at_call_time() -> None:
         t(tv_tensors.Image(rand_u8(3, 4, 4)), tv_tensors.Mask(torch.zeros(4, 4, dtype=torch.uint8)))
 
 
+@pytest.mark.parametrize("cls", ["TexturePad", "BrickPad"])
+@pytest.mark.parametrize(
+    "fill",
+    [9, {tv_tensors.Mask: 9}, {tv_tensors.Mask: 9, "others": 3}, {"others": 9}],
+    ids=["number", "dict", "dict+others", "others"],
+)
+def test_fill_is_taken_as_v2_pad_takes_it(cls: str, fill: Any) -> None:
+    # BrickPad(2, fill={tv_tensors.Mask: 9}) raised "unexpected keyword argument 'fill'": a
+    # v2.Pad user's mask fill (255 as the ignore index) had to be respelled mask_fill.
+    # Reference: v2.Pad with the same fill on the mask; the images get the texture as without.
+    img = tv_tensors.Image(rand_u8(3, 5, 6, seed=7))
+    mask = tv_tensors.Mask(rand_u8(5, 6, seed=8) % 4)
+    padding = (1, 2, 3, 0)
+    tex = rand_tex(3, 2, 2)
+    make = (
+        (lambda **kw: TexturePad(padding, tex, **kw))
+        if cls == "TexturePad"
+        else (lambda **kw: BrickPad(padding, **BRICK, **kw))
+    )
+    out_img, out_mask = make(fill=fill)(img, mask)
+    want_img, _ = make()(img, mask)
+    assert_bitwise_equal(out_img, want_img)
+    want_mask = v2.Pad(list(padding), fill=fill)(mask)
+    assert type(out_mask) is tv_tensors.Mask
+    assert_bitwise_equal(out_mask, want_mask)
+    assert int(out_mask[0, 0]) == 9
+    # The functionals take it per call.
+    functional = F.texture_pad if cls == "TexturePad" else F.brick_pad
+    args = (tex,) if cls == "TexturePad" else ()
+    assert_bitwise_equal(functional(mask, padding, *args, fill=9), want_mask)
+
+
+@pytest.mark.parametrize("cls", ["TexturePad", "BrickPad"])
+def test_mask_fill_is_an_alias_that_wins_for_masks(cls: str) -> None:
+    mask = tv_tensors.Mask(rand_u8(5, 6, seed=9) % 4)
+    kw: dict[str, Any] = {"texture": rand_tex(3, 2, 2)} if cls == "TexturePad" else BRICK
+    build = TexturePad if cls == "TexturePad" else BrickPad
+    alias = build(2, mask_fill=255, **kw)(mask)
+    assert_bitwise_equal(alias, build(2, fill={tv_tensors.Mask: 255}, **kw)(mask))
+    assert_bitwise_equal(build(2, fill=7, mask_fill=255, **kw)(mask), alias)
+    assert "mask_fill=255" in repr(build(2, mask_fill=255, **kw))
+    assert "fill={" in repr(build(2, fill={tv_tensors.Mask: 255}, **kw))
+
+
 # ------------------------------------------------------------------------------------------
 # random offsets, texture banks, replay
 
@@ -482,6 +526,8 @@ TEX = torch.rand(3, 2, 2)
         (lambda: TexturePad(1, TEX[None], texture_index=1.0), TypeError, "texture_index"),
         (lambda: TexturePad(1, TEX, mask_fill="0"), TypeError, "mask_fill"),
         (lambda: TexturePad(1, TEX, mask_fill=[0]), TypeError, "mask_fill"),
+        (lambda: TexturePad(1, TEX, fill="0"), TypeError, "fill"),
+        (lambda: BrickPad(1, fill={tv_tensors.Mask: "x"}), TypeError, "fill"),
         (lambda: TexturePad(1, TEX, generator=0), TypeError, "generator"),
         (lambda: BrickPad(-(2**31)), ValueError, "padding"),
         (lambda: BrickPad(1, stagger=2.5), TypeError, "stagger"),

@@ -120,3 +120,65 @@ def test_a_failed_make_stores_nothing() -> None:
     with pytest.raises(ValueError, match="bad fill"):
         cache.get("k", fail)
     assert len(cache) == 0
+
+
+@pytest.mark.filterwarnings("ignore::UserWarning")  # torch's notes on quantized and sparse
+@pytest.mark.parametrize("kind", ["quantized", "sparse", "nested", "meta", "subclass"])
+def test_tensors_without_readable_bytes_are_derived_afresh(kind: str) -> None:
+    # The texture cache read a quantized texture's bytes through a uint8 view: a segfault. Such
+    # tensors (and fakes, subclasses, meta tensors) are never looked up: derived each time.
+    t = torch.rand(2, 3)
+    odd = {
+        "quantized": lambda: torch.quantize_per_tensor(t, 0.1, 0, torch.quint8),
+        "sparse": lambda: t.to_sparse(),
+        "nested": lambda: torch.nested.nested_tensor([t, t]),
+        "meta": lambda: t.to("meta"),
+        "subclass": lambda: t.as_subclass(_Sub),
+    }[kind]()
+    cache: ValueCache[str] = ValueCache(4)
+    made: list[int] = []
+
+    def make() -> str:
+        made.append(1)
+        return "made"
+
+    assert cache.get(odd, "x", make) == "made" and cache.get(odd, "x", make) == "made"
+    assert len(made) == 2 and not cache._entries
+
+
+class _Sub(torch.Tensor):
+    pass
+
+
+def test_nothing_is_cached_while_tracing() -> None:
+    # A failed torch.export left FakeTensors in the caches, which later eager calls returned.
+    from torch._subclasses import FakeTensorMode
+
+    keyed: KeyedCache[torch.Tensor] = KeyedCache(4)
+    values: ValueCache[torch.Tensor] = ValueCache(4)
+    real = torch.ones(3)
+    with FakeTensorMode(allow_non_fake_inputs=True):
+        fake = keyed.get("k", lambda: torch.zeros(2))
+        values.get(real, "v", lambda: torch.zeros(2))
+    assert type(fake).__name__ == "FakeTensor"
+    assert len(keyed) == 0 and not values._entries
+    assert type(keyed.get("k", lambda: torch.zeros(2))) is torch.Tensor
+
+
+def test_fills_are_cached_by_their_bits() -> None:
+    # fill=0.0 and fill=-0.0 shared one cache entry (equal and of equal hash as floats), so the
+    # border's sign depended on which came first; a NaN fill was never found again.
+    import tipad_transforms.functional as F
+    from tipad_transforms.functional import _convert
+
+    x = torch.rand(1, 2, 2)
+    for first, second in ((0.0, -0.0), (-0.0, 0.0), ([0.0], [-0.0]), ((-0.0,), (0.0,))):
+        _convert._FILLS.clear()
+        for fill in (first, second, first):
+            value = fill if isinstance(fill, float) else fill[0]
+            out = F.pad(x, 1, fill=fill)
+            assert bool(torch.signbit(out[0, 0, 0])) == (str(value) == "-0.0"), (first, fill)
+    _convert._FILLS.clear()
+    F.pad(x, 1, fill=float("nan"))
+    F.pad(x, 1, fill=float("nan"))
+    assert len(_convert._FILLS) == 1

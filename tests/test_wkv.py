@@ -504,6 +504,66 @@ def test_nonfinite_inputs_propagate_like_torch_route(
         assert_close(a.double()[finite], b.double()[finite], rtol=tol, atol=tol)
 
 
+_POS_INF = [
+    (torch.float32, "k"),
+    (torch.float32, "time_first"),
+    (torch.float32, "state"),
+    (torch.float32, "v"),
+    (torch.float64, "k"),
+    (torch.float64, "time_first"),
+    (torch.float64, "state"),
+    (torch.float16, "k"),  # a float16 k that overflowed: 1e5 rounds to +inf
+    (torch.bfloat16, "time_first"),
+]
+
+
+@pytest.mark.allow_fallback
+@pytest.mark.parametrize("route", ["kernel", "torch route"])
+@pytest.mark.parametrize(("dtype", "where"), _POS_INF, ids=lambda p: str(p).split(".")[-1])
+def test_pos_inf_propagates_as_the_formula(
+    dtype: torch.dtype, where: str, route: str, lanes: None, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # A +inf in k, time_first or the state's running max was weighted as e**0 = 1 by the
+    # exp-of-the-max-pair shortcut (kernel and torch route alike) where the formula gives
+    # e**(inf - inf) = NaN: the channel froze with finite outputs ([1, 2, 2, 2, 2] for
+    # [1, NaN, NaN, NaN, NaN]). Reference: the plain recurrence in float64, from the same inputs.
+    b, t, c = 2, 6, 16  # C a multiple of the lanes: the packed float32 loads run too
+    td, tf, k, v = make_inputs(b, t, c, torch.float32, seed=31)
+    state = make_state(b, c, seed=32)
+    if where == "k":
+        k[1, 2, 5] = 1e5 if dtype == torch.float16 else float("inf")
+    elif where == "v":
+        v[0, 3, 9] = float("inf")
+    elif where == "time_first":
+        tf[5] = float("inf")
+    else:
+        state[1, 2, 5] = float("inf")  # the running max pp
+    td, tf, k, v = (x.to(dtype) for x in (td, tf, k, v))
+    state = state.to(torch.float64 if dtype == torch.float64 else torch.float32)
+    assert not torch.isfinite(
+        torch.cat([x.double().reshape(-1) for x in (td, tf, k, v, state)])
+    ).all()
+    y_ref, s_ref = recurrence_wkv(*(x.double() for x in (td, tf, k, v, state)))
+    assert not torch.isfinite(y_ref).all()  # NaN (inf in v: +-inf), which the shortcut lost
+    if route == "torch route":
+        monkeypatch.setattr(_runtime, "refusal", lambda device: "refused by test_wkv")
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", RuntimeWarning)
+        y, s = wkv(td, tf, k, v, state)
+    tol = (
+        1e-9
+        if dtype == torch.float64
+        else 2e-2
+        if dtype in (torch.float16, torch.bfloat16)
+        else 1e-4
+    )
+    for got, want in ((y, y_ref.to(y.dtype)), (s, s_ref)):
+        for a, e in zip(_nonfinite_pattern(got), _nonfinite_pattern(want), strict=True):
+            assert torch.equal(a, e)
+        finite = torch.isfinite(want.double())
+        assert_close(got.double()[finite], want.double()[finite], rtol=tol, atol=tol)
+
+
 def test_overloads_type_the_two_call_forms() -> None:
     # `mypy` on this function fails without wkv's overloads (a union of tensor and tuple).
     td, tf, k, v = make_inputs(1, 3, 2)

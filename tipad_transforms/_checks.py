@@ -16,12 +16,14 @@ __all__ = [
     "INT32_MAX",
     "INT64_MAX",
     "Number",
+    "check_dense",
     "check_flag",
     "check_generator",
     "check_int",
     "check_number",
     "check_offset",
     "is_int",
+    "unreadable",
 ]
 
 Number = int | float | bool
@@ -86,3 +88,38 @@ def check_generator(generator: Any) -> torch.Generator | None:
     if generator is not None and not isinstance(generator, torch.Generator):
         raise TypeError(f"generator must be a torch.Generator or None, got {type(generator)}")
     return generator
+
+
+def unreadable(t: torch.Tensor) -> str | None:
+    """What makes ``t`` a tensor that cannot be read as strided memory (``"a quantized
+    torch.quint8 tensor"``, ``"a nested tensor"``, ``"a torch.sparse_coo tensor"``), else None.
+
+    Such tensors have no flat element buffer (or, quantized, one whose bytes are not the
+    values): every kernel, view and cache of the package would misread them, and a few torch
+    calls on them crash the process instead of raising.
+    """
+    if t.is_quantized:
+        return f"a quantized {t.dtype} tensor"
+    if t.is_nested:
+        return "a nested tensor"
+    if t.layout != torch.strided:
+        return f"a {t.layout} tensor"
+    return None
+
+
+def check_dense(t: torch.Tensor, name: str, *, meta: bool = False) -> torch.Tensor:
+    """``t`` if it is a dense (strided) tensor holding data, else an error naming ``name``.
+
+    Raises:
+        TypeError: ``t`` is quantized, nested or sparse (any layout but ``torch.strided``).
+        ValueError: ``t`` is on the meta device (no data), unless ``meta``. A FakeTensor of a
+            tracer reports its real device and passes.
+    """
+    kind = unreadable(t)
+    if kind is not None:
+        raise TypeError(f"{name} must be a dense (strided) tensor, got {kind}")
+    if not meta and t.is_meta:
+        raise ValueError(
+            f"{name} is a meta tensor (shape only, no data): give a CPU or CUDA tensor"
+        )
+    return t

@@ -217,12 +217,15 @@ def pad_stack_backward(
 
 
 def _scales(a: torch.Tensor, b: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
-    """``(exp(a - m), exp(b - m))`` with ``m = max(a, b)``: one is exactly 1, so one exp."""
+    """``(exp(a - m), exp(b - m))`` with ``m = max(a, b)``, as the kernels compute it: the
+    other's is ``exp(-|a - b|)``, the leader's ``exp(m - m)``, which is 1 where ``m`` is finite
+    and NaN where it is not (``+inf``, both ``-inf``, a NaN), as the formula gives."""
     d = a - b
     e = torch.exp(-d.abs())
-    one = torch.ones_like(e)
+    m = torch.maximum(a, b)
+    lead = torch.exp(m - m)
     ahead = d >= 0
-    return torch.where(ahead, one, e), torch.where(ahead, e, one)
+    return torch.where(ahead, lead, e), torch.where(ahead, e, lead)
 
 
 def wkv(

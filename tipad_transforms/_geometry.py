@@ -47,7 +47,7 @@ def check_mode(mode: Any, name: str = "padding_mode") -> str:
 
 
 # One side's padding: what the kernel's 32-bit index arithmetic can place.
-_MAX_PAD = 2**31 - 1
+MAX_PAD = _MAX_PAD = 2**31 - 1
 
 
 def _as_int(value: Any) -> int:
@@ -56,6 +56,10 @@ def _as_int(value: Any) -> int:
             return int(value.item())
         raise TypeError(f"padding must contain ints, got {value!r} ({type(value).__name__})")
     return int(value)
+
+
+# Sequences of characters or bytes: never a padding (bytes iterate as ints).
+_TEXT = (str, bytes, bytearray, memoryview)
 
 
 def parse_padding(padding: int | Sequence[int]) -> tuple[int, int, int, int]:
@@ -68,7 +72,7 @@ def parse_padding(padding: int | Sequence[int]) -> tuple[int, int, int, int]:
     """
     if isinstance(padding, (int, torch.SymInt)) and not isinstance(padding, bool):
         values: list[int] = [int(padding)] * 4
-    elif isinstance(padding, Sequence) and not isinstance(padding, str):
+    elif isinstance(padding, Sequence) and not isinstance(padding, _TEXT):
         ints = [_as_int(p) for p in padding]
         if len(ints) == 1:
             values = ints * 4
@@ -166,6 +170,6 @@ def check_bank_index(bank_size: int, texture_index: torch.Tensor) -> None:
     lo, hi = (int(v) for v in torch.aminmax(texture_index))
     if lo < 0 or hi >= bank_size:
         raise ValueError(
-            f"texture_index must lie in [0, {bank_size}) for a bank of {bank_size} textures, "
-            f"got values in [{lo}, {hi}]"
+            f"texture_index must lie in [0, {bank_size}) for a texture bank of {bank_size} "
+            f"tile(s), got values in [{lo}, {hi}]"
         )

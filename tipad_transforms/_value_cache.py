@@ -1,17 +1,56 @@
 """What the package caches across calls: values derived from a tensor (a texture's dtype
 conversion, its word table), reused while the tensor holds the same bits (``ValueCache``);
-constants of a call's signature (``KeyedCache``); and the rule that a cached tensor is never an
-inference tensor (``normal_tensors``)."""
+constants of a call's signature (``KeyedCache``); the rule that a cached tensor is never an
+inference tensor (``normal_tensors``); and the one test of whether a call runs eagerly or under
+a tracer (``tracing``), which decides both whether a cache may be used and whether an op may
+skip the dispatcher (``ops._route.eager``)."""
 
 from __future__ import annotations
 
 import contextlib
+import threading
 from collections.abc import Callable, Hashable
 from typing import Any, Generic, TypeVar
 
 import torch
 
 V = TypeVar("V")
+
+_PLAIN = (torch.Tensor, torch.nn.Parameter)
+
+
+def tracing() -> bool:
+    """Whether torch may be recording or transforming what runs now, rather than running it.
+
+    True under ``torch.compile`` and ``torch.export.export`` (strict and non-strict: torch sets
+    ``torch.compiler.is_compiling()`` for both), ``torch.jit.trace``, a functorch transform
+    (``vmap``, ``grad``, ``functionalize``), and any torch dispatch or torch function mode
+    (``FakeTensorMode``, ``make_fx`` in every tracing mode, pre-dispatch tracing, a
+    ``FunctionalTensorMode``, a ``torch.device`` context, a user's mode). Under any of these a
+    tensor made now may be a fake, functional or traced one, or a value the tracer records: no
+    cache stores it, and no op skips the dispatcher.
+
+    What it relies on (checked in this order, the first one also being the only call Dynamo
+    can trace; the others would break its graph):
+
+    * ``torch.compiler.is_compiling()`` (public): Dynamo, ``torch.export`` (both modes).
+    * ``torch._C._get_tracing_state()`` (private): the ``torch.jit.trace`` tracer.
+    * ``torch._C._are_functorch_transforms_active()`` (private): vmap, grad, jvp,
+      functionalize.
+    * ``torch._C._len_torch_dispatch_stack()`` (private): fake, proxy, functional and users'
+      ``TorchDispatchMode``s.
+    * ``torch._C._len_torch_function_stack()`` (private): ``TorchFunctionMode``s, pre-dispatch
+      tracing (``torch.export``, ``make_fx(pre_dispatch=True)``) and device contexts.
+
+    Each costs tens of nanoseconds; ``tests/test_tracing.py`` checks every state above.
+    """
+    return bool(
+        torch.compiler.is_compiling()
+        or torch._C._get_tracing_state() is not None
+        or torch._C._are_functorch_transforms_active()
+        or torch._C._len_torch_dispatch_stack()
+        or torch._C._len_torch_function_stack()
+    )
 
 
 def normal_tensors() -> contextlib.AbstractContextManager[Any]:
@@ -22,6 +61,52 @@ def normal_tensors() -> contextlib.AbstractContextManager[Any]:
     if torch.compiler.is_compiling():
         return contextlib.nullcontext()
     return torch.inference_mode(False)
+
+
+def untraced(make: Callable[[], V]) -> V:
+    """``make()``, run where no tracer sees it: for values that are pure functions of Python
+    arguments (a rendered brick tile), which a tracer should record as a constant, not as the
+    ops (and the seeded ``torch.Generator``) that make them.
+
+    Eagerly (not ``tracing()``), and in code Dynamo traces (which cannot trace a thread; it
+    bakes such values in through ``torch.compiler.assume_constant_result``, as ``brick_tile``
+    does), this is ``make()``. Under any other tracer it runs ``make`` on a helper thread and
+    waits for it: torch's dispatch and function modes (fake, proxy, functional), the
+    ``torch.jit.trace`` tracer, functorch's transforms, grad mode and autocast are all thread
+    local, so there it makes plain tensors, as in eager mode (public APIs only). Its exceptions
+    are raised here.
+    """
+    if not tracing() or torch.compiler.is_dynamo_compiling():
+        return make()
+    outcome: list[tuple[bool, Any]] = []
+
+    def run() -> None:
+        try:
+            outcome.append((True, make()))
+        except BaseException as exc:  # re-raised on the caller's thread
+            outcome.append((False, exc))
+
+    helper = threading.Thread(target=run, name="tipad-untraced", daemon=True)
+    helper.start()
+    helper.join()
+    ok, value = outcome[0]
+    if not ok:
+        raise value
+    result: V = value
+    return result
+
+
+def _cacheable(t: torch.Tensor) -> bool:
+    """Whether ``t``'s bytes can be read as a flat uint8 view: a plain, dense, strided CPU or
+    CUDA tensor (not quantized, whose bytes view crashes the process; not sparse or nested,
+    which have no single storage; not meta or fake, which have no data)."""
+    return (
+        type(t) in _PLAIN
+        and t.layout == torch.strided
+        and not t.is_quantized
+        and not t.is_nested
+        and (t.is_cpu or t.is_cuda)
+    )
 
 
 def _bytes(t: torch.Tensor) -> torch.Tensor:
@@ -50,7 +135,9 @@ class KeyedCache(Generic[V]):
 
     At most ``size`` of them: when full it starts over, so the keys in use come back at once
     and a process that meets many shapes holds no more than that. Values are made under
-    ``normal_tensors`` (a cached tensor may be saved for a later call's backward). Thread safe
+    ``normal_tensors`` (a cached tensor may be saved for a later call's backward). While
+    ``tracing()``, values are made afresh and neither read from nor stored in the cache (a tracer
+    records the call that makes them, and a tensor made under it is fake or traced). Thread safe
     as dict operations are (two threads may both make a value; either is kept).
     """
 
@@ -62,6 +149,8 @@ class KeyedCache(Generic[V]):
 
     def get(self, key: Hashable, make: Callable[[], V]) -> V:
         """The value for ``key``, made by ``make()`` the first time (or after a start-over)."""
+        if tracing():
+            return make()
         value = self._entries.get(key)
         if value is None:
             with normal_tensors():
@@ -85,7 +174,9 @@ class ValueCache(Generic[V]):
     the derivation's parameters; each entry keeps a snapshot of the tensor's bytes and serves
     only a tensor with the same bytes (compared a word at a time: about a copy's cost). A
     version counter would be cheaper but misses writes through ``.data`` and in inference
-    mode. Thread safe as dict operations are (two threads may both derive a value).
+    mode. Only plain CPU/CUDA tensors outside ``tracing()`` are looked up; for any other tensor
+    (a fake or functional one, a tensor subclass) and under a tracer the value is derived afresh
+    and not stored. Thread safe as dict operations are (two threads may both derive a value).
     """
 
     def __init__(self, size: int) -> None:
@@ -95,6 +186,8 @@ class ValueCache(Generic[V]):
 
     def get(self, t: torch.Tensor, extra: Hashable, make: Callable[[], V]) -> V:
         """``make()`` for ``t`` as it is now (``extra``: what else the value depends on)."""
+        if not _cacheable(t) or tracing():
+            return make()
         # A value made in inference mode is an inference tensor, which autograd outside the
         # mode refuses: the mode is part of the key.
         key = (t.untyped_storage().data_ptr(), t.storage_offset(), tuple(t.shape), t.stride(),

@@ -176,7 +176,8 @@ class _TexturedPad(_Transform):
         offset: Offset,
         random_offset: bool,
         same_on_batch: bool,
-        mask_fill: Number,
+        fill: Fill | dict[Any, Fill],
+        mask_fill: Number | None,
         generator: torch.Generator | None,
     ) -> None:
         super().__init__()
@@ -190,7 +191,10 @@ class _TexturedPad(_Transform):
                 f"got {self.offset}"
             )
         self.same_on_batch: bool = check_flag(same_on_batch, "same_on_batch")
-        self.mask_fill: Number = check_number(mask_fill, "mask_fill")
+        self.fill = _check_fill(fill)
+        self.mask_fill: Number | None = (
+            None if mask_fill is None else check_number(mask_fill, "mask_fill")
+        )
         self.generator: torch.Generator | None = check_generator(generator)
 
     @property
@@ -223,6 +227,11 @@ class _TexturedPad(_Transform):
         offset = torch.stack([self._randint(th, shape), self._randint(tw, shape)], dim=-1)
         return {"offset": offset}
 
+    def _fills(self, inpt: Any) -> dict[str, Any]:
+        """The ``fill`` and ``mask_fill`` a functional gets for ``inpt`` (``fill`` looked up
+        per type, as ``v2.Pad`` does)."""
+        return {"fill": _fill_for(self.fill, inpt), "mask_fill": self.mask_fill}
+
     def _repr_tail(self, *extra: str) -> list[str]:
         parts = []
         if self.offset != (0, 0):
@@ -231,7 +240,9 @@ class _TexturedPad(_Transform):
         if self.same_on_batch:
             parts.append("same_on_batch=True")
         parts.extend(extra)
-        if self.mask_fill != 0:
+        if not (isinstance(self.fill, (int, float)) and self.fill == 0):
+            parts.append(f"fill={self.fill!r}")
+        if self.mask_fill is not None:
             parts.append(f"mask_fill={self.mask_fill}")
         if self.generator is not None:
             parts.append(f"generator=torch.Generator(device={self.generator.device})")
@@ -239,7 +250,7 @@ class _TexturedPad(_Transform):
 
 
 class TexturePad(_TexturedPad):
-    """Pad images with a tiled texture; shift boxes and keypoints; pad masks with ``mask_fill``.
+    """Pad images with a tiled texture; shift boxes and keypoints; pad masks with ``fill``.
 
     Args:
         padding: ``p``, ``(lr, tb)`` or ``(left, top, right, bottom)`` pixels (negative
@@ -260,8 +271,14 @@ class TexturePad(_TexturedPad):
             ``[0, K)``, or ``"random"`` (one drawn per sample, uniformly).
         same_on_batch: one draw (offset, random texture index) for the whole call instead of
             one per sample, as Kornia's flag.
-        mask_fill: value of the border of ``tv_tensors.Mask`` inputs (e.g. 255 for an "ignore"
-            label); must be representable in the mask's dtype.
+        fill: the border of what the texture does not pad, as ``v2.Pad`` takes it: a number,
+            one per channel, or a dict per input type (``{tv_tensors.Mask: 255}`` for an
+            "ignore" label, ``"others"`` as the default): masks, and any type registered with
+            a kernel that reads it. Images and videos get the texture. Converted to each
+            input's dtype as ``functional.pad`` converts it (a mask fill must be representable
+            in the mask's dtype).
+        mask_fill: the older spelling of ``fill={tv_tensors.Mask: value}``, kept as an alias
+            (no warning): where given, masks get it whatever ``fill`` says.
         generator: ``torch.Generator`` for the draws (default: torch's global RNG, so
             ``torch.manual_seed`` makes them reproducible). Inside a DataLoader worker the draws
             come from a generator derived from this one and the worker's seed, so workers and
@@ -282,7 +299,8 @@ class TexturePad(_TexturedPad):
         TypeError / ValueError: at construction, naming the argument: bad ``padding``,
             ``texture`` (not a tensor, complex, wrong rank, empty), ``stagger``, ``offset``,
             ``random_offset`` with a non-zero ``offset``, ``texture_index`` (not None/int/
-            "random", outside the bank, "random" without a bank), ``mask_fill``, ``generator``.
+            "random", outside the bank, "random" without a bank), ``fill``, ``mask_fill``,
+            ``generator``.
             At call time, the functional's errors (channel mismatch, values that the image's
             dtype cannot hold, images of different batch shapes under ``random_offset``).
 
@@ -311,7 +329,8 @@ class TexturePad(_TexturedPad):
         random_offset: bool = False,
         texture_index: int | str | None = None,
         same_on_batch: bool = False,
-        mask_fill: Number = 0,
+        fill: Fill | dict[Any, Fill] = 0,
+        mask_fill: Number | None = None,
         generator: torch.Generator | None = None,
     ) -> None:
         super().__init__(
@@ -320,6 +339,7 @@ class TexturePad(_TexturedPad):
             offset=offset,
             random_offset=random_offset,
             same_on_batch=same_on_batch,
+            fill=fill,
             mask_fill=mask_fill,
             generator=generator,
         )
@@ -358,7 +378,7 @@ class TexturePad(_TexturedPad):
         return self._call_kernel(
             F.texture_pad, inpt, self.padding, self.texture, stagger=self.stagger,
             offset=params["offset"], texture_index=params.get("texture_index"),
-            mask_fill=self.mask_fill,
+            **self._fills(inpt),
         )  # fmt: skip
 
     def extra_repr(self) -> str:
@@ -374,8 +394,8 @@ class TexturePad(_TexturedPad):
         return ", ".join(parts)
 
 
-_BRICK_PAD_ARGS = ("padding", "stagger", "offset", "random_offset", "same_on_batch", "mask_fill",
-                   "generator")  # fmt: skip
+_BRICK_PAD_ARGS = ("padding", "stagger", "offset", "random_offset", "same_on_batch", "fill",
+                   "mask_fill", "generator")  # fmt: skip
 
 
 class BrickPad(_TexturedPad):
@@ -397,7 +417,9 @@ class BrickPad(_TexturedPad):
         random_offset: as in ``TexturePad`` (random offsets lie in ``[0, th) x [0, tw)`` of the
             brick tile, see ``tile_size``).
         same_on_batch: as in ``TexturePad``.
-        mask_fill: as in ``TexturePad``.
+        fill: as in ``TexturePad`` (masks' border; a number or a dict per input type, as
+            ``v2.Pad`` takes it).
+        mask_fill: as in ``TexturePad`` (the alias of ``fill`` for masks).
         generator: as in ``TexturePad``.
         **brick: keyword arguments of ``make_brick_texture`` (``brick_size``, ``mortar``,
             ``bricks_per_tile``, ``courses``, colours, ``seed``, ...); their errors (TypeError /
@@ -425,7 +447,8 @@ class BrickPad(_TexturedPad):
         offset: Offset = (0, 0),
         random_offset: bool = False,
         same_on_batch: bool = False,
-        mask_fill: Number = 0,
+        fill: Fill | dict[Any, Fill] = 0,
+        mask_fill: Number | None = None,
         generator: torch.Generator | None = None,
         **brick: Any,
     ) -> None:
@@ -439,6 +462,7 @@ class BrickPad(_TexturedPad):
             offset=offset,
             random_offset=random_offset,
             same_on_batch=same_on_batch,
+            fill=fill,
             mask_fill=mask_fill,
             generator=generator,
         )
@@ -459,7 +483,7 @@ class BrickPad(_TexturedPad):
         """Pad one input with ``params`` (from ``make_params`` or stored from an earlier call)."""
         return self._call_kernel(
             F.brick_pad, inpt, self.padding, stagger=self.stagger, offset=params["offset"],
-            mask_fill=self.mask_fill, **self.brick_options,
+            **self._fills(inpt), **self.brick_options,
         )  # fmt: skip
 
     def extra_repr(self) -> str:

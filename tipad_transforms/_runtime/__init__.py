@@ -104,6 +104,24 @@ def _existing_arch(ti: Any) -> str | None:
     return "cuda" if arch == ti.cuda else ("cpu" if arch in (ti.x64, ti.arm64) else str(arch))
 
 
+def _foreign_config(ti: Any) -> str | None:
+    """Why a Taichi runtime the user initialised cannot run our kernels, or None.
+
+    The kernels are written for ``default_ip=i32`` (what ``_ensure`` passes): their index
+    arithmetic and int literals take the default integer type, and under ``i64`` LLVM aborts
+    the process on their first compile ("Invalid cast!"; a hang with ``debug=True``), under
+    ``i16`` Taichi fails an assertion. So another one is refused, before any compile.
+    """
+    ip = ti.lang.impl.current_cfg().default_ip
+    if ip != ti.i32:
+        return (
+            f"this program initialised Taichi with default_ip={ip}, and tipad_transforms' "
+            "kernels need default_ip=ti.i32 (Taichi's default): pass it to ti.init, or let "
+            "tipad_transforms start Taichi"
+        )
+    return None
+
+
 def taichi_version() -> str:
     """The Taichi module's own version, e.g. ``"1.7.4"`` (imports Taichi, starts nothing).
 
@@ -169,6 +187,10 @@ def refusal(device: torch.device) -> str | None:
         arch = _existing_arch(_state["ti"])
         if arch is not None and arch != device.type:
             return f"Taichi was initialised on {arch}, the tensor is on {device.type}"
+        if arch is not None:
+            foreign = _foreign_config(_state["ti"])
+            if foreign is not None:
+                return foreign
     arch = _state["arch"]
     if arch is not None and arch != device.type:
         return f"Taichi runs on {arch} in this process, the tensor is on {device.type}"
@@ -195,6 +217,10 @@ def _ensure(device: torch.device) -> Any:
         raise RuntimeUnavailable(
             f"Taichi was initialised on {arch}, the tensor is on {device.type}"
         )
+    else:
+        foreign = _foreign_config(ti)
+        if foreign is not None:
+            raise RuntimeUnavailable(foreign)
     _state["arch"] = arch
     _state["pid"] = os.getpid()
     if _state["per_pixel"] is None:

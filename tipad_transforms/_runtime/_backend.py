@@ -161,14 +161,16 @@ def load() -> ModuleType:
         os.environ.setdefault("ENABLE_TAICHI_HEADER_PRINT", "0")
         # Under pytest or Jupyter (a replaced sys.stdout) Taichi logs a line at import otherwise.
         os.environ.setdefault("TI_LOG_LEVEL", "warn")
+        before = set(sys.modules)
         try:
             with warnings.catch_warnings():
                 # Raised inside Taichi's own import, about its code: nothing a user can act on.
                 warnings.simplefilter("ignore", DeprecationWarning)
                 warnings.simplefilter("ignore", PendingDeprecationWarning)
                 module = importlib.import_module(name)
-        except ModuleNotFoundError as exc:
-            if exc.name != name:
+        except BaseException as exc:
+            _forget_partial_import(name, before)
+            if not isinstance(exc, ModuleNotFoundError) or exc.name != name:
                 raise
             raise ModuleNotFoundError(
                 f"tipad_transforms was told to run on {name} ({_source()}), which is not "
@@ -177,6 +179,21 @@ def load() -> ModuleType:
             ) from exc
         _module = module
         return module
+
+
+def _forget_partial_import(name: str, before: set[str]) -> None:
+    """Drop from ``sys.modules`` what an interrupted import of ``name`` left there.
+
+    An import stopped half-way (Ctrl-C caught in a notebook, any exception) leaves the
+    submodules it finished in ``sys.modules`` while the package itself is dropped: the next
+    ``import taichi`` runs the package again, finds ``taichi.lang`` imported and never binds it
+    as an attribute, and every later kernel call fails with "module 'taichi' has no attribute
+    'lang'". Without the leftovers the next call imports Taichi afresh (its compiled extension,
+    already loaded, is reused by the interpreter).
+    """
+    for module in [m for m in sys.modules if m == name or m.startswith(name + ".")]:
+        if module not in before:
+            del sys.modules[module]
 
 
 def seed_frozen_frames() -> None:

@@ -94,11 +94,23 @@ def _build_kernels(ti: Any) -> dict[str, Any]:
             return ti.Vector([a[i + j] for j in ti.static(range(n))])
 
     @ti.func
+    def is_pos_inf(x):
+        # From the bits, as is_nan (fast-math may fold comparisons with infinity), of x widened
+        # to float64 (exact for float32), so one test serves both dtypes.
+        bits = ti.bit_cast(ti.cast(x, ti.f64), ti.i64)
+        return (ti.cast(bits >> 32, ti.i32) == 0x7FF00000) & (ti.cast(bits, ti.i32) == 0)
+
+    @ti.func
     def scales(a, b, fast: ti.template()):
-        # (e**(a - m), e**(b - m)) with m = max(a, b): one of them is exactly 1, so one exp.
+        # (e**(a - m), e**(b - m)) with m = max(a, b), one exp: the other's is e**-|a - b|,
+        # the leader's e**(m - m), which is 1 unless m is not finite. There the formula gives
+        # NaN (m = +inf, both -inf, or a NaN in either), as torch does: a +inf in k or u must
+        # not be taken as a weight of 1 (a frozen channel with finite outputs).
         d = a - b
         e = exp_neg(-ti.abs(d), fast)
-        return ti.select(d >= 0, 1.0, e), ti.select(d >= 0, e, 1.0)
+        lead = ti.select(is_nan(d) | is_pos_inf(a) | is_pos_inf(b), ti.bit_cast(0x7FC00000, ti.f32),
+                         1.0)
+        return ti.select(d >= 0, lead, e), ti.select(d >= 0, e, lead)
 
     @ti.func
     def forward_chain(decay: ti.template(), first: ti.template(), state: ti.template(),

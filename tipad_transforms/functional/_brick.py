@@ -17,6 +17,7 @@ import torch
 import torch.nn.functional as nnF
 
 from .._checks import INT32_MAX, check_int, is_int
+from .._value_cache import untraced
 
 __all__ = ["brick_channels", "brick_options", "make_brick_texture", "running_bond_stagger"]
 
@@ -212,8 +213,18 @@ def make_brick_texture(
         raise TypeError(f"dtype must be a torch.dtype, got {type(dtype).__name__}")
     if not dtype.is_floating_point:
         raise ValueError(f"dtype must be a floating dtype, got {dtype}")
+    if device is not None and not isinstance(device, (str, torch.device)):
+        raise TypeError(f"device must be a torch.device, a str or None, got {device!r}")
+    try:
+        device = None if device is None else torch.device(device)
+    except RuntimeError as exc:
+        raise ValueError(f"device={device!r} is not a device: {exc}") from None
 
-    tile = _render(bh, bw, m, per_tile, n_courses, base, mortar_base, shade, hue, grain, seed)
+    # Rendered (and cached) where no tracer sees it: under torch.export the tile is then a
+    # constant of the program, not a trace of the generator's draws (and no fake tile is cached).
+    tile = untraced(
+        lambda: _render(bh, bw, m, per_tile, n_courses, base, mortar_base, shade, hue, grain, seed)
+    )
     if channels in (1, 2):
         luma = torch.tensor(_LUMA, dtype=torch.float64)[:, None, None]
         tile = (tile * luma).sum(0, keepdim=True)
@@ -282,5 +293,10 @@ def brick_channels(image_channels: int) -> int:
 
     1 (grey), 2 (grey + alpha), 3 (RGB) and 4 (RGB + alpha, torchvision's convention) get a
     tile of their own, the alpha band opaque; any other count gets one grey channel, broadcast.
+
+    Raises:
+        TypeError: ``image_channels`` is not an int (a bool included).
+        ValueError: ``image_channels`` is negative.
     """
+    check_int(image_channels, "image_channels", minimum=0)
     return image_channels if image_channels in (1, 2, 3, 4) else 1

@@ -11,6 +11,7 @@ image is not cast through float64, so ``2**53 + 1`` stays ``2**53 + 1`` on int64
 from __future__ import annotations
 
 import math
+import struct
 from collections.abc import Sequence
 from typing import Any
 
@@ -18,10 +19,18 @@ import torch
 import torch.nn.functional as nnF
 from torchvision.transforms.v2 import functional as tvF
 
-from .._checks import INT64_MAX, is_int
-from .._value_cache import KeyedCache, ValueCache, normal_tensors
+from .._checks import INT64_MAX, check_dense, is_int
+from .._value_cache import KeyedCache, ValueCache, normal_tensors, tracing
 
-__all__ = ["Fill", "as_bank", "fill_values", "per_sample", "scale_texture", "texture_bank"]
+__all__ = [
+    "Fill",
+    "as_bank",
+    "fill_values",
+    "per_sample",
+    "plain",
+    "scale_texture",
+    "texture_bank",
+]
 
 Fill = int | float | bool | Sequence[int | float | bool] | None
 
@@ -62,6 +71,7 @@ def fill_values(fill: Any, dtype: torch.dtype, channels: int, name: str = "fill"
     if fill is None:
         fill = 0
     if isinstance(fill, torch.Tensor):  # a typed value (beyond torchvision): taken as it is
+        check_dense(fill, name)
         if fill.numel() not in (1, channels) or fill.is_complex():
             raise ValueError(
                 f"{name} must hold 1 or {channels} (channel) real values, got {tuple(fill.shape)}"
@@ -69,12 +79,28 @@ def fill_values(fill: Any, dtype: torch.dtype, channels: int, name: str = "fill"
         return fill.detach().reshape(-1).to("cpu", dtype).expand(channels).contiguous()
     if isinstance(fill, Sequence) and not isinstance(fill, str) and len(fill) == 1:
         fill = fill[0]
-    key = (fill if isinstance(fill, _NUMBER) else tuple(fill) if _is_numbers(fill) else None,
-           type(fill), dtype, channels, name)  # fmt: skip
-    if key[0] is not None:
+    values = (_bits(fill),) if isinstance(fill, _NUMBER) else _bits_of(fill)
+    if values is not None:
+        key = (values, type(fill), dtype, channels, name)
         return _FILLS.get(key, lambda: _fill_tensor(fill, dtype, channels, name))
     with normal_tensors():  # as the cached ones: never an inference tensor
         return _fill_tensor(fill, dtype, channels, name)
+
+
+def _bits(value: int | float | bool) -> tuple[type, object]:
+    """A cache key for one fill value: its type and, for a float, its bits (``0.0 == -0.0``
+    and ``hash(0.0) == hash(-0.0)``, but they fill different borders; a NaN never equals
+    itself, so as a plain value it would never be found again)."""
+    if isinstance(value, float):
+        return float, struct.pack("<d", value)
+    return type(value), value
+
+
+def _bits_of(fill: Any) -> tuple[tuple[type, object], ...] | None:
+    """``_bits`` of each value of a sequence of numbers, else None (not cached)."""
+    if not _is_numbers(fill):
+        return None
+    return tuple(_bits(v) for v in fill)
 
 
 def _fill_tensor(fill: Any, dtype: torch.dtype, channels: int, name: str) -> torch.Tensor:
@@ -109,6 +135,7 @@ def as_bank(texture: Any) -> torch.Tensor:
     """A user texture as a ``(K, C, th, tw)`` view, or TypeError/ValueError naming ``texture``."""
     if not isinstance(texture, torch.Tensor):
         raise TypeError(f"texture must be a torch.Tensor, got {type(texture).__name__}")
+    check_dense(texture, "texture")
     if texture.is_complex():
         raise TypeError(f"texture must be real, got dtype {texture.dtype}")
     if texture.dim() == 2:
@@ -124,14 +151,26 @@ def as_bank(texture: Any) -> torch.Tensor:
         )
     if bank.numel() == 0:
         raise ValueError(f"texture must not be empty, got shape {tuple(texture.shape)}")
-    if type(bank) is not torch.Tensor:
-        # Dynamo cannot trace as_subclass(torch.Tensor) on a plain tensor (fullgraph break).
-        bank = bank.as_subclass(torch.Tensor)
-    return bank
+    return plain(bank)
+
+
+def plain(t: torch.Tensor) -> torch.Tensor:
+    """``t`` as a plain ``torch.Tensor`` (a tv_tensor or another subclass unwrapped), except
+    under a tracer (``tracing()``): a FakeTensor or FunctionalTensor stays what it is, since its
+    unwrapped view would be a tensor the tracer never saw (``torch.export`` lifts it as a fake
+    constant and fails). A plain tensor is returned as it is (Dynamo cannot trace
+    ``as_subclass(torch.Tensor)`` on one)."""
+    if type(t) is torch.Tensor or tracing():
+        return t
+    return t.as_subclass(torch.Tensor)
 
 
 def texture_bank(
-    texture: Any, dtype: torch.dtype, device: torch.device, channels: int
+    texture: Any,
+    dtype: torch.dtype,
+    device: torch.device,
+    channels: int,
+    image_name: str = "inpt",
 ) -> torch.Tensor:
     """User texture -> ``(K, Ct, th, tw)`` of ``dtype`` on ``device``, ``Ct`` in {1, channels}.
 
@@ -145,26 +184,30 @@ def texture_bank(
     ct = bank.shape[1]
     if ct not in (1, channels):
         raise ValueError(
-            f"texture has {ct} channels; the image has {channels}: give 1 (broadcast) "
-            f"or {channels} texture channels"
+            f"texture has {ct} channels; the image ({image_name}) has {channels}: give 1 "
+            f"(broadcast) or {channels} texture channels"
         )
     if bank.dtype == dtype and bank.device == device:
         return bank
-    if bank.requires_grad or torch.compiler.is_compiling():
-        return _convert_bank(bank, dtype, device)
-    return _BANKS.get(bank, (dtype, device), lambda: _convert_bank(bank, dtype, device))
+    if bank.requires_grad or tracing():
+        return _convert_bank(bank, dtype, device, image_name)
+    return _BANKS.get(bank, (dtype, device), lambda: _convert_bank(bank, dtype, device, image_name))
 
 
-def _convert_bank(bank: torch.Tensor, dtype: torch.dtype, device: torch.device) -> torch.Tensor:
+def _convert_bank(
+    bank: torch.Tensor, dtype: torch.dtype, device: torch.device, image_name: str
+) -> torch.Tensor:
     bank = bank.to(device)
     if bank.dtype == dtype:
         return bank
     if dtype == torch.bool or bank.dtype == torch.bool:
-        if dtype == torch.bool and not bool(((bank == 0) | (bank == 1)).all()):
-            raise ValueError("texture for a bool image must be 0/1 or False/True")
+        if dtype == torch.bool and not tracing() and not bool(((bank == 0) | (bank == 1)).all()):
+            raise ValueError(f"texture for a bool image ({image_name}) must be 0/1 or False/True")
         return bank.to(dtype)
-    if bank.is_floating_point() and not dtype.is_floating_point:
+    if bank.is_floating_point() and not dtype.is_floating_point and not tracing():
         # torchvision's convention: float images hold [0, 1], integer images the dtype's range.
+        # (A data-dependent check: a traced graph cannot raise it, and the values scale as
+        # they are.)
         lo, hi = torch.aminmax(bank.detach())
         if not (float(lo) >= 0.0 and float(hi) <= 1.0):  # NaN fails too
             raise ValueError(
@@ -174,18 +217,39 @@ def _convert_bank(bank: torch.Tensor, dtype: torch.dtype, device: torch.device) 
     return scale_texture(bank, dtype)
 
 
+_WIDE_UNSIGNED = (torch.uint32, torch.uint64)
+
+
 def scale_texture(bank: torch.Tensor, dtype: torch.dtype) -> torch.Tensor:
-    """torchvision's ``to_dtype(scale=True)`` for a (non-bool) texture, minus its failures."""
+    """torchvision's ``to_dtype(scale=True)`` for a (non-bool) texture, minus its failures.
+
+    Beyond torchvision, whose scaling gives no range to ``uint32`` and ``uint64`` (it turns
+    floats into 0 and 1 and leaves integers unscaled): a float texture scales to their full
+    range as to ``int32``'s, and their values scale to a float image by ``1 / max``; between
+    them and other integer dtypes no scaling is defined (TypeError naming the texture).
+    """
     if bank.dtype == dtype:
         return bank
+    wide = bank.dtype in _WIDE_UNSIGNED or dtype in _WIDE_UNSIGNED
+    if wide and not bank.is_floating_point() and not dtype.is_floating_point:
+        raise TypeError(
+            f"texture of dtype {bank.dtype} cannot be scaled to a {dtype} image (torchvision "
+            "defines no integer scaling for uint32 and uint64): give the texture as floats in "
+            "[0, 1] or in the image's dtype"
+        )
+    if wide and not bank.is_floating_point():
+        return (bank.double() * (1.0 / torch.iinfo(bank.dtype).max)).to(dtype)
     if bank.is_floating_point() and not dtype.is_floating_point:
-        if dtype in (torch.int32, torch.int64):
+        if dtype in (torch.int32, torch.int64, *_WIDE_UNSIGNED):
             # torchvision refuses these; scale the same way (v * (max + 1 - 1e-3), truncated)
             # in float64, where 1.0 may round up to max + 1: saturate it rather than wrap.
             info = torch.iinfo(dtype)
             scaled = (bank.double() * (info.max + 1.0 - 1e-3)).floor()
             top = scaled >= float(info.max)
-            return scaled.masked_fill(top, 0).to(dtype).masked_fill(top, info.max)
+            # torch.where: masked_fill has no uint32/uint64 kernel.
+            return torch.where(
+                top, torch.tensor(info.max, dtype=dtype), scaled.masked_fill(top, 0).to(dtype)
+            )
         if bank.dtype in (torch.float16, torch.bfloat16):
             # In half precision max + 1 - 1e-3 rounds to max + 1, so torchvision would turn 1.0
             # into 0 (uint8) or the minimum (int8, int16): scale in float32 instead.
@@ -200,7 +264,7 @@ def scale_texture(bank: torch.Tensor, dtype: torch.dtype) -> torch.Tensor:
 def per_sample(value: Any, lead: tuple[int, ...], last: tuple[int, ...], name: str) -> torch.Tensor:
     """``value`` (int(s) or an int tensor of ``lead_prefix + last``) as ``(N, *last)`` int64."""
     if isinstance(value, torch.Tensor):
-        t = value.detach()
+        t = check_dense(value, name).detach()
         if t.is_floating_point() or t.is_complex() or t.dtype == torch.bool:
             raise TypeError(f"{name} must hold integers, got dtype {t.dtype}")
     elif is_int(value):

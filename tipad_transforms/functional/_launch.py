@@ -18,7 +18,7 @@ import torch
 from .. import ops
 from .._checks import INT64_MAX
 from .._geometry import PadGeometry, check_bank_index
-from .._value_cache import KeyedCache
+from .._value_cache import KeyedCache, tracing
 from ..ops._pad import pad_direct
 from ..ops._route import eager
 from ._convert import fill_values, per_sample, texture_bank
@@ -83,9 +83,11 @@ class Border:
         stagger: int,
         offset: Any,
         texture_index: Any,
+        image_name: str = "inpt",
     ) -> Border:
-        """A texture border for samples of leading shape ``lead`` (``N = prod(lead)``)."""
-        bank = texture_bank(texture, x.dtype, x.device, channels)
+        """A texture border for samples of leading shape ``lead`` (``N = prod(lead)``);
+        ``image_name``: what the errors call the image."""
+        bank = texture_bank(texture, x.dtype, x.device, channels, image_name)
         n = math.prod(lead)
         th, tw = bank.shape[-2], bank.shape[-1]
         if _is_zero(offset):
@@ -101,9 +103,9 @@ class Border:
         else:
             index = per_sample(texture_index, lead, (), "texture_index")
             # Checked where the index lives (the host, unless the user gave a device tensor),
-            # before it moves. Dynamo cannot trace the data-dependent check; compiled, the
+            # before it moves. A tracer cannot record the data-dependent check; traced, the
             # kernel's clamp keeps every read inside the bank.
-            if not torch.compiler.is_compiling():
+            if not tracing():
                 check_bank_index(bank.shape[0], index)
             index = index.clamp(-1, 2**31 - 1).to(device=x.device, dtype=torch.int32)
         empty = _empty(x.dtype, x.device)
@@ -120,11 +122,11 @@ def _is_zero(offset: Any) -> bool:
     )
 
 
-def check_size(shape: list[int], itemsize: int) -> None:
-    """Refuse an output whose byte size overflows 64 bits, naming ``padding``."""
+def check_size(shape: list[int], itemsize: int, name: str = "padding") -> None:
+    """Refuse an output whose byte size overflows 64 bits, naming ``name``."""
     numel = math.prod(shape)
     if numel * itemsize > INT64_MAX:
-        raise ValueError(f"padding gives an output of shape {tuple(shape)}: too large to allocate")
+        raise ValueError(f"{name} gives an output of shape {tuple(shape)}: too large to allocate")
 
 
 def launch(
@@ -148,7 +150,8 @@ def launch(
     check_size(shape, x.element_size())
     if g.h * g.w == 0 and border.mode not in ("constant", "texture") and any(grow):
         raise ValueError(
-            f"mode {border.mode!r} needs a non-empty image, got shape {tuple(x.shape)}"
+            f"inpt of shape {tuple(x.shape)} holds no pixels: padding_mode {border.mode!r} "
+            "needs a non-empty image"
         )
     args = (x, grow, border.mode, border.fill, border.texture, border.offset,
             border.texture_index, border.stagger)  # fmt: skip

@@ -17,13 +17,13 @@ import torch
 from torchvision import tv_tensors
 from torchvision.transforms.v2 import functional as tvF
 
-from .._checks import check_int
+from .._checks import Number, check_dense, check_int
 from .._geometry import check_mode, image_channels, parse_padding
-from .._value_cache import KeyedCache
+from .._value_cache import KeyedCache, untraced
 from ._brick import brick_channels, brick_options, make_brick_texture, running_bond_stagger
-from ._convert import Fill, scale_texture
+from ._convert import Fill, plain, scale_texture
 from ._launch import Border, launch
-from ._pil import pil_apply
+from ._pil import pil_apply, pil_fill
 from ._registry import get_kernel, register_kernel
 
 __all__ = ["brick_pad", "pad", "texture_pad"]
@@ -34,14 +34,16 @@ T = TypeVar("T")
 
 
 def check_image(x: Any, name: str = "inpt") -> torch.Tensor:
-    """``x`` as a plain tensor of shape ``(..., C, H, W)`` or ``(H, W)``, real or bool."""
+    """``x`` as a plain tensor of shape ``(..., C, H, W)`` or ``(H, W)``, real or bool, dense
+    and holding data (not quantized, sparse, nested or meta: ``_checks.check_dense``)."""
     if not isinstance(x, torch.Tensor):
         raise TypeError(f"{name} must be a torch.Tensor or PIL image, got {type(x).__name__}")
+    check_dense(x, name)
     if x.dim() < 2:
         raise ValueError(f"{name} must have shape (..., C, H, W) or (H, W), got {tuple(x.shape)}")
     if x.is_complex():
         raise TypeError(f"{name} must be a real or bool tensor, got dtype {x.dtype}")
-    return x.as_subclass(torch.Tensor) if type(x) is not torch.Tensor else x
+    return plain(x)
 
 
 def _check_out(out: Any, *inputs: Any) -> None:
@@ -50,6 +52,7 @@ def _check_out(out: Any, *inputs: Any) -> None:
         return
     if not isinstance(out, torch.Tensor):
         raise TypeError(f"out must be a torch.Tensor, got {type(out).__name__}")
+    check_dense(out, "out")
     if torch.is_grad_enabled() and any(
         isinstance(t, torch.Tensor) and t.requires_grad for t in (out, *inputs)
     ):
@@ -72,7 +75,8 @@ def texture_pad(
     stagger: int = 0,
     offset: Offset = (0, 0),
     texture_index: int | torch.Tensor | None = None,
-    mask_fill: float = 0,
+    fill: Fill = 0,
+    mask_fill: Number | None = None,
     out: torch.Tensor | None = None,
 ) -> T:
     """Pad an image with a tiled texture, in one kernel launch.
@@ -81,7 +85,7 @@ def texture_pad(
         inpt: a ``(..., C, H, W)`` or ``(H, W)`` tensor (any dtype: uint8, int8/16/32/64,
             uint16/32/64, float16, bfloat16, float32, float64, bool; any layout; CPU or CUDA),
             a tv_tensors ``Image``/``Video`` (returned as the same type), a PIL image (returned
-            in its mode), a ``Mask`` (a constant border of ``mask_fill``), ``BoundingBoxes`` or
+            in its mode), a ``Mask`` (a constant border of ``fill``), ``BoundingBoxes`` or
             ``KeyPoints`` (shifted by ``(left, top)``, ``canvas_size`` grown); other tv_tensors
             are returned unchanged.
         padding: ``p``, ``(lr, tb)`` or ``(left, top, right, bottom)`` pixels; negative values
@@ -96,8 +100,11 @@ def texture_pad(
             ``(*inpt.shape[:-4], 2)``, so a clip's frames share one lattice).
         texture_index: which bank texture each sample uses: an int or a tensor broadcastable
             to ``inpt.shape[:-3]`` (per clip for a ``Video``); default 0.
-        mask_fill: the border value of a ``tv_tensors.Mask`` input (converted as ``pad``
-            converts ``fill``).
+        fill: the border of what the texture does not pad: a ``tv_tensors.Mask`` (e.g. 255, an
+            "ignore" label) and any type registered with a kernel that reads it; converted as
+            ``pad`` converts its ``fill``. Images and videos are padded with the texture.
+        mask_fill: the older name of ``fill`` for masks (kept as an alias): where given, a
+            mask's border is ``mask_fill`` whatever ``fill`` says.
         out: optional preallocated contiguous output (the result's shape, dtype, device); tensor
             inputs only, not differentiable, must not overlap any input.
 
@@ -109,16 +116,21 @@ def texture_pad(
         top-left pixel when ``offset`` is zero. Differentiable w.r.t. the image and ``texture``.
 
     Raises:
-        TypeError: an input of another type; non-tensor ``texture``; non-integer padding,
-            stagger, offsets or indices.
+        TypeError: an input of another type; non-tensor ``texture``; non-integer padding
+            (text and bytes included), stagger, offsets or indices; a quantized, sparse or
+            nested tensor for ``inpt``, ``texture``, ``offset``, ``texture_index`` or ``out``.
         ValueError: bad shapes, a channel mismatch, an empty texture, values that the image's
             dtype cannot hold, ``texture_index`` outside the bank, padding that crops more than
-            the image or overflows, a bad ``out``.
+            the image or overflows, a bad ``out``, a meta tensor (no data to pad).
+
+    Under a tracer (``torch.compile``, ``torch.export``, ``torch.jit.trace``) the checks that
+    read tensor values (a float texture's range for an integer image, ``texture_index``
+    within the bank) are not made; the kernel clamps the index.
     """
     kernel = get_kernel(texture_pad, type(inpt))
     return kernel(
         inpt, padding, texture, stagger=stagger, offset=offset, texture_index=texture_index,
-        mask_fill=mask_fill, out=out,
+        fill=fill, mask_fill=mask_fill, out=out,
     )  # fmt: skip
 
 
@@ -132,10 +144,12 @@ def texture_pad_image(
     stagger: int = 0,
     offset: Offset = (0, 0),
     texture_index: int | torch.Tensor | None = None,
-    mask_fill: float = 0,
+    fill: Fill = 0,
+    mask_fill: Number | None = None,
     out: torch.Tensor | None = None,
 ) -> torch.Tensor:
-    """``texture_pad``'s kernel for plain tensors and images (``mask_fill`` is not used)."""
+    """``texture_pad``'s kernel for plain tensors and images (``fill`` and ``mask_fill`` are
+    not used: the texture pads)."""
     x = check_image(image)
     pads = parse_padding(padding)
     _check_out(out, x, texture)
@@ -177,9 +191,17 @@ def _texture_pad_pil(
 
 @register_kernel(texture_pad, tv_tensors.Mask)
 def _texture_pad_mask(
-    mask: torch.Tensor, padding: Padding, texture: Any, *, mask_fill: float = 0, **_: Any
+    mask: torch.Tensor,
+    padding: Padding,
+    texture: Any,
+    *,
+    fill: Fill = 0,
+    mask_fill: Number | None = None,
+    **_: Any,
 ) -> torch.Tensor:
-    return pad_image(mask, padding, fill=mask_fill, fill_name="mask_fill")
+    if mask_fill is not None:
+        return pad_image(mask, padding, fill=mask_fill, fill_name="mask_fill")
+    return pad_image(mask, padding, fill=fill)
 
 
 @register_kernel(texture_pad, tv_tensors.BoundingBoxes, wrap=False)
@@ -240,13 +262,14 @@ def pad(
 def pad_image(
     image: torch.Tensor,
     padding: Padding,
-    fill: Fill = 0,
+    fill: Fill | torch.Tensor = 0,
     padding_mode: str = "constant",
     *,
     out: torch.Tensor | None = None,
     fill_name: str = "fill",
 ) -> torch.Tensor:
-    """``pad``'s kernel for plain tensors, images, videos and masks."""
+    """``pad``'s kernel for plain tensors, images, videos and masks (``fill`` may also be a
+    tensor of 1 or C values, cast with ``.to(dtype)``)."""
     x = check_image(image)
     pads = parse_padding(padding)
     mode = check_mode(padding_mode, "padding_mode")
@@ -268,8 +291,14 @@ def _pad_pil(
     out: Any = None,
 ) -> PIL.Image.Image:
     _no_out(out)
+    # As torchvision pads a PIL image: palette images as their indices, a constant fill as the
+    # pixel PIL makes of it in the image's mode (pil_fill), every other mode as numpy.pad does.
+    mode = check_mode(padding_mode, "padding_mode")
+    value = pil_fill(img, fill) if mode == "constant" else None
     return pil_apply(
-        img, functools.partial(pad_image, padding=padding, fill=fill, padding_mode=padding_mode)
+        img,
+        functools.partial(pad_image, padding=padding, fill=value, padding_mode=mode),
+        indices=True,
     )
 
 
@@ -279,6 +308,12 @@ def _pad_points(
     inpt: Any, padding: Padding, fill: Fill = 0, padding_mode: str = "constant", **_: Any
 ) -> Any:
     mode = check_mode(padding_mode, "padding_mode")
+    if mode != "constant":
+        # torchvision's rule, in the words of this function's arguments.
+        raise ValueError(
+            f"padding_mode {mode!r} cannot pad {type(inpt).__name__} (inpt): boxes and "
+            "keypoints are shifted by constant padding only, as torchvision does"
+        )
     return tvF.pad(inpt, padding=list(parse_padding(padding)), padding_mode=mode)
 
 
@@ -307,7 +342,9 @@ def brick_tile(dtype: torch.dtype, device: torch.device, **brick: Any) -> torch.
         # In [0, 1] by construction: no data-dependent range check is needed.
         return tile >= 0.5 if dtype == torch.bool else scale_texture(tile, dtype)
 
-    return _BRICK_TILES.get(key, make)
+    # Under torch.export, jit.trace or a mode, made where no tracer sees it (and cached there):
+    # the program gets the tile as a constant.
+    return untraced(lambda: _BRICK_TILES.get(key, make))
 
 
 def brick_pad(
@@ -316,7 +353,8 @@ def brick_pad(
     *,
     stagger: int | None = None,
     offset: Offset = (0, 0),
-    mask_fill: float = 0,
+    fill: Fill = 0,
+    mask_fill: Number | None = None,
     out: torch.Tensor | None = None,
     **brick: Any,
 ) -> T:
@@ -327,13 +365,16 @@ def brick_pad(
     an unknown one); the tile gets as many channels as ``brick_channels`` gives for the image
     (1-4 as the image, else 1 broadcast) unless ``channels`` is given; bool images get it
     thresholded at 0.5. The tile is rendered and converted once per options, dtype and device
-    (``brick_tile``). Inputs, shapes, dtypes, errors: as ``texture_pad``.
+    (``brick_tile``). Inputs, ``fill`` (masks' border) and ``mask_fill`` (its alias), shapes,
+    dtypes, errors: as ``texture_pad``.
     """
-    brick_options(brick, "brick_pad", ("inpt", "padding", "stagger", "offset", "mask_fill", "out"))
+    brick_options(brick, "brick_pad",
+                  ("inpt", "padding", "stagger", "offset", "fill", "mask_fill", "out"))  # fmt: skip
     kernel = get_kernel(brick_pad, type(inpt))
     return kernel(
-        inpt, padding, stagger=stagger, offset=offset, mask_fill=mask_fill, out=out, **brick
-    )
+        inpt, padding, stagger=stagger, offset=offset, fill=fill, mask_fill=mask_fill, out=out,
+        **brick,
+    )  # fmt: skip
 
 
 def _brick(x: torch.Tensor, stagger: int | None, brick: dict[str, Any]) -> tuple[torch.Tensor, int]:
@@ -351,11 +392,13 @@ def brick_pad_image(
     *,
     stagger: int | None = None,
     offset: Offset = (0, 0),
-    mask_fill: float = 0,
+    fill: Fill = 0,
+    mask_fill: Number | None = None,
     out: torch.Tensor | None = None,
     **brick: Any,
 ) -> torch.Tensor:
-    """``brick_pad``'s kernel for plain tensors and images (``mask_fill`` is not used)."""
+    """``brick_pad``'s kernel for plain tensors and images (``fill`` and ``mask_fill`` are not
+    used: the wall pads)."""
     x = check_image(image)
     tile, stagger = _brick(x, stagger, brick)
     return texture_pad_image(x, padding, tile, stagger=stagger, offset=offset, out=out)
@@ -365,7 +408,7 @@ def brick_pad_image(
 def _brick_pad_video(
     video: torch.Tensor, padding: Padding, *, stagger: int | None = None, **kwargs: Any
 ) -> torch.Tensor:
-    brick = {k: v for k, v in kwargs.items() if k not in ("offset", "mask_fill", "out")}
+    brick = {k: v for k, v in kwargs.items() if k not in ("offset", "fill", "mask_fill", "out")}
     rest = {k: v for k, v in kwargs.items() if k in ("offset", "out")}
     tile, stagger = _brick(check_image(video), stagger, brick)
     return _texture_pad_video(video, padding, tile, stagger=stagger, **rest)
@@ -373,7 +416,13 @@ def _brick_pad_video(
 
 @register_kernel(brick_pad, PIL.Image.Image)
 def _brick_pad_pil(
-    img: PIL.Image.Image, padding: Padding, *, out: Any = None, mask_fill: float = 0, **kw: Any
+    img: PIL.Image.Image,
+    padding: Padding,
+    *,
+    out: Any = None,
+    fill: Fill = 0,
+    mask_fill: Number | None = None,
+    **kw: Any,
 ) -> PIL.Image.Image:
     _no_out(out)
     return pil_apply(img, functools.partial(brick_pad_image, padding=padding, **kw))
@@ -382,7 +431,10 @@ def _brick_pad_pil(
 @register_kernel(brick_pad, tv_tensors.Mask, wrap=False)
 @register_kernel(brick_pad, tv_tensors.BoundingBoxes, wrap=False)
 @register_kernel(brick_pad, tv_tensors.KeyPoints, wrap=False)
-def _brick_pad_targets(inpt: Any, padding: Padding, *, mask_fill: float = 0, **_: Any) -> Any:
+def _brick_pad_targets(
+    inpt: Any, padding: Padding, *, fill: Fill = 0, mask_fill: Number | None = None, **_: Any
+) -> Any:
     # No wall on targets: texture_pad's kernels for the same type (a constant mask border,
     # shifted boxes and keypoints).
-    return get_kernel(texture_pad, type(inpt))(inpt, padding, None, mask_fill=mask_fill)
+    kernel = get_kernel(texture_pad, type(inpt))
+    return kernel(inpt, padding, None, fill=fill, mask_fill=mask_fill)

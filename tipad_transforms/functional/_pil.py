@@ -10,10 +10,13 @@ PIL mode                                    tensor
 ``L``, ``LA``, ``La``, ``RGB``, ``RGBA``,   uint8, the image's own bands (so CMYK fills and
 ``RGBa``, ``RGBX``, ``CMYK``, ``YCbCr``,    textures are CMYK values, and so on)
 ``LAB``, ``HSV``
-``P``, ``PA``                               uint8 RGB, or RGBA when the palette has
-                                            transparency (``PA``: the A band); back: each
-                                            colour's exact palette entry, else the nearest
-                                            (alpha-premultiplied) one, on the same palette
+``P``, ``PA``                               with ``indices`` (``pad``: moving pixels
+                                            only): uint8 palette indices (``PA``: and the A
+                                            band), the palette kept; else uint8 RGB, or RGBA
+                                            when the palette has transparency (``PA``: the A
+                                            band); back: each colour's exact palette entry,
+                                            else the nearest (alpha-premultiplied) one, on
+                                            the same palette
 ``I``                                       int32
 ``I;16``, ``I;16L``, ``I;16B``, ``I;16N``   uint16 (native byte order)
 ``F``                                       float32
@@ -22,27 +25,31 @@ PIL mode                                    tensor
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
+from typing import Any
 
 import numpy as np
 import numpy.typing as npt
 import PIL.Image
 import torch
 
-__all__ = ["pil_apply", "pil_texture"]
+__all__ = ["pil_apply", "pil_fill", "pil_texture"]
 
 # Image metadata that stays true after padding; size-bound metadata such as EXIF is dropped.
 _KEPT_INFO = ("dpi", "icc_profile", "gamma", "transparency")
 _CHUNK = 4096  # colours matched against a palette at a time: (4096, 256) int64 distances
 
 
-def pil_apply(img: PIL.Image.Image, fn: Callable[[torch.Tensor], torch.Tensor]) -> PIL.Image.Image:
+def pil_apply(
+    img: PIL.Image.Image, fn: Callable[[torch.Tensor], torch.Tensor], *, indices: bool = False
+) -> PIL.Image.Image:
     """Apply ``fn`` (``(C, H, W)`` -> ``(C, H', W')`` tensor) to a PIL image, keeping its mode.
 
     The tensor ``fn`` receives is a fresh copy (see the module docstring for its dtype per mode);
     ``fn`` must return the same dtype and channel count. Pixels ``fn`` copies come back bit
-    exact, palette indices included (for palettes without duplicate colours). The result keeps
-    ``img``'s palette, ``dpi``, ICC profile, gamma and ``transparency``.
+    exact, palette indices included (for palettes without duplicate colours; always with
+    ``indices``, where a palette image travels as its indices, as torchvision pads it). The
+    result keeps ``img``'s palette, ``dpi``, ICC profile, gamma and ``transparency``.
 
     Raises:
         TypeError: ``img`` is not a PIL image or has a mode with no array form (``BGR;15``,
@@ -51,10 +58,13 @@ def pil_apply(img: PIL.Image.Image, fn: Callable[[torch.Tensor], torch.Tensor]) 
     """
     if not isinstance(img, PIL.Image.Image):
         raise TypeError(f"x must be a PIL image, got {type(img).__name__}")
-    if img.mode in ("P", "PA"):
+    if img.mode in ("P", "PA") and not indices:
         out = _apply_palette(img, fn)
     else:
         out = _apply_direct(img, fn)
+        if img.mode in ("P", "PA"):
+            palette_mode = img.palette.mode if img.palette is not None else "RGB"
+            out.putpalette(img.getpalette(palette_mode) or [], palette_mode)
     out.info.update({k: img.info[k] for k in _KEPT_INFO if k in img.info})
     return out
 
@@ -79,9 +89,9 @@ def _run(fn: Callable[[torch.Tensor], torch.Tensor], t: torch.Tensor) -> npt.NDA
     return out.contiguous().numpy()
 
 
-def _apply_direct(
-    img: PIL.Image.Image, fn: Callable[[torch.Tensor], torch.Tensor]
-) -> PIL.Image.Image:
+def _work_tensor(img: PIL.Image.Image) -> tuple[torch.Tensor, np.dtype[Any]]:
+    """``img``'s pixels as the ``(C, H, W)`` tensor of the module docstring (palette images as
+    their indices), and the array dtype they are stored in."""
     try:
         arr = np.array(img)  # a writable copy: torch refuses read-only buffers
     except Exception as e:  # Pillow raises several types for modes numpy cannot take
@@ -89,13 +99,70 @@ def _apply_direct(
     if arr.dtype == object or arr.ndim not in (2, 3):
         raise TypeError(f"x has PIL mode {img.mode!r}, which has no array form")
     if img.mode == "1":
-        out = _run(fn, _to_tensor(arr.astype(np.uint8) * np.uint8(255)))
-        return PIL.Image.fromarray(np.asarray(out) >= 128)
+        return _to_tensor(arr.astype(np.uint8) * np.uint8(255)), arr.dtype
     stored = arr.dtype  # I;16B keeps its big-endian byte order for the way back
-    work = arr.astype(stored.newbyteorder("="), copy=False)
-    out = _run(fn, _to_tensor(work))
+    return _to_tensor(arr.astype(stored.newbyteorder("="), copy=False)), stored
+
+
+def _apply_direct(
+    img: PIL.Image.Image, fn: Callable[[torch.Tensor], torch.Tensor]
+) -> PIL.Image.Image:
+    work, stored = _work_tensor(img)
+    if img.mode == "1":
+        out = _run(fn, work)
+        return PIL.Image.fromarray(np.asarray(out) >= 128)
+    out = _run(fn, work)
     h, w = out.shape[:2]
     return PIL.Image.frombytes(img.mode, (w, h), out.astype(stored, copy=False).tobytes())
+
+
+def pil_fill(img: PIL.Image.Image, fill: Any, name: str = "fill") -> torch.Tensor:
+    """The constant border of ``img`` for ``fill``, exactly as torchvision pads a PIL image, as
+    a ``(C,)`` tensor for ``pil_apply(img, ..., indices=True)``'s function.
+
+    torchvision (``transforms._functional_pil.pad``) parses ``fill`` with ``_parse_fill``:
+    ``None`` is 0, a number serves every band, a sequence holds 1 or one value per band, and
+    every value is truncated to an int except in mode ``F``; the border is then what
+    ``PIL.Image.new(img.mode, size, fill)`` holds: PIL's own conversion, so ``fill=7`` is
+    palette index 7 of a ``P`` image, any non-zero fill is white on a ``1`` image, ``LAB``'s
+    a and b bands are offset by 128, ``L`` clips to [0, 255]. This builds that one pixel with
+    PIL and reads it back as ``pil_apply`` reads the image. A tensor ``fill`` is taken as its
+    values (beyond torchvision).
+
+    Raises:
+        TypeError: ``fill`` is not a number, a sequence of numbers, a tensor or None.
+        ValueError: a sequence of another length than 1 or the image's bands; a value that is
+            not finite (no int) or that PIL cannot put into the mode.
+    """
+    if isinstance(fill, torch.Tensor):
+        fill = fill.detach().cpu().reshape(-1).tolist()
+    bands = len(img.getbands())
+    if fill is None:
+        fill = 0
+    if isinstance(fill, (bool, int, float)):
+        values = [fill] * bands
+    elif (
+        isinstance(fill, Sequence)
+        and not isinstance(fill, (str, bytes, bytearray))
+        and all(isinstance(v, (bool, int, float)) for v in fill)
+    ):
+        values = list(fill) * bands if len(fill) == 1 else list(fill)
+        if len(values) != bands:
+            counts = "1 value" if bands == 1 else f"1 or {bands} values (one per band)"
+            raise ValueError(
+                f"{name} must have {counts} for a PIL {img.mode!r} image, got {len(fill)}"
+            )
+    else:
+        raise TypeError(
+            f"{name} must be a number, a sequence of numbers or None, got {type(fill).__name__}"
+        )
+    try:
+        color: Any = [float(v) if img.mode == "F" else int(v) for v in values]
+        color = color[0] if bands == 1 else tuple(color)
+        pixel = PIL.Image.new(img.mode, (1, 1), color)
+    except (TypeError, ValueError, OverflowError) as exc:
+        raise ValueError(f"{name}={fill!r} cannot fill a PIL {img.mode!r} image: {exc}") from None
+    return _work_tensor(pixel)[0].reshape(-1)
 
 
 def _palette_colours(img: PIL.Image.Image, mode: str) -> npt.NDArray[np.uint8]:

@@ -58,10 +58,18 @@ def register_kernel(
     tv_tensor themselves (boxes that must update their ``canvas_size``).
 
     Raises:
-        TypeError: ``input_type`` is not a class.
+        TypeError: ``functional`` is not callable, ``input_type`` is not a class, ``wrap`` is
+            not a bool or None.
     """
+    if not callable(functional):
+        raise TypeError(
+            f"functional must be a functional such as tipad_transforms.functional.pad, got "
+            f"{type(functional).__name__} {functional!r}"
+        )
     if not isinstance(input_type, type):
         raise TypeError(f"input_type must be a class, got {type(input_type).__name__}")
+    if wrap is not None and not isinstance(wrap, bool):
+        raise TypeError(f"wrap must be a bool or None, got {type(wrap).__name__}")
     if wrap is None:
         wrap = issubclass(input_type, tv_tensors.TVTensor)
 

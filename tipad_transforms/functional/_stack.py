@@ -14,7 +14,7 @@ from typing import Any
 import torch
 
 from .. import ops
-from .._checks import check_int
+from .._checks import check_dense, check_int
 from .._geometry import check_mode, image_channels
 from ..ops._pad import pad_stack_direct
 from ..ops._route import eager
@@ -49,11 +49,13 @@ def _images(images: Any) -> list[torch.Tensor]:
 def _placement(placement: Any, n: int) -> torch.Tensor:
     if not isinstance(placement, torch.Tensor):
         raise TypeError(f"placement must be an int tensor (N, 2), got {type(placement).__name__}")
+    check_dense(placement, "placement")
     if placement.is_floating_point() or placement.is_complex() or placement.dtype == torch.bool:
         raise TypeError(f"placement must hold integers, got dtype {placement.dtype}")
     if tuple(placement.shape) != (n, 2):
         raise ValueError(
-            f"placement must be ({n}, 2) (top, left) per image, got {tuple(placement.shape)}"
+            f"placement must be ({n}, 2), one (top, left) per image of images, got "
+            f"{tuple(placement.shape)}"
         )
     return placement.detach().to("cpu", torch.int64)
 
@@ -126,13 +128,13 @@ def pad_stack(
     mode = "texture" if padding_mode == "texture" else check_mode(padding_mode)
     sizes = _sizes(checked, _placement(placement, n), mode, size)
     channels = image_channels(x.shape)
-    check_size([n, channels, *size], x.element_size())
+    check_size([n, channels, *size], x.element_size(), "size")
     if mode == "texture":
         if texture is None:
             raise ValueError("padding_mode='texture' needs a texture")
         border = Border.textured(
             texture, x, (n,), channels, stagger=check_int(stagger, "stagger"), offset=offset,
-            texture_index=texture_index,
+            texture_index=texture_index, image_name="images",
         )  # fmt: skip
     else:
         border = Border.standard(mode, fill, x, n, channels)

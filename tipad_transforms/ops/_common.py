@@ -7,15 +7,30 @@ from collections.abc import Sequence
 
 import torch
 
+from .._checks import unreadable
+
 FLOATS = (torch.float16, torch.bfloat16, torch.float32, torch.float64)
 _INT32 = (-(2**31), 2**31 - 1)
 
 
 def check_tensor(name: str, t: object) -> torch.Tensor:
-    """``t`` if it is a tensor, else a TypeError naming it (the public functions' check)."""
+    """``t`` if it is a dense (strided) tensor, else a TypeError naming it (the public
+    functions' check): not a tensor, or quantized, nested or sparse (``_checks.unreadable``).
+    Meta tensors pass: the ops' fake implementations give their shapes, as torch's ops do."""
     if not isinstance(t, torch.Tensor):
         raise TypeError(f"{name} must be a torch.Tensor, got {type(t).__name__}")
+    kind = unreadable(t)
+    if kind is not None:
+        raise TypeError(f"{name} must be a dense (strided) tensor, got {kind}")
     return t
+
+
+def check_dense(**tensors: torch.Tensor) -> None:
+    """``check_tensor`` on each named tensor (the public pad ops' check, before the dispatch:
+    quantized, nested and sparse tensors would otherwise meet torch's "could not run" or a
+    crash in their own dispatch keys)."""
+    for name, t in tensors.items():
+        check_tensor(name, t)
 
 
 def check_float(name: str, t: object) -> torch.Tensor:
@@ -71,3 +86,35 @@ def check_no_overlap(out: torch.Tensor, **inputs: torch.Tensor) -> None:
         start, end = _span(t)
         if start < hi and lo < end:
             raise ValueError(f"out must not overlap {name} in memory")
+
+
+def check_ints(name: str, value: object, length: int | None = None) -> None:
+    """TypeError/ValueError naming ``name`` unless ``value`` is a list or tuple of ``length``
+    ints that fit in 64 bits (bools are not ints here), what a schema's ``int[]`` takes."""
+    if not isinstance(value, (list, tuple)) or not all(_is_int(v) for v in value):
+        raise TypeError(f"{name} must be a list of ints, got {value!r}")
+    if length is not None and len(value) != length:
+        raise ValueError(f"{name} must hold {length} ints, got {len(value)}")
+    for v in value:
+        _check_int64(name, v)
+
+
+def check_scalar_int(name: str, value: object) -> None:
+    """TypeError/ValueError naming ``name`` unless ``value`` is an int of 64 bits (not a bool)."""
+    if not _is_int(value):
+        raise TypeError(f"{name} must be an int, got {type(value).__name__} {value!r}")
+    _check_int64(name, value)
+
+
+def check_str(name: str, value: object) -> None:
+    if not isinstance(value, str):
+        raise TypeError(f"{name} must be a str, got {type(value).__name__} {value!r}")
+
+
+def _is_int(value: object) -> bool:
+    return isinstance(value, (int, torch.SymInt)) and not isinstance(value, bool)
+
+
+def _check_int64(name: str, value: object) -> None:
+    if isinstance(value, int) and not -(2**63) <= value < 2**63:
+        raise ValueError(f"{name} must fit in 64 bits, got {value}")

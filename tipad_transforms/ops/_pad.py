@@ -11,13 +11,23 @@ ops with fake implementations and registered autograd, they trace under
 
 from __future__ import annotations
 
+import math
 from typing import Any
 
 import torch
 
 from .. import _fallback, _runtime
-from .._geometry import MODE_CODES, PadGeometry, check_bank_index
-from ._common import check_int32, check_meta, check_no_overlap
+from .._geometry import MAX_PAD, MODE_CODES, PadGeometry, check_bank_index
+from .._value_cache import tracing
+from ._common import (
+    check_dense,
+    check_int32,
+    check_ints,
+    check_meta,
+    check_no_overlap,
+    check_scalar_int,
+    check_str,
+)
 from ._route import exact_route, kernel_ran
 
 __all__ = [
@@ -74,17 +84,23 @@ def _check_params(
     dtype: torch.dtype | None,
     device: torch.device,
     like: str,
+    mode_name: str = "mode",
 ) -> None:
     """What the kernel reads besides the image, for ``n`` samples of ``c`` channels: ``fill``
     ``(C,)`` (constant mode, unless None), ``texture`` ``(K >= 1, 1 or C, th >= 1, tw >= 1)``
     (texture mode), ``offset`` ``(N, 2)`` and ``texture_index`` ``(N,)`` int32, one device;
-    ``dtype``: the one of fill and texture (None: not checked)."""
+    ``dtype``: the one of fill and texture (None: not checked). The errors of fill and texture
+    name the mode too (``mode_name``): a mode that reads them may be what is wrong."""
     check_meta("offset", offset, shape=(n, 2), dtype=torch.int32, device=device, like=like)
     check_meta("texture_index", texture_index, shape=(n,), dtype=torch.int32, device=device,
                like=like)  # fmt: skip
     check_int32("stagger", stagger)
     if mode == "constant" and fill is not None:
-        check_meta("fill", fill, shape=(c,), dtype=dtype, device=device, like=like)
+        if tuple(fill.shape) != (c,):
+            raise ValueError(
+                f"fill must have shape ({c},) for {mode_name} 'constant', got {tuple(fill.shape)}"
+            )
+        check_meta("fill", fill, dtype=dtype, device=device, like=like)
     if mode == "texture":
         if (
             texture.dim() != 4
@@ -93,8 +109,8 @@ def _check_params(
             or min(texture.shape[2:]) < 1
         ):
             raise ValueError(
-                f"texture must be (K, 1 or {c}, th, tw) with K, th, tw >= 1, got "
-                f"{tuple(texture.shape)}"
+                f"texture must be (K, 1 or {c}, th, tw) with K, th, tw >= 1 for {mode_name} "
+                f"'texture', got {tuple(texture.shape)}"
             )
         check_meta("texture", texture, dtype=dtype, device=device, like=like)
 
@@ -104,19 +120,25 @@ def _check_pad(
     padding: list[int],
     mode: str,
     mode_name: str = "mode",
+    x_name: str = "x",
 ) -> PadGeometry:
-    """The geometry of a valid ``x_shape`` and ``padding``, else a ValueError naming them."""
+    """The geometry of a valid ``x_shape`` and ``padding``, else a ValueError naming them
+    (``x_name``: what holds the shape)."""
     if len(x_shape) < 2 or min(x_shape) < 0:
-        raise ValueError(f"x must have shape (..., C, H, W) or (H, W), got {tuple(x_shape)}")
-    if len(padding) != 4 or min(padding) < 0:
+        shape = f"shape (..., C, H, W) or (H, W), got {tuple(x_shape)}"
+        raise ValueError(f"{x_name} must {'be' if x_name == 'x_shape' else 'have'} {shape}")
+    if len(padding) != 4 or min(padding) < 0 or max(padding) > MAX_PAD:
         raise ValueError(
-            f"padding must be 4 non-negative ints [left, top, right, bottom], got {padding}"
+            f"padding must be 4 ints [left, top, right, bottom] in [0, {MAX_PAD}], got {padding}"
         )
     _check_mode(mode, mode_name)
     g = PadGeometry.of(x_shape, padding)
     reads_image = mode not in ("constant", "texture")
     if reads_image and g.h * g.w == 0 and g.n * g.c * g.out_h * g.out_w > 0:
-        raise ValueError(f"{mode_name} {mode!r} needs a non-empty image, got {tuple(x_shape)}")
+        raise ValueError(
+            f"{x_name} of shape {tuple(x_shape)} holds no pixels: {mode_name} {mode!r} needs a "
+            "non-empty image"
+        )
     return g
 
 
@@ -133,7 +155,7 @@ def _check_forward(
 ) -> PadGeometry:
     g = _check_pad(x.shape, padding, mode, mode_name)
     _check_params(g.n, g.c, mode, fill, texture, offset, texture_index, stagger, x.dtype,
-                  x.device, "x")  # fmt: skip
+                  x.device, "x", mode_name)  # fmt: skip
     return g
 
 
@@ -176,12 +198,24 @@ def _forward(
     """The body of ``tipad::pad`` (``out`` None) and ``tipad::pad_out``, after their checks;
     the eager direct route (``pad_direct``) runs it too, so both give the same bits."""
     image, tex = _prepare(x, texture, texture_index, check_index)
-    canvas = (
-        torch.empty(g.out_shape(x.shape), dtype=x.dtype, device=x.device) if out is None else out
-    )
+    canvas = _allocate(g.out_shape(x.shape), x, "padding") if out is None else out
     _run(g, mode, image, canvas, tex, fill.contiguous(), offset.contiguous(),
          texture_index.contiguous(), stagger)  # fmt: skip
     return canvas
+
+
+def _allocate(shape: list[int], like: torch.Tensor, name: str) -> torch.Tensor:
+    """A new output of ``shape`` like ``like``, or a ValueError naming ``name`` (what set its
+    size) when it cannot be allocated (the allocator's RuntimeError, CUDA's OutOfMemoryError:
+    a border of 10**9 pixels is a bad argument, not a crash)."""
+    try:
+        return torch.empty(shape, dtype=like.dtype, device=like.device)
+    except RuntimeError as exc:
+        nbytes = math.prod(shape) * like.element_size()
+        raise ValueError(
+            f"{name} gives an output of shape {tuple(shape)} ({nbytes} bytes), which cannot be "
+            f"allocated: {str(exc).splitlines()[0]}"
+        ) from None
 
 
 #: Eager calls served by ``pad_direct`` (read by the tests: a direct route that silently stopped
@@ -218,7 +252,7 @@ def pad_direct(
 
 
 @torch.library.custom_op("tipad::pad", mutates_args=())
-def pad(
+def _pad_op(
     x: torch.Tensor,
     padding: list[int],
     mode: str,
@@ -228,23 +262,18 @@ def pad(
     texture_index: torch.Tensor,
     stagger: int,
 ) -> torch.Tensor:
-    """Pad ``x`` (``(..., C, H, W)`` or ``(H, W)``) into a new tensor; see the module docstring.
-
-    Raises ValueError/TypeError naming the argument for shapes, dtypes and devices the kernel
-    cannot take (the fake implementation checks the same).
-    """
     g = _check_forward(x, padding, mode, fill, texture, offset, texture_index, stagger)
     return _forward(g, x, mode, fill, texture, offset, texture_index, stagger, None)
 
 
-@pad.register_fake
+@_pad_op.register_fake
 def _(x, padding, mode, fill, texture, offset, texture_index, stagger):  # type: ignore[no-untyped-def]
     g = _check_forward(x, padding, mode, fill, texture, offset, texture_index, stagger)
     return x.new_empty(g.out_shape(x.shape))
 
 
 @torch.library.custom_op("tipad::pad_out", mutates_args=("out",))
-def pad_out(
+def _pad_out_op(
     x: torch.Tensor,
     padding: list[int],
     pad_mode: str,
@@ -255,17 +284,6 @@ def pad_out(
     stagger: int,
     out: torch.Tensor,
 ) -> None:
-    """``pad`` writing into ``out`` (contiguous, the output's shape, dtype and device).
-
-    The mode argument is ``pad_mode``, not ``mode``: torch.compile functionalizes this mutating
-    op through a higher-order op that takes its own ``mode`` keyword, and a schema argument of
-    that name collides with it ("got multiple values for argument 'mode'").
-
-    Raises ValueError/TypeError naming ``out`` for a wrong shape, dtype, device or a
-    non-contiguous ``out``, and ValueError ``"out must not overlap NAME in memory"`` when ``x``,
-    ``fill``, ``texture``, ``offset`` or ``texture_index`` shares memory with it (checked
-    eagerly only: a compiled graph functionalizes the write).
-    """
     g = _check_forward(x, padding, pad_mode, fill, texture, offset, texture_index, stagger,
                        "pad_mode")  # fmt: skip
     _check_out(out, g, x)
@@ -274,7 +292,7 @@ def pad_out(
     _forward(g, x, pad_mode, fill, texture, offset, texture_index, stagger, out)
 
 
-@pad_out.register_fake
+@_pad_out_op.register_fake
 def _(x, padding, pad_mode, fill, texture, offset, texture_index, stagger, out):  # type: ignore[no-untyped-def]
     g = _check_forward(x, padding, pad_mode, fill, texture, offset, texture_index, stagger,
                        "pad_mode")  # fmt: skip
@@ -291,16 +309,20 @@ def _check_backward(
     texture_index: torch.Tensor,
     stagger: int,
 ) -> PadGeometry:
-    g = _check_pad(x_shape, padding, mode)
+    g = _check_pad(x_shape, padding, mode, x_name="x_shape")
     _check_float_grad(grad)
-    check_meta("grad", grad, shape=g.out_shape(x_shape))
+    if tuple(grad.shape) != tuple(g.out_shape(x_shape)):
+        raise ValueError(
+            f"grad must have shape {tuple(g.out_shape(x_shape))} (x_shape grown by padding), "
+            f"got {tuple(grad.shape)}"
+        )
     _check_params(g.n, g.c, mode, None, texture, offset, texture_index, stagger, None,
                   grad.device, "grad")  # fmt: skip
     return g
 
 
 @torch.library.custom_op("tipad::pad_backward", mutates_args=())
-def pad_backward(
+def _pad_backward_op(
     grad: torch.Tensor,
     x_shape: list[int],
     padding: list[int],
@@ -310,12 +332,6 @@ def pad_backward(
     texture_index: torch.Tensor,
     stagger: int,
 ) -> tuple[torch.Tensor, torch.Tensor]:
-    """Gradients of ``pad``: ``(grad_x, grad_texture)`` with ``x``'s and ``texture``'s shapes.
-
-    Every image pixel receives the sum of the gradients of all canvas pixels that read it (the
-    interior copy and, for edge/reflect/symmetric/circular, the border); the texture receives
-    the border gradients of texture mode. Half types accumulate in float32.
-    """
     g = _check_backward(grad, x_shape, padding, mode, texture, offset, texture_index, stagger)
     acc = grad.dtype if grad.dtype in (torch.float32, torch.float64) else torch.float32
     canvas_grad = grad.detach().reshape(g.n, g.c, g.out_h, g.out_w).to(acc).contiguous()
@@ -341,7 +357,7 @@ def pad_backward(
     return grad_x.to(grad.dtype).reshape(x_shape), grad_tex.to(grad.dtype)
 
 
-@pad_backward.register_fake
+@_pad_backward_op.register_fake
 def _(grad, x_shape, padding, mode, texture, offset, texture_index, stagger):  # type: ignore[no-untyped-def]
     _check_backward(grad, x_shape, padding, mode, texture, offset, texture_index, stagger)
     return grad.new_empty(x_shape), grad.new_empty(texture.shape)
@@ -378,7 +394,7 @@ def _backward(ctx, grad):  # type: ignore[no-untyped-def]
     )
 
 
-pad.register_autograd(_backward, setup_context=_setup_context)
+_pad_op.register_autograd(_backward, setup_context=_setup_context)
 
 
 # pad_stack: N images of different sizes, packed flat, each padded to one canvas size.
@@ -397,10 +413,18 @@ def _check_stack(sizes: torch.Tensor, canvas: list[int], mode: str) -> int:
     return int(sizes.shape[0])
 
 
-def _stack_sizes(sizes: torch.Tensor, numel: int, canvas: list[int], mode: str) -> torch.Tensor:
+def _stack_sizes(
+    sizes: torch.Tensor,
+    numel: int,
+    canvas: list[int],
+    mode: str,
+    backward: bool = False,
+) -> torch.Tensor:
     """``sizes`` (checked by ``_check_stack``) as an int64 CPU ``(N, 4)`` table, its values
     checked against the packed images' element count and the canvas ``[C, H, W]``: the kernel
-    trusts it for every memory access."""
+    trusts it for every memory access. The errors name the arguments these come from: the
+    forward's ``images`` and ``canvas``, the backward's ``numel`` and ``grad``."""
+    images_name, canvas_name = ("numel", "grad") if backward else ("images", "canvas")
     table = sizes.detach().to("cpu", torch.int64)
     c, out_h, out_w = canvas
     h, w, top, left = table.unbind(1)
@@ -409,7 +433,8 @@ def _stack_sizes(sizes: torch.Tensor, numel: int, canvas: list[int], mode: str) 
         i = int(misfit.nonzero()[0, 0])
         raise ValueError(
             f"sample {i}: an image of size {tuple(table[i, :2].tolist())} at (top, left) "
-            f"{tuple(table[i, 2:].tolist())} does not fit a {(out_h, out_w)} canvas"
+            f"{tuple(table[i, 2:].tolist())} (sizes[{i}]) does not fit a {(out_h, out_w)} canvas "
+            f"({canvas_name})"
         )
     # A standard mode reads its border from the image: an empty one has nothing to read.
     empty = (h * w == 0) & (mode not in ("constant", "texture") and out_h * out_w > 0)
@@ -417,12 +442,13 @@ def _stack_sizes(sizes: torch.Tensor, numel: int, canvas: list[int], mode: str) 
         i = int(empty.nonzero()[0, 0])
         raise ValueError(
             f"sample {i}: mode {mode!r} needs a non-empty image, got size "
-            f"{tuple(table[i, :2].tolist())}"
+            f"{tuple(table[i, :2].tolist())} (sizes[{i}])"
         )
     described = c * int((h * w).sum())
     if described != numel:
         raise ValueError(
-            f"images hold {numel} elements; sizes and {c} channels describe {described}"
+            f"{images_name} gives {numel} elements; sizes and {c} channels describe "
+            f"{described} (the channels of {canvas_name})"
         )
     return table
 
@@ -446,7 +472,7 @@ def _check_stack_forward(
 
 
 @torch.library.custom_op("tipad::pad_stack", mutates_args=())
-def pad_stack(
+def _pad_stack_op(
     images: torch.Tensor,
     sizes: torch.Tensor,
     canvas: list[int],
@@ -457,13 +483,6 @@ def pad_stack(
     texture_index: torch.Tensor,
     stagger: int,
 ) -> torch.Tensor:
-    """Pad ``N`` packed images each to ``canvas`` ``[C, H, W]`` in one launch: ``(N, C, H, W)``.
-
-    ``images``: 1-D, the ``(C, h_i, w_i)`` images flattened and concatenated in order;
-    ``sizes``: ``(N, 4)`` int ``(h_i, w_i, top_i, left_i)`` (read on the host); the rest as
-    ``pad``, per image. Canvas ``i`` equals ``pad`` of image ``i`` with padding ``(left_i,
-    top_i, W - left_i - w_i, H - top_i - h_i)``.
-    """
     return _stack_forward(images, sizes, canvas, mode, fill, texture, offset, texture_index,
                           stagger)  # fmt: skip
 
@@ -495,7 +514,7 @@ def _stack_forward(
     if tex.numel() > 0 and texture_index.device.type == "cpu":
         check_bank_index(tex.shape[0], texture_index)  # as in _prepare
     flat = images.detach().contiguous()
-    out = torch.empty(table.shape[0], *canvas, dtype=images.dtype, device=images.device)
+    out = _allocate([table.shape[0], *canvas], images, "canvas")
     args: dict[str, Any] = dict(
         texture=tex,
         fill=fill.contiguous(),
@@ -512,7 +531,7 @@ def _stack_forward(
     return out
 
 
-@pad_stack.register_fake
+@_pad_stack_op.register_fake
 def _(images, sizes, canvas, mode, fill, texture, offset, texture_index, stagger):  # type: ignore[no-untyped-def]
     _check_stack_forward(images, sizes, canvas, mode, fill, texture, offset, texture_index,
                          stagger)  # fmt: skip
@@ -542,7 +561,7 @@ def _check_stack_backward(
 
 
 @torch.library.custom_op("tipad::pad_stack_backward", mutates_args=())
-def pad_stack_backward(
+def _pad_stack_backward_op(
     grad: torch.Tensor,
     sizes: torch.Tensor,
     numel: int,
@@ -552,11 +571,9 @@ def pad_stack_backward(
     texture_index: torch.Tensor,
     stagger: int,
 ) -> tuple[torch.Tensor, torch.Tensor]:
-    """Gradients of ``pad_stack``: ``(grad_images, grad_texture)``, ``(numel,)`` and the
-    texture's shape; sums as ``pad_backward``, per image. Half types accumulate in float32."""
     _check_stack_backward(grad, sizes, numel, mode, texture, offset, texture_index, stagger)
     _, c, out_h, out_w = grad.shape
-    table = _stack_sizes(sizes, numel, [c, out_h, out_w], mode)
+    table = _stack_sizes(sizes, numel, [c, out_h, out_w], mode, backward=True)
     acc = grad.dtype if grad.dtype in (torch.float32, torch.float64) else torch.float32
     canvas_grad = grad.detach().to(acc).contiguous()
     tex = texture.detach().contiguous()
@@ -576,7 +593,7 @@ def pad_stack_backward(
     return grad_images.to(grad.dtype), grad_tex.to(grad.dtype)
 
 
-@pad_stack_backward.register_fake
+@_pad_stack_backward_op.register_fake
 def _(grad, sizes, numel, mode, texture, offset, texture_index, stagger):  # type: ignore[no-untyped-def]
     _check_stack_backward(grad, sizes, numel, mode, texture, offset, texture_index, stagger)
     return grad.new_empty(numel), grad.new_empty(texture.shape)
@@ -608,4 +625,232 @@ def _stack_backward(ctx, grad):  # type: ignore[no-untyped-def]
     )
 
 
-pad_stack.register_autograd(_stack_backward, setup_context=_setup_stack_context)
+_pad_stack_op.register_autograd(_stack_backward, setup_context=_setup_stack_context)
+
+
+# The public ops: plain functions over the registered ops, so that help() and the docs show each
+# its own signature and docstring (a CustomOpDef shows torch's generic text). Each is one call of
+# the op's OpOverload, bound once here: the same frames as CustomOpDef.__call__, which makes that
+# same call.
+_NO_PADDING = object()  # _check_call's padding for the ops that take none
+
+
+def _check_call(
+    padding: object,
+    mode: object,
+    stagger: object,
+    mode_name: str = "mode",
+    **tensors: torch.Tensor,
+) -> None:
+    """The Python types the schema takes, as TypeError/ValueError naming the argument (the
+    dispatcher's own complaint is a RuntimeError, and it takes ``True`` for an int), and dense
+    tensors (``check_dense``). ``padding`` is ``_NO_PADDING`` for the ops that take none. Under
+    a tracer the Python types are left to the dispatcher: ``torch.jit.trace`` hands in sizes
+    as 0-d tensors."""
+    check_dense(**tensors)
+    if tracing():
+        return
+    if padding is not _NO_PADDING:
+        check_ints("padding", padding)
+    check_str(mode_name, mode)
+    check_scalar_int("stagger", stagger)
+
+
+_PAD = torch.ops.tipad.pad.default
+_PAD_OUT = torch.ops.tipad.pad_out.default
+_PAD_BACKWARD = torch.ops.tipad.pad_backward.default
+_PAD_STACK = torch.ops.tipad.pad_stack.default
+_PAD_STACK_BACKWARD = torch.ops.tipad.pad_stack_backward.default
+
+
+def pad(
+    x: torch.Tensor,
+    padding: list[int],
+    mode: str,
+    fill: torch.Tensor,
+    texture: torch.Tensor,
+    offset: torch.Tensor,
+    texture_index: torch.Tensor,
+    stagger: int,
+) -> torch.Tensor:
+    """``torch.ops.tipad.pad``: pad ``x`` into a new tensor, in one kernel launch.
+
+    The op under ``tipad_transforms.functional``'s ``pad``, ``texture_pad`` and ``brick_pad``,
+    with their arguments in canonical form (they parse user input; this checks shapes, dtypes
+    and devices only). Traceable (``torch.compile``, ``torch.export``, ``torch.jit.trace``
+    record ``tipad::pad``) and differentiable w.r.t. ``x`` and ``texture``.
+
+    Args:
+        x: ``(..., C, H, W)`` or ``(H, W)``, any real or bool dtype, CPU or CUDA, any strides.
+        padding: ``[left, top, right, bottom]``, each ``>= 0``.
+        mode: ``"constant"``, ``"edge"``, ``"reflect"``, ``"symmetric"``, ``"circular"`` or
+            ``"texture"``.
+        fill: ``(C,)`` in ``x``'s dtype and device, the constant mode's border; any tensor
+            (empty: ``x.new_empty(0)``) for the other modes.
+        texture: ``(K, 1 or C, th, tw)`` bank in ``x``'s dtype and device (texture mode), any
+            tensor otherwise.
+        offset: ``(N, 2)`` int32 ``(oy, ox)`` lattice shifts, ``N`` the product of ``x``'s
+            leading dims (1 for ``(C, H, W)`` and ``(H, W)``), on ``x``'s device.
+        texture_index: ``(N,)`` int32 bank indices in ``[0, K)``, on ``x``'s device.
+        stagger: horizontal shift of each successive row of tiles (int32).
+
+    Returns:
+        ``(..., C, H + top + bottom, W + left + right)``, ``x``'s dtype and device, contiguous:
+        ``x`` bit-exact in the middle, the border as ``functional.texture_pad`` (texture mode)
+        and ``functional.pad`` (the others) describe it.
+
+    Meta tensors give a meta result of the right shape (the op's fake implementation), as
+    torch's own ops do.
+
+    Raises:
+        ValueError: a shape, mode, padding or device the kernel cannot take (the message names
+            the argument); ``texture_index`` outside the bank (CPU indices).
+        TypeError: ``fill``, ``texture``, ``offset`` or ``texture_index`` of another dtype; a
+            tensor argument that is quantized, nested or sparse (not a dense strided tensor).
+    """
+    _check_call(padding, mode, stagger, x=x, fill=fill, texture=texture, offset=offset,
+                texture_index=texture_index)  # fmt: skip
+    return _PAD(x, padding, mode, fill, texture, offset, texture_index, stagger)
+
+
+def pad_out(
+    x: torch.Tensor,
+    padding: list[int],
+    pad_mode: str,
+    fill: torch.Tensor,
+    texture: torch.Tensor,
+    offset: torch.Tensor,
+    texture_index: torch.Tensor,
+    stagger: int,
+    out: torch.Tensor,
+) -> None:
+    """``torch.ops.tipad.pad_out``: ``pad`` writing into ``out``; returns None.
+
+    Arguments as ``pad``, with ``out`` contiguous, of the output's shape, ``x``'s dtype and
+    device, sharing no memory with any input. Not differentiable (a mutating op).
+
+    The mode argument is ``pad_mode``, not ``mode``: torch.compile functionalizes this mutating
+    op through a higher-order op that takes its own ``mode`` keyword, and a schema argument of
+    that name collides with it ("got multiple values for argument 'mode'").
+
+    Raises:
+        ValueError / TypeError: as ``pad`` (naming ``pad_mode`` for the mode); naming ``out``
+            for a wrong shape, dtype, device or a non-contiguous ``out``; ``"out must not
+            overlap NAME in memory"`` when ``x``, ``fill``, ``texture``, ``offset`` or
+            ``texture_index`` shares memory with it (checked eagerly only: a compiled graph
+            functionalizes the write).
+    """
+    _check_call(padding, pad_mode, stagger, "pad_mode", x=x, fill=fill, texture=texture,
+                offset=offset, texture_index=texture_index, out=out)  # fmt: skip
+    _PAD_OUT(x, padding, pad_mode, fill, texture, offset, texture_index, stagger, out)
+
+
+def pad_backward(
+    grad: torch.Tensor,
+    x_shape: list[int],
+    padding: list[int],
+    mode: str,
+    texture: torch.Tensor,
+    offset: torch.Tensor,
+    texture_index: torch.Tensor,
+    stagger: int,
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """``torch.ops.tipad.pad_backward``: the gradients of ``pad``, ``(grad_x, grad_texture)``.
+
+    Every image pixel receives the sum of the gradients of all canvas pixels that read it (the
+    interior copy and, for edge/reflect/symmetric/circular, the border); the texture receives
+    the border gradients of texture mode (zeros in the other modes).
+
+    Args:
+        grad: the gradient of ``pad``'s output: its shape, a floating dtype, ``x``'s device.
+        x_shape: the shape of ``pad``'s ``x``.
+        padding, mode, texture, offset, texture_index, stagger: as given to ``pad``.
+
+    Returns:
+        ``grad_x`` of shape ``x_shape`` and ``grad_texture`` of ``texture``'s shape, both in
+        ``grad``'s dtype and device (float16 and bfloat16 accumulate in float32).
+
+    Raises:
+        TypeError: ``grad`` is not floating point; ``offset``/``texture_index`` not int32.
+        ValueError: shapes or devices that do not match ``pad``'s (naming the argument).
+    """
+    if not tracing():
+        check_ints("x_shape", x_shape)
+    _check_call(padding, mode, stagger, grad=grad, texture=texture, offset=offset,
+                texture_index=texture_index)  # fmt: skip
+    return _PAD_BACKWARD(grad, x_shape, padding, mode, texture, offset, texture_index, stagger)
+
+
+def pad_stack(
+    images: torch.Tensor,
+    sizes: torch.Tensor,
+    canvas: list[int],
+    mode: str,
+    fill: torch.Tensor,
+    texture: torch.Tensor,
+    offset: torch.Tensor,
+    texture_index: torch.Tensor,
+    stagger: int,
+) -> torch.Tensor:
+    """``torch.ops.tipad.pad_stack``: pad ``N`` packed images each to ``canvas`` in one launch.
+
+    The op under ``functional.pad_stack``. Canvas ``i`` equals ``pad`` of image ``i`` with
+    padding ``(left_i, top_i, W - left_i - w_i, H - top_i - h_i)``. Differentiable w.r.t.
+    ``images`` and ``texture``.
+
+    Args:
+        images: 1-D, the ``(C, h_i, w_i)`` images flattened and concatenated in order; any real
+            or bool dtype, CPU or CUDA.
+        sizes: ``(N, 4)`` integer ``(h_i, w_i, top_i, left_i)`` per image (read on the host):
+            each image must fit the canvas at its place.
+        canvas: ``[C, H, W]``, non-negative.
+        mode, fill, texture, offset, texture_index, stagger: as ``pad``'s, per image (``N``
+            rows of ``offset`` and ``texture_index``; ``fill`` ``(C,)``).
+
+    Returns:
+        ``(N, C, H, W)`` in ``images``' dtype and device, contiguous.
+
+    Raises:
+        ValueError: ``images`` not 1-D; a malformed ``sizes`` table, an image that does not fit
+            its canvas, element counts that do not match (naming the sample); the errors of
+            ``pad`` for the other arguments.
+    """
+    if not tracing():
+        check_ints("canvas", canvas)
+    _check_call(_NO_PADDING, mode, stagger, images=images, sizes=sizes, fill=fill, texture=texture,
+                offset=offset, texture_index=texture_index)  # fmt: skip
+    return _PAD_STACK(images, sizes, canvas, mode, fill, texture, offset, texture_index, stagger)
+
+
+def pad_stack_backward(
+    grad: torch.Tensor,
+    sizes: torch.Tensor,
+    numel: int,
+    mode: str,
+    texture: torch.Tensor,
+    offset: torch.Tensor,
+    texture_index: torch.Tensor,
+    stagger: int,
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """``torch.ops.tipad.pad_stack_backward``: the gradients of ``pad_stack``,
+    ``(grad_images, grad_texture)``.
+
+    Args:
+        grad: ``(N, C, H, W)``, the gradient of ``pad_stack``'s output (a floating dtype).
+        sizes: the ``sizes`` table given to ``pad_stack``.
+        numel: ``images.numel()`` of ``pad_stack``'s packed images.
+        mode, texture, offset, texture_index, stagger: as given to ``pad_stack``.
+
+    Returns:
+        ``grad_images`` ``(numel,)`` and ``grad_texture`` of ``texture``'s shape, in ``grad``'s
+        dtype and device; sums as ``pad_backward``, per image (half types accumulate in
+        float32).
+
+    Raises:
+        TypeError / ValueError: as ``pad_stack`` and ``pad_backward``, naming the argument.
+    """
+    if not tracing():
+        check_scalar_int("numel", numel)
+    _check_call(_NO_PADDING, mode, stagger, grad=grad, sizes=sizes, texture=texture, offset=offset,
+                texture_index=texture_index)  # fmt: skip
+    return _PAD_STACK_BACKWARD(grad, sizes, numel, mode, texture, offset, texture_index, stagger)

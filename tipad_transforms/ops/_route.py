@@ -21,6 +21,7 @@ import torch
 from torch.utils.data import get_worker_info
 
 from .. import _runtime
+from .._value_cache import tracing
 
 __all__ = [
     "WARMUP_ENV",
@@ -248,20 +249,16 @@ def eager(*tensors: torch.Tensor) -> bool:
     """Whether a call on ``tensors`` may run an op's implementation directly, skipping the
     ``torch.ops`` dispatch (its Python costs more than a small kernel).
 
-    Only where the dispatcher could do nothing but call the op's CPU/CUDA implementation: not
-    compiling or tracing, no functorch transform (vmap, grad, functionalize), no torch dispatch
-    or torch function mode (FakeTensorMode, make_fx, a user's mode), plain CPU or CUDA tensors
-    (``Tensor`` or ``Parameter``; no subclass such as FakeTensor, FunctionalTensor or a
-    tv_tensor; no meta tensor) and no autograd to record (grad mode off, or no tensor requires
-    grad). The ops and their direct callers share one implementation, so both give the same
-    bits; everything else goes through ``torch.ops``.
+    The one check of this: only where the dispatcher could do nothing but call the op's
+    CPU/CUDA implementation. Not while ``_value_cache.tracing()`` (``torch.compile``,
+    ``torch.export``, ``torch.jit.trace``, functorch transforms, any torch dispatch or torch
+    function mode: its docstring lists what it relies on), plain CPU or CUDA tensors (``Tensor``
+    or ``Parameter``; no subclass such as FakeTensor, FunctionalTensor or a tv_tensor; no meta
+    tensor) and no autograd to record (grad mode off, or no tensor requires grad). The ops and
+    their direct callers share one implementation, so both give the same bits; everything else
+    goes through ``torch.ops``, where a tracer records the op.
     """
-    if (
-        torch.compiler.is_compiling()
-        or torch._C._are_functorch_transforms_active()
-        or torch._C._len_torch_dispatch_stack()
-        or torch._C._len_torch_function_stack()
-    ):
+    if tracing():
         return False
     grad = torch.is_grad_enabled()
     for t in tensors:

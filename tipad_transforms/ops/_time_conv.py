@@ -154,7 +154,8 @@ def time_conv(w: torch.Tensor, k: torch.Tensor, eps: float = 0.0) -> torch.Tenso
         ``(B, C, T)``.
 
     Raises:
-        TypeError: ``w`` or ``k`` not a float tensor; ``eps`` not a real number.
+        TypeError: ``w`` or ``k`` not a dense (strided) float tensor (quantized, nested and
+            sparse tensors are refused); ``eps`` not a real number.
         ValueError: wrong number of dims, channel counts that differ, ``L < 1``, ``w`` and
             ``k`` on different devices.
 

@@ -39,7 +39,9 @@ def init_wkv_state(
     float32 (for float16, bfloat16 and float32 inputs) or float64 (for float64 inputs).
 
     Raises:
-        TypeError: non-int sizes, another dtype. ValueError: negative sizes.
+        TypeError: non-int sizes, another dtype, a ``device`` that is not a device, str or None.
+        ValueError: negative sizes, a state too large to allocate (naming both sizes), a
+            device string torch does not know.
     """
     if dtype not in (torch.float32, torch.float64):
         raise TypeError(f"dtype must be torch.float32 or torch.float64, got {dtype}")
@@ -48,7 +50,22 @@ def init_wkv_state(
             raise TypeError(f"{name} must be an int, got {type(value).__name__}")
         if value < 0:
             raise ValueError(f"{name} must be >= 0, got {value}")
-    state = torch.zeros(batch_size, 3, channels, device=device, dtype=dtype)
+    if device is not None and not isinstance(device, (str, torch.device)):
+        raise TypeError(f"device must be a torch.device, a str or None, got {device!r}")
+    try:
+        device = None if device is None else torch.device(device)
+    except RuntimeError as exc:
+        raise ValueError(f"device={device!r} is not a device: {exc}") from None
+    nbytes = batch_size * 3 * channels * (8 if dtype == torch.float64 else 4)
+    try:
+        if nbytes >= 2**63:
+            raise RuntimeError("more than 2**63 bytes")
+        state = torch.zeros(batch_size, 3, channels, device=device, dtype=dtype)
+    except RuntimeError as exc:  # the allocator's refusal (CUDA's OutOfMemoryError is one)
+        raise ValueError(
+            f"batch_size={batch_size} and channels={channels} give a state of {nbytes} bytes, "
+            f"which cannot be allocated: {str(exc).splitlines()[0]}"
+        ) from None
     state[:, 2] = -1e38
     return state
 
@@ -339,8 +356,8 @@ def wkv(
         one-token step allocates.
 
     Raises:
-        TypeError: an argument is not a tensor, not floating point, ``v``'s dtype differs from
-            ``k``'s, or ``state`` has the wrong dtype.
+        TypeError: an argument is not a tensor, is quantized, nested or sparse, not floating
+            point, ``v``'s dtype differs from ``k``'s, or ``state`` has the wrong dtype.
         ValueError: wrong shapes, or arguments on different devices.
     """
     # Python types here; the op checks shapes, dtypes and devices (once per call).
@@ -354,7 +371,7 @@ def wkv(
     elif not isinstance(state, torch.Tensor):
         raise TypeError(f"state must be a torch.Tensor or None, got {type(state).__name__}")
     else:
-        s = state
+        s = check_tensor("state", state)
     if eager(time_decay, time_first, k, v, s):
         # No graph to record: the op's implementation itself, without the dispatcher's ~80 us
         # (a one-token step's WKV is a few microseconds of work).
