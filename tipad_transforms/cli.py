@@ -291,13 +291,25 @@ def _stop_signals() -> Iterator[list[int]]:
             signal.signal(sig, old if old is not None else signal.SIG_DFL)
 
 
-def _quiet_stdout() -> None:
-    """Point stdout at /dev/null, so that the interpreter's last flush of a closed pipe does
-    not print an error either."""
-    with contextlib.suppress(OSError, ValueError, AttributeError):
-        devnull = os.open(os.devnull, os.O_WRONLY)
-        os.dup2(devnull, sys.stdout.fileno())
-        os.close(devnull)
+def _quiet_closed_pipes() -> None:
+    """Point stdout (and stderr, if it is the closed pipe too, as with ``2>&1 | head``) at
+    /dev/null, so that the interpreter's last flush does not print an error either."""
+    streams = [sys.stdout]
+    try:
+        sys.stderr.flush()
+    except OSError:
+        streams.append(sys.stderr)
+    for stream in streams:
+        with contextlib.suppress(OSError, ValueError, AttributeError):
+            devnull = os.open(os.devnull, os.O_WRONLY)
+            os.dup2(devnull, stream.fileno())
+            os.close(devnull)
+
+
+def _say(message: str) -> None:
+    """``message`` on stderr, if stderr can still take it."""
+    with contextlib.suppress(OSError):
+        print(message, file=sys.stderr)
 
 
 def main(argv: Sequence[str] | None = None) -> int:
@@ -312,17 +324,14 @@ def main(argv: Sequence[str] | None = None) -> int:
         try:
             status = _run(args)
         except _Interrupted as e:
-            if sys.stderr.isatty():  # end a progress line first
-                sys.stderr.write("\n")
-            name = signal.Signals(e.signum).name
-            print(
-                f"tipad: stopped by {name}; the outputs written are complete, no partial file "
-                "is left (--skip-existing resumes)",
-                file=sys.stderr,
+            newline = "\n" if sys.stderr.isatty() else ""  # end a progress line first
+            _say(
+                f"{newline}tipad: stopped by {signal.Signals(e.signum).name}; the outputs "
+                "written are complete, no partial file is left (--skip-existing resumes)"
             )
             return 128 + e.signum
         except BrokenPipeError:  # stdout is a pipe whose reader left (| head): end quietly
-            _quiet_stdout()
+            _quiet_closed_pipes()
             return 128 + _SIGPIPE
     # A worker ended by a signal sent to the whole group may be noticed before the signal.
     return 128 + received[0] if received else status
