@@ -299,27 +299,23 @@ def write_atomically(
     folder.mkdir(parents=True, exist_ok=True)
     _check_inside(folder, root)  # and after: a link put there meanwhile
     flags = os.O_RDWR | os.O_CREAT | os.O_EXCL | getattr(os, "O_CLOEXEC", 0)
-    while True:
-        with _writing_lock:
-            _writing = str(folder / _temporary_name(target))
-            try:  # 0o666 less the umask: the permissions a plain save would give
-                fd = os.open(_writing, flags, 0o666)
-                break
-            except FileExistsError:  # 32 random bits collided: draw again
-                continue
-            except BaseException:
-                _writing = None
-                raise
-    temporary = _writing
+    temporary: str | None = None
     try:
+        while temporary is None:
+            with _writing_lock:  # named before it exists: an interruption finds it either way
+                _writing = str(folder / _temporary_name(target))
+                try:  # 0o666 less the umask: the permissions a plain save would give
+                    fd = os.open(_writing, flags, 0o666)
+                except FileExistsError:  # this process id's and 32 random bits: draw again
+                    continue
+                temporary = _writing
         with os.fdopen(fd, "w+b") as f:
             img.save(f, format=fmt, **options)
             f.flush()
             os.fsync(f.fileno())
         os.replace(temporary, target)
-    except BaseException:
-        with contextlib.suppress(OSError):
-            os.unlink(temporary)
+    except BaseException:  # an error, or a signal's exception: no temporary file is left
+        discard_temporary()
         raise
     finally:
         with _writing_lock:

@@ -274,19 +274,21 @@ def _stop_signals() -> Iterator[list[int]]:
     received); later ones are ignored while the first one's clean-up runs (it is bounded).
     Handlers are restored afterwards; outside the main thread nothing is installed."""
     received: list[int] = []
+    closing = False
     if threading.current_thread() is not threading.main_thread():
         yield received
         return
 
     def handler(signum: int, frame: FrameType | None) -> None:
         received.append(signum)
-        if len(received) == 1:
+        if len(received) == 1 and not closing:
             raise _Interrupted(signum)
 
     previous = {sig: signal.signal(sig, handler) for sig in _STOP_SIGNALS}
     try:
         yield received
     finally:
+        closing = True  # a signal now is only recorded: main() returns 128 + N
         for sig, old in previous.items():
             signal.signal(sig, old if old is not None else signal.SIG_DFL)
 
@@ -315,13 +317,12 @@ def _say(message: str) -> None:
 def main(argv: Sequence[str] | None = None) -> int:
     """Run ``tipad`` with ``argv`` (default ``sys.argv[1:]``); return the exit status (0 done,
     1 some inputs not padded, 2 usage error, 128 + N stopped by signal N)."""
-    parser = build_parser()
-    try:
-        args = parser.parse_args(argv)
-    except SystemExit as e:  # argparse exits on --help, --version and usage errors
-        return e.code if isinstance(e.code, int) else 0 if e.code is None else 2
     with _stop_signals() as received:
         try:
+            try:
+                args = build_parser().parse_args(argv)
+            except SystemExit as e:  # argparse exits on --help, --version and usage errors
+                return e.code if isinstance(e.code, int) else 0 if e.code is None else 2
             status = _run(args)
         except _Interrupted as e:
             newline = "\n" if sys.stderr.isatty() else ""  # end a progress line first
@@ -333,7 +334,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         except BrokenPipeError:  # stdout is a pipe whose reader left (| head): end quietly
             _quiet_closed_pipes()
             return 128 + _SIGPIPE
-    # A worker ended by a signal sent to the whole group may be noticed before the signal.
+    # A signal that came as the handlers were restored: recorded, not raised.
     return 128 + received[0] if received else status
 
 
@@ -494,6 +495,7 @@ def _pad(args: argparse.Namespace) -> int:
     elapsed = time.perf_counter() - start
     print(_summary(done, spec.quality, dry_run=False, seconds=elapsed, out_dir=out_dir))
     if stopped:
+        _report(skipped, [], out_dir)
         left = len(plans) - len(done) - not_written
         print(
             f"tipad: stopped at the first failure: {_plural(left, 'other input')} not padded "
