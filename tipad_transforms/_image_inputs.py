@@ -2,16 +2,24 @@
 mirrored tree under the output folder.
 
 Explicit files are taken whatever their name; folders (``recursive``: with their subfolders)
-and glob patterns (``**`` spans folders) take the files whose suffix Pillow registers for a
-format it reads, so a ``README.txt`` beside the images is skipped. A file found through a folder
-keeps its path relative to that folder, one found through a pattern its path relative to the
-pattern's fixed leading folders, an explicit file its name.
+and glob patterns (``**`` spans folders) take the regular files whose suffix Pillow registers
+for a format it reads, so a ``README.txt`` (or a FIFO named ``x.png``) beside the images is
+skipped. A file found through a folder keeps its path relative to that folder, one found
+through a pattern its path relative to the pattern's fixed leading folders, an explicit file
+its name. Recursion never enters a symbolically linked folder, so a tree with a link loop ends.
+
+:func:`plan_jobs` decides where each output goes and refuses, before anything is written, an
+output that is one of the inputs (same device and inode: hard links and symbolic links
+included) or that would land outside the output folder (``..`` in a pattern, a symbolic link
+to a folder elsewhere).
 """
 
 from __future__ import annotations
 
-import glob
-from collections.abc import Iterable, Sequence
+import fnmatch
+import os
+import stat
+from collections.abc import Iterable, Iterator, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -20,7 +28,9 @@ import PIL.Image
 __all__ = [
     "FileJob",
     "UsageError",
+    "describe_non_regular",
     "find_inputs",
+    "inside",
     "output_format",
     "plan_jobs",
 ]
@@ -37,11 +47,13 @@ class UsageError(Exception):
 @dataclass(frozen=True)
 class FileJob:
     """One image to pad: read ``source``, write ``target`` (in ``fmt``, or the input's format
-    when ``fmt`` is None)."""
+    when ``fmt`` is None). ``root`` is the output folder, resolved: the writer checks again,
+    just before it writes, that the target's folder lies inside it."""
 
     source: Path
     target: Path
     fmt: str | None
+    root: Path
 
 
 def _image_suffixes() -> frozenset[str]:
@@ -51,8 +63,40 @@ def _image_suffixes() -> frozenset[str]:
     )
 
 
-def _is_under(path: Path, folder: Path | None) -> bool:
-    return folder is not None and path.resolve().is_relative_to(folder)
+def inside(path: Path, folder: Path) -> bool:
+    """Whether ``path`` is ``folder`` or lies below it (both absolute and resolved)."""
+    return path == folder or path.is_relative_to(folder)
+
+
+def _resolve(path: Path) -> Path:
+    """``path.resolve()``; a symbolic link loop on the way is a UsageError."""
+    try:
+        return path.resolve()
+    except (OSError, RuntimeError) as e:  # RuntimeError: a link loop, before Python 3.13
+        raise UsageError(f"cannot resolve {str(path)!r}: {e}") from None
+
+
+def describe_non_regular(path: Path) -> str | None:
+    """What ``path`` is when it exists but is neither a regular file nor a folder (``"a FIFO
+    (named pipe)"``, ``"a broken symbolic link to 'x'"``, ...); None when it is one of those
+    or does not exist."""
+    try:
+        mode = os.stat(path).st_mode
+    except FileNotFoundError:
+        if os.path.islink(path):
+            return f"a broken symbolic link to {os.readlink(path)!r}"
+        return None
+    except OSError as e:  # a link loop, a folder on the way we may not enter, ...
+        return f"unreadable ({e.strerror})"
+    if stat.S_ISREG(mode) or stat.S_ISDIR(mode):
+        return None
+    kinds = (
+        (stat.S_ISFIFO, "a FIFO (named pipe)"),
+        (stat.S_ISSOCK, "a socket"),
+        (stat.S_ISCHR, "a character device"),
+        (stat.S_ISBLK, "a block device"),
+    )
+    return next((name for test, name in kinds if test(mode)), "not a regular file")
 
 
 def _fixed_prefix(pattern: str) -> Path:
@@ -66,44 +110,170 @@ def _fixed_prefix(pattern: str) -> Path:
     return Path(*fixed) if fixed else Path(".")
 
 
+def _names(folder: str) -> list[str]:
+    try:
+        with os.scandir(folder or os.curdir) as entries:
+            return sorted(e.name for e in entries)
+    except OSError:  # gone, not a folder, no permission: nothing matches there
+        return []
+
+
+def _folders_below(prefix: str) -> Iterator[str]:
+    """Every folder below ``prefix`` (not itself) whose name does not start with a dot, never
+    entering a symbolically linked folder nor one already seen (a bind mount of an ancestor)."""
+    seen: set[tuple[int, int]] = set()
+    stack = [prefix]
+    while stack:
+        current = stack.pop()
+        found = []
+        try:
+            with os.scandir(current or os.curdir) as entries:
+                for entry in entries:
+                    if entry.name.startswith(".") or not entry.is_dir(follow_symlinks=False):
+                        continue
+                    st = entry.stat(follow_symlinks=False)
+                    if (st.st_dev, st.st_ino) not in seen:
+                        seen.add((st.st_dev, st.st_ino))
+                        found.append(os.path.join(current, entry.name))
+        except OSError:
+            continue
+        yield from sorted(found)
+        stack.extend(sorted(found, reverse=True))
+
+
+def _expand(prefix: str, parts: Sequence[str]) -> Iterator[str]:
+    """The paths below ``prefix`` matching the pattern components ``parts``."""
+    if not parts:
+        if prefix:
+            yield prefix
+        return
+    part, rest = parts[0], parts[1:]
+    if part == "**":  # zero or more folders
+        for folder in (prefix, *_folders_below(prefix)):
+            if rest:
+                yield from _expand(folder, rest)
+            else:  # a trailing "**": every entry below
+                yield from (os.path.join(folder, n) for n in _names(folder) if n[:1] != ".")
+    elif _GLOB_CHARS & set(part):
+        for name in _names(prefix):
+            if name.startswith(".") and not part.startswith("."):
+                continue  # as glob: a wildcard does not match a hidden name
+            if fnmatch.fnmatch(name, part):
+                path = os.path.join(prefix, name)
+                if not rest:
+                    yield path
+                elif os.path.isdir(path):
+                    yield from _expand(path, rest)
+    else:
+        path = os.path.join(prefix, part)
+        if not rest:
+            if os.path.lexists(path):
+                yield path
+        elif os.path.isdir(path):
+            yield from _expand(path, rest)
+
+
+def _glob(pattern: str) -> Iterator[str]:
+    """The paths matching ``pattern`` as ``glob.glob(pattern, recursive=True)`` finds them
+    (``*`` skips names starting with a dot, ``**`` spans zero or more folders), except that
+    ``**`` never enters a symbolically linked folder, so that it ends on a tree with a link
+    loop (where ``glob.glob`` runs until memory runs out)."""
+    parts = Path(pattern).parts
+    if os.path.isabs(pattern):
+        return _expand(parts[0], parts[1:])
+    return _expand("", parts)
+
+
+def _tree(folder: Path) -> Iterator[Path]:
+    """Every file in ``folder`` and its subfolders; a symbolically linked folder is listed but
+    not entered (nor a folder already seen: a bind mount of an ancestor), so a link loop ends."""
+    seen: set[tuple[int, int]] = set()
+    for current, folders, files in os.walk(folder):  # followlinks=False
+        st = os.stat(current)
+        if (st.st_dev, st.st_ino) in seen:
+            folders[:] = []
+            continue
+        seen.add((st.st_dev, st.st_ino))
+        yield from (Path(current, name) for name in files)
+
+
+def _relative_inside(path: Path, base: Path) -> Path | None:
+    """``path`` relative to ``base`` after normalising both lexically (``a/x/../b`` is
+    ``a/b``), or None when it does not lie below ``base``."""
+    norm, norm_base = Path(os.path.normpath(path)), Path(os.path.normpath(base))
+    if norm_base == Path(os.curdir):
+        return None if norm.is_absolute() or norm.parts[:1] == (os.pardir,) else norm
+    try:
+        return norm.relative_to(norm_base)
+    except ValueError:
+        return None
+
+
 def find_inputs(
-    specs: Sequence[str], *, recursive: bool, skip: Path | None = None
+    specs: Sequence[str],
+    *,
+    recursive: bool,
+    skip: Path | None = None,
+    problems: list[str] | None = None,
 ) -> list[tuple[Path, Path]]:
     """``(source, relative output path)`` for every image that ``specs`` name, in order.
 
     ``skip`` is a folder whose files are never inputs (the output folder, so that padding ``.``
-    into ``./padded`` twice does not pad the padded images). Raises UsageError for a spec that
-    names nothing: a missing path, an empty folder, a pattern without matches.
+    into ``./padded`` twice does not pad the padded images); a folder input that is ``skip``
+    or lies inside it is a UsageError. A spec that names nothing (a missing path, a FIFO or
+    other non-regular file, an empty folder, a pattern without matches) is a UsageError, or,
+    when ``problems`` is a list, a line appended to it (``--keep-going``).
     """
     suffixes = _image_suffixes()
-    skip = skip.resolve() if skip is not None else None
+    skip = _resolve(skip) if skip is not None else None
     found: list[tuple[Path, Path]] = []
 
-    def images(paths: Iterable[Path]) -> list[Path]:
-        return sorted(
-            p
-            for p in paths
-            if p.suffix.lower() in suffixes and p.is_file() and not _is_under(p, skip)
-        )
+    def problem(message: str) -> None:
+        if problems is None:
+            raise UsageError(message)
+        problems.append(message)
+
+    def images(paths: Iterable[Path]) -> tuple[list[Path], int]:
+        """The image files among ``paths``, and how many of them lie in ``skip``."""
+        files = sorted(p for p in paths if p.suffix.lower() in suffixes and p.is_file())
+        kept = [p for p in files if skip is None or not inside(_resolve(p), skip)]
+        return kept, len(files) - len(kept)
 
     for spec in specs:
         path = Path(spec)
         if path.is_file():
             found.append((path, Path(path.name)))
         elif path.is_dir():
-            files = images(path.rglob("*") if recursive else path.glob("*"))
+            if skip is not None and inside(_resolve(path), skip):
+                where = "is" if _resolve(path) == skip else "lies inside"
+                raise UsageError(
+                    f"the input folder {spec!r} {where} the output folder; tipad never reads "
+                    "its own outputs: choose another -o"
+                )
+            files, _ = images(_tree(path) if recursive else path.glob("*"))
             if not files:
                 hint = "" if recursive else " (--recursive also searches its subfolders)"
-                raise UsageError(f"folder {spec!r} holds no image files{hint}")
+                problem(f"folder {spec!r} holds no image files{hint}")
             found += [(f, f.relative_to(path)) for f in files]
-        elif _GLOB_CHARS & set(spec):
+        elif _GLOB_CHARS & set(spec) and describe_non_regular(path) is None:
             base = _fixed_prefix(spec)
-            files = images(Path(m) for m in glob.glob(spec, recursive=True))
+            files, skipped = images(Path(m) for m in _glob(spec))
             if not files:
-                raise UsageError(f"no image file matches {spec!r}")
-            found += [(f, f.relative_to(base)) for f in files]
+                inside_out = f" outside the output folder ({skipped} inside it)" if skipped else ""
+                problem(f"no image file matches {spec!r}{inside_out}")
+            for f in files:
+                rel = _relative_inside(f, base)
+                if rel is None:
+                    raise UsageError(
+                        f"{spec!r} matches {str(f)!r}, which lies outside the pattern's fixed "
+                        f"folder {str(base)!r} (a '..' after a wildcard): it has no place in "
+                        "the output folder; name those files without '..'"
+                    )
+                found.append((f, rel))
+        elif (kind := describe_non_regular(path)) is not None:
+            problem(f"input {spec!r} is {kind}, not an image file or a folder")
         else:
-            raise UsageError(f"input {spec!r} does not exist")
+            problem(f"input {spec!r} does not exist")
     return found
 
 
@@ -126,30 +296,78 @@ def _suffix(fmt: str) -> str:
     return exts[0] if exts else "." + fmt.lower()
 
 
-def plan_jobs(found: Sequence[tuple[Path, Path]], out_dir: Path, fmt: str | None) -> list[FileJob]:
+def _identity(path: Path) -> tuple[int, int] | None:
+    """``(st_dev, st_ino)`` of the file ``path`` names (links followed), None if none."""
+    try:
+        st = os.stat(path)
+    except OSError:
+        return None
+    return st.st_dev, st.st_ino
+
+
+def plan_jobs(
+    found: Sequence[tuple[Path, Path]],
+    out_dir: Path,
+    fmt: str | None,
+    *,
+    protect: Sequence[Path] = (),
+) -> list[FileJob]:
     """One job per found image, writing under ``out_dir`` (suffix changed to ``fmt``'s).
 
-    Raises UsageError when two inputs would write the same file or an output would overwrite
-    an input.
+    Raises UsageError, before anything is written, when two inputs would write the same file,
+    when an output path already names an input or a ``protect`` file (the same device and
+    inode, so a hard link or a symbolic link to it counts), or when an output would land
+    outside ``out_dir`` (a relative path with ``..``, or a symbolic link on the way to a folder
+    elsewhere).
     """
     if out_dir.exists() and not out_dir.is_dir():
         raise UsageError(f"output {str(out_dir)!r} exists and is not a folder")
+    root = _resolve(out_dir)
+    inputs: dict[tuple[int, int], Path] = {}
+    for path in [*(src for src, _ in found), *protect]:
+        identity = _identity(path)
+        if identity is not None:
+            inputs.setdefault(identity, path)
     jobs: list[FileJob] = []
-    seen: dict[tuple[Path, Path], None] = {}
+    seen: set[tuple[Path, Path]] = set()
     writers: dict[Path, Path] = {}
-    sources = {src.resolve() for src, _ in found}
+    folders: dict[Path, Path] = {}  # a target's folder -> where it really is
     for src, rel in found:
-        target = out_dir / (rel.with_suffix(_suffix(fmt)) if fmt is not None else rel)
-        key = (src.resolve(), target.resolve())
+        rel = rel.with_suffix(_suffix(fmt)) if fmt is not None else rel
+        norm = Path(os.path.normpath(rel))
+        if norm.is_absolute() or norm.parts[:1] == (os.pardir,) or not norm.name:
+            raise UsageError(f"{str(src)!r} would be written outside {str(out_dir)!r}")
+        target = out_dir / norm
+        if target.parent not in folders:
+            folders[target.parent] = _resolve(target.parent)
+        real_folder = folders[target.parent]
+        if not inside(real_folder, root):
+            raise UsageError(
+                f"{str(target)!r} would be written in {str(real_folder)!r}, outside the output "
+                f"folder {str(root)!r} (a symbolic link on the way): tipad writes only inside -o"
+            )
+        # The directory entry that is replaced: a symbolic link there is replaced, not followed.
+        entry = real_folder / target.name
+        key = (_resolve(src), entry)
         if key in seen:  # the same file named twice (a folder and a pattern): pad it once
             continue
-        seen[key] = None
-        if key[1] in sources:
-            raise UsageError(f"writing {str(target)!r} would overwrite an input; choose another -o")
-        if key[1] in writers:
+        seen.add(key)
+        identity = _identity(target)
+        if identity is not None and identity in inputs:
+            if target.is_symlink():
+                link = " (a symbolic link to it)"
+            elif _resolve(target) != _resolve(inputs[identity]):
+                link = " (a hard link to it)"
+            else:
+                link = ""
             raise UsageError(
-                f"{str(writers[key[1]])!r} and {str(src)!r} would both write {str(target)!r}"
+                f"writing {str(target)!r} would overwrite the input {str(inputs[identity])!r}"
+                f"{link}; tipad never writes onto an input: choose another -o"
             )
-        writers[key[1]] = src
-        jobs.append(FileJob(src, target, fmt))
+        if entry in writers:
+            raise UsageError(
+                f"{str(writers[entry])!r} and {str(src)!r} would both write {str(target)!r}"
+            )
+        writers[entry] = src
+        jobs.append(FileJob(src, target, fmt, root))
     return jobs

@@ -7,11 +7,27 @@ stand-in image of the same mode (palette transparency included), so a fill with 
 number of bands, a mode the output format cannot store or an option that does not apply fails
 here, for every input, before any file is written. :meth:`Painter.pad_file` decodes, pads and
 writes.
+
+Every output is written by :func:`write_atomically`: into a temporary file beside the target
+(``.NAME.tipad-PID-XXXXXXXX.tmp``), flushed and fsynced, then renamed over the target, so a
+reader (or a later run) sees the old file or the complete new one, never a part. The rename
+replaces the directory entry: a symbolic link at the target is replaced, its target never
+opened; a hard link is broken, the other name keeps its data. :func:`discard_temporary` is what
+a worker's signal handler calls to remove the file being written before the process ends;
+:func:`remove_stale_temporaries` removes those that a process killed outright (SIGKILL) left.
 """
 
 from __future__ import annotations
 
+import contextlib
 import io
+import os
+import re
+import secrets
+import threading
+import traceback
+import warnings
+from collections.abc import Iterable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -21,9 +37,18 @@ import PIL.Image
 if TYPE_CHECKING:
     import torch
 
-from ._image_inputs import FileJob
+from ._image_inputs import FileJob, inside
 
-__all__ = ["Outcome", "PadSpec", "Painter", "is_lossy"]
+__all__ = [
+    "Outcome",
+    "PadSpec",
+    "Painter",
+    "discard_temporary",
+    "is_lossy",
+    "max_output_pixels",
+    "remove_stale_temporaries",
+    "write_atomically",
+]
 
 #: Formats whose encoder changes pixels (at any quality), and the ones --quality tunes.
 _LOSSY = frozenset({"JPEG", "MPO", "WEBP"})
@@ -31,6 +56,14 @@ _QUALITY = frozenset({"JPEG", "WEBP"})
 _DEFAULT_QUALITY = {"JPEG": 95}  # Pillow's own default (75) visibly blurs photos
 _MAX_SIDE = {"JPEG": 65_535, "MPO": 65_535, "WEBP": 16_383, "GIF": 65_535, "ICO": 256}
 _PALETTE_MODES = ("P", "L", "1")  # what a GIF stores without quantizing
+
+
+def max_output_pixels() -> int:
+    """The largest output tipad writes, in pixels: twice ``PIL.Image.MAX_IMAGE_PIXELS``, where
+    Pillow refuses to open an image as a decompression bomb (178,956,970 by default), so every
+    output can be read back. A larger canvas would also be gigabytes of memory."""
+    limit = PIL.Image.MAX_IMAGE_PIXELS
+    return 2 * int(limit) if limit else 2 * 89_478_485
 
 
 def is_lossy(fmt: str, mode: str) -> bool:
@@ -50,6 +83,7 @@ class PadSpec:
     stagger: int | None = None
     seed: int = 0
     quality: int | None = None
+    verbose: bool = False  # -v: an unexpected error's reason carries its traceback
 
 
 @dataclass(frozen=True)
@@ -124,10 +158,19 @@ class Painter:
     def check(self, job: FileJob) -> Outcome | str:
         """The outcome ``job`` would have, or a one-line reason why it would fail."""
         try:
-            with PIL.Image.open(job.source) as img:
+            with _quiet_bombs(), PIL.Image.open(job.source) as img:
                 return self._check_open(job, img)
-        except (PIL.UnidentifiedImageError, OSError, ValueError) as e:
-            return f"cannot read {str(job.source)!r}: {e}"
+        except Exception as e:  # a malformed file makes Pillow's plugins raise anything
+            return f"cannot read {str(job.source)!r}: {self._reason(e)}"
+
+    def _reason(self, e: Exception) -> str:
+        """``e`` as one line (``-v``: followed by its traceback)."""
+        expected = isinstance(e, (OSError, ValueError, TypeError))
+        text = " ".join(str(e).split()) or "(no message)"
+        line = text if expected else f"{type(e).__name__}: {text}"
+        if self.spec.verbose:
+            line += "\n" + "".join(traceback.format_exception(e)).rstrip()
+        return line
 
     def _check_open(self, job: FileJob, img: PIL.Image.Image) -> Outcome | str:
         fmt = job.fmt or img.format or ""
@@ -143,6 +186,11 @@ class Painter:
             w, h = h, w
         left, top, right, bottom = self.spec.padding
         out_size = (w + left + right, h + top + bottom)
+        if out_size[0] * out_size[1] > max_output_pixels():
+            return (
+                f"{job.source}: the output would be {out_size[0]}x{out_size[1]} px, over the "
+                f"{max_output_pixels():,} px tipad writes (Pillow's decompression-bomb limit)"
+            )
         limit = _MAX_SIDE.get(fmt)
         if limit is not None and max(out_size) > limit:
             return f"{job.source}: {fmt} stores at most {limit} px a side, the output is {out_size}"
@@ -182,26 +230,144 @@ class Painter:
         from PIL import ImageOps
 
         try:
-            with PIL.Image.open(job.source) as img:
+            with _quiet_bombs(), PIL.Image.open(job.source) as img:
                 frames = int(getattr(img, "n_frames", 1))
                 img.load()
                 fmt = job.fmt or img.format or ""
                 # EXIF is not kept (its sizes would be wrong): bake its orientation in instead.
                 upright = ImageOps.exif_transpose(img)
-        except (PIL.UnidentifiedImageError, OSError, ValueError) as e:
-            return f"cannot read {str(job.source)!r}: {e}"
+        except Exception as e:  # a malformed file makes Pillow's plugins raise anything
+            return f"cannot read {str(job.source)!r}: {self._reason(e)}"
         try:
             result = self.pad(upright)
-        except (TypeError, ValueError) as e:
-            return f"{job.source}: {e}"
+        except Exception as e:  # a fill that does not suit the image, out of memory, ...
+            return f"cannot pad {str(job.source)!r}: {self._reason(e)}"
         try:
-            job.target.parent.mkdir(parents=True, exist_ok=True)
-            result.save(job.target, format=fmt, **self._save_options(fmt))
-        except (OSError, ValueError, KeyError, TypeError) as e:
-            return f"cannot write {str(job.target)!r}: {e}"
+            write_atomically(result, job.target, fmt, self._save_options(fmt), job.root)
+        except Exception as e:  # disk full, no permission, a folder in the way, ...
+            return f"cannot write {str(job.target)!r}: {self._reason(e)}"
         note = f"{frames} frames, padded the first" if frames > 1 else ""
         lossy = is_lossy(fmt, result.mode)
         return Outcome(job, fmt, result.mode, upright.size, result.size, lossy, note)
+
+
+@contextlib.contextmanager
+def _quiet_bombs() -> Any:
+    """Pillow warns about images between its pixel limit and twice it (the error), on stderr
+    with a source line; tipad's own output limit (:func:`max_output_pixels`) says it instead."""
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", PIL.Image.DecompressionBombWarning)
+        yield
+
+
+# -- atomic writes -------------------------------------------------------------------------
+
+#: ``.NAME.tipad-PID-TOKEN.tmp``: hidden, not an image suffix (never an input or an output
+#: tipad would list), the writer's process id so that a later run can tell a stale one.
+_TEMP = re.compile(r"\.(?P<name>.+)\.tipad-(?P<pid>[0-9]+)-[0-9a-f]{8}\.tmp")
+# The temporary file this process is writing (None: none); the lock makes "name it, create
+# it" one step for discard_temporary called from another thread (reentrant: from a signal
+# handler in this thread it must not wait for itself).
+_writing: str | None = None
+_writing_lock = threading.RLock()
+
+
+def _temporary_name(target: Path) -> str:
+    return f".{target.name}.tipad-{os.getpid()}-{secrets.token_hex(4)}.tmp"
+
+
+def _check_inside(folder: Path, root: Path) -> None:
+    real = folder.resolve()
+    if not inside(real, root):
+        raise OSError(f"its folder {str(real)!r} lies outside the output folder {str(root)!r}")
+
+
+def write_atomically(
+    img: PIL.Image.Image, target: Path, fmt: str, options: dict[str, Any], root: Path
+) -> None:
+    """Save ``img`` as ``fmt`` at ``target`` through a temporary file renamed into place.
+
+    ``target``'s folder is created if missing, after checking that it lies inside ``root``
+    (resolved: no symbolic link on the way leads elsewhere). Raises OSError (disk full, no
+    permission, a folder where the file should be, ...) and whatever ``img.save`` raises; on
+    any error or interruption the temporary file is removed and an earlier file at ``target``
+    is untouched.
+    """
+    global _writing
+    folder = target.parent
+    _check_inside(folder, root)  # before creating folders: none is made outside root
+    folder.mkdir(parents=True, exist_ok=True)
+    _check_inside(folder, root)  # and after: a link put there meanwhile
+    flags = os.O_RDWR | os.O_CREAT | os.O_EXCL | getattr(os, "O_CLOEXEC", 0)
+    temporary: str | None = None
+    try:
+        while temporary is None:
+            with _writing_lock:  # named before it exists: an interruption finds it either way
+                _writing = str(folder / _temporary_name(target))
+                try:  # 0o666 less the umask: the permissions a plain save would give
+                    fd = os.open(_writing, flags, 0o666)
+                except FileExistsError:  # this process id's and 32 random bits: draw again
+                    continue
+                temporary = _writing
+        with os.fdopen(fd, "w+b") as f:
+            img.save(f, format=fmt, **options)
+            f.flush()
+            os.fsync(f.fileno())
+        os.replace(temporary, target)
+    except BaseException:  # an error, or a signal's exception: no temporary file is left
+        discard_temporary()
+        raise
+    finally:
+        with _writing_lock:
+            _writing = None
+
+
+def discard_temporary() -> None:
+    """Remove the temporary file this process is writing, if any (for a process about to end
+    on a signal; safe from a signal handler or another thread)."""
+    with _writing_lock:
+        if _writing is not None:
+            with contextlib.suppress(OSError):
+                os.unlink(_writing)
+
+
+def _running(pid: int) -> bool:
+    if pid == os.getpid():
+        return False  # this run has written nothing yet: a file of its pid is an old one's
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:  # someone else's process
+        return True
+    return True
+
+
+def remove_stale_temporaries(targets: Iterable[Path]) -> list[Path]:
+    """Remove the temporary files that a killed run (SIGKILL, a power cut) left beside
+    ``targets``: files named like :func:`write_atomically`'s for one of these targets whose
+    writing process is not running. Returns the paths removed."""
+    names: dict[Path, set[str]] = {}
+    for target in targets:
+        names.setdefault(target.parent, set()).add(target.name)
+    removed = []
+    for folder, wanted in names.items():
+        try:
+            entries = list(os.scandir(folder))
+        except OSError:  # not created yet
+            continue
+        for entry in entries:
+            match = _TEMP.fullmatch(entry.name)
+            if (
+                match is not None
+                and match["name"] in wanted
+                and entry.is_file(follow_symlinks=False)
+                and not _running(int(match["pid"]))
+            ):
+                with contextlib.suppress(OSError):
+                    os.unlink(entry.path)
+                    removed.append(Path(entry.path))
+    return removed
 
 
 def _orientation(img: PIL.Image.Image) -> int:

@@ -6,23 +6,45 @@ parent only hands out paths and counts. Each worker starts Taichi itself: the pa
 launches a kernel, so on Linux the workers can be forked (fast; a process forked after Taichi
 started would hang, see ``_runtime``). Where Taichi or CUDA already run in this process, or
 ``fork`` does not exist, the workers are spawned instead (each imports torch: seconds).
+
+A worker never outlives the run: SIGTERM (from the parent, which sends it when the run is
+interrupted or fails) removes the file the worker is writing and ends it at once; SIGINT and
+SIGHUP are the parent's to handle (Ctrl-C reaches the whole process group); and a thread in
+each worker ends it, the same way, when its parent is gone (killed with SIGKILL: nothing else
+would tell it).
 """
 
 from __future__ import annotations
 
 import multiprocessing
 import os
+import signal
 import sys
+import threading
+import time
 from collections.abc import Callable, Iterator, Sequence
 from concurrent.futures import ProcessPoolExecutor
-from types import TracebackType
+from multiprocessing.process import BaseProcess
+from multiprocessing.synchronize import Event
+from types import FrameType, TracebackType
 
 from ._image_inputs import FileJob
-from ._image_padding import Outcome, PadSpec, Painter
+from ._image_padding import Outcome, PadSpec, Painter, discard_temporary
 
 __all__ = ["Workers", "default_workers"]
 
 _painter: Painter | None = None  # the worker process's own
+_stopping: Event | None = None  # set by the parent's Workers.stop(): start no more files
+#: How often a worker looks whether its parent is still there, and how long an interrupted
+#: run waits for its workers to end on SIGTERM before it kills them.
+_PARENT_POLL_S = 0.2
+_TERMINATE_WAIT_S = 5.0
+#: The signals that end a run: blocked while workers start, so that one arriving before a
+#: worker has its own handlers waits for them (the default would kill it, mid-start, or print a
+#: KeyboardInterrupt traceback).
+_STOP_SIGNALS = frozenset(
+    getattr(signal, name) for name in ("SIGINT", "SIGTERM", "SIGHUP") if hasattr(signal, name)
+)
 
 
 def default_workers() -> int:
@@ -44,8 +66,36 @@ def _start_method() -> str:
     return "spawn" if taichi_started or cuda_started else "fork"
 
 
-def _init_worker(spec: PadSpec) -> None:
-    global _painter
+def _end_worker(signum: int, frame: FrameType | None = None) -> None:
+    """End this worker now: remove the file it is writing, exit with 128 + ``signum``.
+
+    ``os._exit``, not an exception: the executor's worker loop would catch one and carry on.
+    """
+    discard_temporary()
+    os._exit(128 + signum)
+
+
+def _watch_parent(parent: int) -> None:
+    """End this worker when its parent process ``parent`` is gone (its children are handed to
+    another process: the parent id changes). A parent killed with SIGKILL cannot end its
+    workers itself, and a worker waiting for its next file would otherwise wait forever."""
+    while os.getppid() == parent:
+        time.sleep(_PARENT_POLL_S)
+    _end_worker(signal.SIGTERM)
+
+
+def _init_worker(spec: PadSpec, parent: int, stopping: Event) -> None:
+    global _painter, _stopping
+    _stopping = stopping
+    signal.signal(signal.SIGTERM, _end_worker)
+    # Ctrl-C and a closed terminal signal the whole process group: the parent decides, and
+    # ends the workers with SIGTERM (a KeyboardInterrupt here would print a traceback).
+    signal.signal(signal.SIGINT, signal.SIG_IGN)
+    if hasattr(signal, "SIGHUP"):
+        signal.signal(signal.SIGHUP, signal.SIG_IGN)
+    threading.Thread(target=_watch_parent, args=(parent,), daemon=True).start()
+    if hasattr(signal, "pthread_sigmask"):
+        signal.pthread_sigmask(signal.SIG_UNBLOCK, _STOP_SIGNALS)
     # One thread per worker: the workers are the parallelism (as in DataLoader workers).
     os.environ["TI_CPU_MAX_NUM_THREADS"] = "1"
     import torch
@@ -59,16 +109,26 @@ def _check(job: FileJob) -> Outcome | str:
     return _painter.check(job)
 
 
-def _pad_file(job: FileJob) -> Outcome | str:
+def _pad_file(job: FileJob) -> Outcome | str | None:
     assert _painter is not None
+    if _stopping is not None and _stopping.is_set():
+        return None  # the run stopped: this file is not started
     return _painter.pad_file(job)
+
+
+def _run_chunk(
+    fn: Callable[[FileJob], Outcome | str | None], jobs: Sequence[FileJob]
+) -> list[Outcome | str | None]:
+    return [fn(job) for job in jobs]
 
 
 class Workers:
     """``workers`` processes (0 or 1: this process) that check and pad files for ``spec``.
 
     Use as a context manager; :meth:`check` and :meth:`pad` yield one result per job, in
-    order.
+    order; :meth:`stop` ends a :meth:`pad` early. Leaving the context on an exception
+    (an interrupting signal, a broken pipe, an error) ends the worker processes at once
+    (:meth:`terminate`); leaving it normally waits for them.
     """
 
     def __init__(self, spec: PadSpec, workers: int) -> None:
@@ -76,8 +136,14 @@ class Workers:
         self.workers = workers
         self._pool: ProcessPoolExecutor | None = None
         self._painter: Painter | None = None
+        self._others: set[BaseProcess] = set()
+        self._stopped = False
+        self._stopping: Event | None = None
 
     def __enter__(self) -> Workers:
+        # The children this process had before: the rest are this pool's workers (public
+        # multiprocessing API; the executor's own list of them is private).
+        self._others = set(multiprocessing.active_children())
         if self.workers <= 1:
             self._painter = Painter(self.spec)
         else:
@@ -88,13 +154,15 @@ class Workers:
                 from . import _runtime, functional  # noqa: F401
 
                 _runtime.taichi_version()
+            context = multiprocessing.get_context(method)
+            self._stopping = context.Event()
             # An executor, not multiprocessing.Pool: a worker that dies (killed, out of memory)
             # raises BrokenProcessPool here instead of leaving the parent waiting forever.
             self._pool = ProcessPoolExecutor(
                 self.workers,
-                mp_context=multiprocessing.get_context(method),
+                mp_context=context,
                 initializer=_init_worker,
-                initargs=(self.spec,),
+                initargs=(self.spec, os.getpid(), self._stopping),
             )
         return self
 
@@ -105,22 +173,69 @@ class Workers:
         tb: TracebackType | None,
     ) -> None:
         if self._pool is not None:
-            self._pool.shutdown(wait=exc_type is None, cancel_futures=True)
+            if exc_type is not None:
+                self.terminate()
+            # Wait even after terminate(): with the workers gone the executor's thread ends at
+            # once, and one still ending at exit races the interpreter's own clean-up (an
+            # OSError traceback on Python 3.11). No future is ever cancelled: there, a
+            # cancelled one makes that thread fail (InvalidStateError) when workers are gone.
+            self._pool.shutdown(wait=True)
             self._pool = None
+
+    def terminate(self) -> None:
+        """End the worker processes now: SIGTERM (each removes the file it is writing and
+        exits), then SIGKILL for any still running after a few seconds (stuck in a long
+        encode; the file it leaves is removed by the next run)."""
+        procs = [p for p in multiprocessing.active_children() if p not in self._others]
+        for p in procs:
+            p.terminate()
+        deadline = time.monotonic() + _TERMINATE_WAIT_S
+        for p in procs:
+            p.join(max(0.0, deadline - time.monotonic()))
+        for p in procs:
+            if p.is_alive():
+                p.kill()
+                p.join()
+
+    def stop(self) -> None:
+        """Start no more files: the :meth:`pad` under way yields the results of the files
+        already in progress (each completely written or not at all), then ends."""
+        self._stopped = True
+        if self._stopping is not None:
+            self._stopping.set()
 
     def _map(
         self,
         jobs: Sequence[FileJob],
-        local: Callable[[FileJob], Outcome | str],
-        remote: Callable[[FileJob], Outcome | str],
+        local: Callable[[FileJob], Outcome | str | None],
+        remote: Callable[[FileJob], Outcome | str | None],
     ) -> Iterator[Outcome | str]:
+        self._stopped = False
         if self._pool is None:
-            yield from map(local, jobs)
+            for job in jobs:
+                if self._stopped:
+                    return
+                result = local(job)
+                if result is not None:
+                    yield result
             return
         # Chunks small enough for a live progress count and a balanced end, large enough that
         # the inter-process round trips do not dominate small images.
-        chunk = max(1, min(16, len(jobs) // (self.workers * 8)))
-        yield from self._pool.map(remote, jobs, chunksize=chunk)
+        size = max(1, min(16, len(jobs) // (self.workers * 8)))
+        chunks = [jobs[i : i + size] for i in range(0, len(jobs), size)]
+        # The workers start at the first submit (each inherits this thread's signal mask,
+        # even through spawn's exec; _init_worker unblocks): no stop signal reaches a worker
+        # half started.
+        blocks = hasattr(signal, "pthread_sigmask")
+        mask = signal.pthread_sigmask(signal.SIG_BLOCK, _STOP_SIGNALS) if blocks else set()
+        try:
+            futures = [self._pool.submit(_run_chunk, remote, chunk) for chunk in chunks]
+        finally:
+            if blocks:
+                signal.pthread_sigmask(signal.SIG_SETMASK, mask)
+        for future in futures:
+            # None: a file not started after stop(); the chunks left finish at once.
+            yield from (r for r in future.result() if r is not None)
 
     def check(self, jobs: Sequence[FileJob]) -> Iterator[Outcome | str]:
         """:meth:`Painter.check` of every job."""

@@ -42,7 +42,8 @@ class Progress:
     def _draw(self, now: float, final: bool = False) -> None:
         elapsed = now - self._start
         rate = self.done / elapsed if elapsed > 0 else 0.0
-        text = f"{self.label}: {self.done}/{self.total} images  {rate:,.0f} img/s"
+        images = "image" if self.total == 1 else "images"
+        text = f"{self.label}: {self.done}/{self.total} {images}  {rate:,.0f} img/s"
         if final:
             text += f"  in {_clock(elapsed)}"
         elif rate > 0:

@@ -9,17 +9,26 @@ commands.
                 ``_image_workers``; the progress line: ``_progress``).
 ``tipad --version``
 
-Errors in the arguments or the files exit with status 2 and a one-line message; a file that
-fails while the others are written exits with status 1.
+Exit status (``tipad pad --help`` and docs/cli.md say the same): 0 done; 1 some inputs not
+padded (named on stderr) or a worker process died; 2 a usage error, or inputs that cannot be
+padded as asked (nothing written); 128 + N stopped by signal N (SIGINT, SIGTERM, SIGHUP; 141:
+stdout was a closed pipe). Every error is one ``tipad: error: ...`` line, no traceback (``-v``
+adds one to an unexpected error).
 """
 
 from __future__ import annotations
 
 import argparse
+import contextlib
+import os
+import signal
 import sys
+import threading
 import time
-from collections.abc import Callable, Sequence
+import traceback
+from collections.abc import Callable, Iterator, Sequence
 from pathlib import Path
+from types import FrameType
 from typing import TYPE_CHECKING
 
 from ._image_inputs import UsageError
@@ -34,6 +43,24 @@ STANDARD_MODES = ("constant", "edge", "reflect", "symmetric", "circular")
 #: ``running_bond_stagger()`` of the default brick, quoted in ``--stagger``'s help (a test keeps
 #: the two equal; computing it would import torch for ``--help``).
 DEFAULT_BRICK_STAGGER = 106
+#: The signals that stop a run cleanly (workers ended, no temporary file left, 128 + N).
+_STOP_SIGNALS = tuple(
+    getattr(signal, name) for name in ("SIGINT", "SIGTERM", "SIGHUP") if hasattr(signal, name)
+)
+_SIGPIPE = getattr(signal, "SIGPIPE", 13)
+#: The largest --padding of ``tipad demo`` (its gallery is 7 x 3 padded samples).
+_DEMO_MAX_PADDING = 1024
+
+_EXIT_CODES = (
+    "Exit status: 0 every input padded; 1 some inputs not padded (each named on stderr) or a "
+    "worker process died; 2 a usage error, or inputs that cannot be padded as asked (nothing "
+    "is written); 128+N stopped by signal N (130 Ctrl-C, 143 SIGTERM; 141 stdout was a closed "
+    "pipe, as with | head)."
+)
+
+
+def _plural(n: int, word: str) -> str:
+    return f"{n} {word}" if n == 1 else f"{n} {word}s"
 
 
 # -- argument parsing ---------------------------------------------------------------------
@@ -64,7 +91,7 @@ def _number(text: str) -> int | float:
 
 def _int_at_least(minimum: int, maximum: int | None = None) -> Callable[[str], int]:
     def parse(text: str) -> int:
-        bounds = f"from {minimum} to {maximum}" if maximum else f">= {minimum}"
+        bounds = f"from {minimum} to {maximum}" if maximum is not None else f">= {minimum}"
         try:
             value = int(text)
         except ValueError:
@@ -104,7 +131,10 @@ def build_parser() -> argparse.ArgumentParser:
     )
     demo.add_argument("--out", type=Path, default=Path("out"), help="output folder (default: out)")
     demo.add_argument(
-        "--padding", type=_non_negative_int, default=48, help="pixels on every side (default 48)"
+        "--padding",
+        type=_int_at_least(0, _DEMO_MAX_PADDING),
+        default=48,
+        help=f"pixels on every side, 0 to {_DEMO_MAX_PADDING} (default 48)",
     )
     demo.add_argument(
         "--runs", type=_positive_int, default=5, help="least timed runs per measurement (default 5)"
@@ -133,7 +163,13 @@ def _add_pad_parser(sub: argparse._SubParsersAction[argparse.ArgumentParser]) ->
         "image's own units: 0-255 for 8-bit modes (mode '1' too: 255 is white), 0-65535 for "
         "16-bit, one number or one per band. Outputs keep each input's format unless --format "
         "says otherwise; JPEG and WebP outputs are re-encoded with loss (the interior is not the "
-        "input's pixels any more): --format png keeps every pixel.",
+        "input's pixels any more): --format png keeps every pixel. "
+        "Each output is written to a temporary file beside it and renamed into place: an "
+        "interrupted or failed run leaves every earlier output whole and no partial file. "
+        "A symbolic link at an output path is replaced (its target is never written); an output "
+        "path that is an input (the same file, by a hard or symbolic link) stops the run. "
+        "Without --keep-going, an input that cannot be padded stops the run before anything is "
+        "written, and a failure while writing stops it after the files in progress. " + _EXIT_CODES,
     )
     pad.add_argument(
         "inputs", nargs="+", metavar="IN", help="image files, folders or glob patterns"
@@ -144,7 +180,7 @@ def _add_pad_parser(sub: argparse._SubParsersAction[argparse.ArgumentParser]) ->
         type=Path,
         required=True,
         metavar="OUTDIR",
-        help="output folder, created if missing (files of the same name are replaced)",
+        help="output folder, created if missing (files of the same name are replaced, atomically)",
     )
     pad.add_argument(
         "-r", "--recursive", action="store_true", help="take the subfolders of folder inputs too"
@@ -166,13 +202,17 @@ def _add_pad_parser(sub: argparse._SubParsersAction[argparse.ArgumentParser]) ->
     )
     pad.add_argument(
         "--stagger",
-        type=int,
+        type=_int_at_least(-(2**63), 2**63 - 1),
         metavar="N",
         help="shift in px of each row of tiles against the row above (default: the brick "
         f"wall's running bond, running_bond_stagger() = {DEFAULT_BRICK_STAGGER} px for the "
         "default brick; 0 for --texture)",
     )
-    pad.add_argument("--seed", type=int, help="brick wall seed (default 0)")
+    pad.add_argument(
+        "--seed",
+        type=_int_at_least(-(2**63), 2**64 - 1),
+        help="brick wall seed, from -2**63 to 2**64-1 (default 0)",
+    )
     pad.add_argument(
         "--format",
         metavar="FMT",
@@ -198,29 +238,129 @@ def _add_pad_parser(sub: argparse._SubParsersAction[argparse.ArgumentParser]) ->
         help="show count, images/s and ETA on stderr (default: when stderr is a terminal)",
     )
     pad.add_argument(
+        "--keep-going",
+        action="store_true",
+        help="pad every input that can be padded; name each one that cannot on stderr, and "
+        "exit with status 1",
+    )
+    pad.add_argument(
+        "--skip-existing",
+        action="store_true",
+        help="leave an output that already exists alone (resumes an interrupted run)",
+    )
+    pad.add_argument(
         "--dry-run", action="store_true", help="check everything, list what would be written"
     )
-    pad.add_argument("-v", "--verbose", action="store_true", help="one line per file written")
+    pad.add_argument(
+        "-v",
+        "--verbose",
+        action="store_true",
+        help="one line per file written (and the traceback of an unexpected error)",
+    )
+
+
+class _Interrupted(BaseException):
+    """Raised in the main thread by the first stop signal (SIGINT, SIGTERM, SIGHUP): unwinding
+    removes the file being written and ends the workers; :func:`main` returns 128 + signum."""
+
+    def __init__(self, signum: int) -> None:
+        super().__init__(signum)
+        self.signum = signum
+
+
+@contextlib.contextmanager
+def _stop_signals() -> Iterator[list[int]]:
+    """Turn the first stop signal into :class:`_Interrupted` (the list gets every signal
+    received); later ones are ignored while the first one's clean-up runs (it is bounded).
+    Handlers are restored afterwards; outside the main thread nothing is installed."""
+    received: list[int] = []
+    closing = False
+    if threading.current_thread() is not threading.main_thread():
+        yield received
+        return
+
+    def handler(signum: int, frame: FrameType | None) -> None:
+        received.append(signum)
+        if len(received) == 1 and not closing:
+            raise _Interrupted(signum)
+
+    previous = {sig: signal.signal(sig, handler) for sig in _STOP_SIGNALS}
+    try:
+        yield received
+    finally:
+        closing = True  # a signal now is only recorded: main() returns 128 + N
+        for sig, old in previous.items():
+            signal.signal(sig, old if old is not None else signal.SIG_DFL)
+
+
+def _quiet_closed_pipes() -> None:
+    """Point stdout (and stderr, if it is the closed pipe too, as with ``2>&1 | head``) at
+    /dev/null, so that the interpreter's last flush does not print an error either."""
+    streams = [sys.stdout]
+    try:
+        sys.stderr.flush()
+    except OSError:
+        streams.append(sys.stderr)
+    for stream in streams:
+        with contextlib.suppress(OSError, ValueError, AttributeError):
+            devnull = os.open(os.devnull, os.O_WRONLY)
+            os.dup2(devnull, stream.fileno())
+            os.close(devnull)
+
+
+def _say(message: str) -> None:
+    """``message`` on stderr, if stderr can still take it."""
+    with contextlib.suppress(OSError):
+        print(message, file=sys.stderr)
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    """Run ``tipad`` with ``argv`` (default ``sys.argv[1:]``); return the exit status."""
-    parser = build_parser()
-    try:
-        args = parser.parse_args(argv)
-    except SystemExit as e:  # argparse exits on --help, --version and usage errors
-        return e.code if isinstance(e.code, int) else 0 if e.code is None else 2
+    """Run ``tipad`` with ``argv`` (default ``sys.argv[1:]``); return the exit status (0 done,
+    1 some inputs not padded, 2 usage error, 128 + N stopped by signal N)."""
+    with _stop_signals() as received:
+        try:
+            try:
+                args = build_parser().parse_args(argv)
+            except SystemExit as e:  # argparse exits on --help, --version and usage errors
+                return e.code if isinstance(e.code, int) else 0 if e.code is None else 2
+            status = _run(args)
+        except _Interrupted as e:
+            newline = "\n" if sys.stderr.isatty() else ""  # end a progress line first
+            _say(
+                f"{newline}tipad: stopped by {signal.Signals(e.signum).name}; the outputs "
+                "written are complete, no partial file is left (--skip-existing resumes)"
+            )
+            return 128 + e.signum
+        except BrokenPipeError:  # stdout is a pipe whose reader left (| head): end quietly
+            _quiet_closed_pipes()
+            return 128 + _SIGPIPE
+    # A signal that came as the handlers were restored: recorded, not raised.
+    return 128 + received[0] if received else status
+
+
+def _run(args: argparse.Namespace) -> int:
+    """The command's exit status; every error is one line on stderr."""
     from concurrent.futures import BrokenExecutor
 
+    verbose = bool(getattr(args, "verbose", False))
     try:
-        if args.command == "demo":
-            return _demo(args)
-        return _pad(args)
+        status = _demo(args) if args.command == "demo" else _pad(args)
+        sys.stdout.flush()  # a closed pipe shows here, not in the interpreter's last flush
+        return status
     except UsageError as e:
         print(f"tipad: error: {e}", file=sys.stderr)
         return 2
     except BrokenExecutor as e:  # a worker process died (killed, out of memory)
         print(f"tipad: error: a worker process stopped: {e}", file=sys.stderr)
+        return 1
+    except BrokenPipeError:
+        raise
+    except Exception as e:  # out of memory, or a bug: still one line (-v: the traceback)
+        if verbose:
+            traceback.print_exc()
+        hint = "" if verbose or args.command != "pad" else " (-v shows the traceback)"
+        text = " ".join(str(e).split())
+        print(f"tipad: error: {type(e).__name__}: {text}{hint}", file=sys.stderr)
         return 1
 
 
@@ -228,13 +368,25 @@ def main(argv: Sequence[str] | None = None) -> int:
 
 
 def _padding(values: list[int]) -> tuple[int, int, int, int]:
+    from ._image_padding import max_output_pixels
+
     if len(values) == 1:
-        return (values[0], values[0], values[0], values[0])
-    if len(values) == 2:
-        return (values[0], values[1], values[0], values[1])
-    if len(values) == 4:
-        return (values[0], values[1], values[2], values[3])
-    raise UsageError(f"--padding takes 1, 2 or 4 numbers (P, LR TB or L T R B), got {values}")
+        sides = (values[0], values[0], values[0], values[0])
+    elif len(values) == 2:
+        sides = (values[0], values[1], values[0], values[1])
+    elif len(values) == 4:
+        sides = (values[0], values[1], values[2], values[3])
+    else:
+        raise UsageError(f"--padding takes 1, 2 or 4 numbers (P, LR TB or L T R B), got {values}")
+    left, top, right, bottom = sides
+    w, h = 1 + left + right, 1 + top + bottom
+    if w * h > max_output_pixels():
+        raise UsageError(
+            f"--padding {' '.join(map(str, values))}: even a 1x1 image would grow to {w}x{h} "
+            f"px, over the {max_output_pixels():,} px that tipad writes (Pillow's "
+            "decompression-bomb limit)"
+        )
+    return sides
 
 
 def _pad_spec(args: argparse.Namespace) -> PadSpec:
@@ -254,56 +406,86 @@ def _pad_spec(args: argparse.Namespace) -> PadSpec:
         stagger=args.stagger,
         seed=0 if args.seed is None else args.seed,
         quality=args.quality,
+        verbose=args.verbose,
     )
 
 
 def _pad(args: argparse.Namespace) -> int:
     from ._image_inputs import find_inputs, output_format, plan_jobs
-    from ._image_padding import _read_texture
+    from ._image_padding import _read_texture, remove_stale_temporaries
     from ._image_workers import Workers, default_workers
     from ._progress import Progress
 
     spec = _pad_spec(args)
     fmt = output_format(args.format) if args.format is not None else None
     out_dir: Path = args.out
-    jobs = plan_jobs(find_inputs(args.inputs, recursive=args.recursive, skip=out_dir), out_dir, fmt)
+    keep_going: bool = args.keep_going
+    failed: list[str] = []  # with --keep-going: the inputs not padded, and why
+    found = find_inputs(
+        args.inputs,
+        recursive=args.recursive,
+        skip=out_dir,
+        problems=failed if keep_going else None,
+    )
+    protect = [spec.texture] if spec.texture is not None else []
+    jobs = plan_jobs(found, out_dir, fmt, protect=protect)
     if spec.texture is not None:
         _read_texture(spec.texture)  # a bad texture is one error, not one per worker
+    for reason in failed:
+        print(f"tipad: error: {reason}", file=sys.stderr)
+    todo = [j for j in jobs if not (args.skip_existing and os.path.lexists(j.target))]
+    skipped = len(jobs) - len(todo)
     show = sys.stderr.isatty() if args.progress is None else args.progress
     wanted = default_workers() if args.workers is None else args.workers
     # A worker costs a process start and a Taichi start: not worth it for a handful of files.
-    workers = min(wanted, max(1, len(jobs) // 16))
+    workers = min(wanted, max(1, len(todo) // 16))
 
-    with Workers(spec, workers) as pool:
-        progress = Progress(sys.stderr, len(jobs), "checking", enabled=show)
-        plans: list[Outcome] = []
-        errors: list[str] = []
-        for result in pool.check(jobs):
+    plans: list[Outcome] = []
+    done: list[Outcome] = []
+    not_written = 0  # inputs that failed while being padded or written
+    stopped = False
+    start = time.perf_counter()
+    with contextlib.ExitStack() as stack:
+        pool = stack.enter_context(Workers(spec, workers)) if todo else None
+        progress = Progress(sys.stderr, len(todo), "checking", enabled=show and bool(todo))
+        bad: list[str] = []
+        for result in pool.check(todo) if pool else ():
             if isinstance(result, str):
-                errors.append(result)
+                bad.append(result)
             else:
                 plans.append(result)
             progress.advance()
         progress.finish()
-        if errors:
-            shown = "\n  ".join(errors[:5])
-            more = f"\n  ... and {len(errors) - 5} more" if len(errors) > 5 else ""
+        if bad and not keep_going:
+            shown = "\n  ".join(bad[:5])
+            more = f"\n  ... and {len(bad) - 5} more" if len(bad) > 5 else ""
             raise UsageError(
-                f"{len(errors)} of {len(jobs)} inputs cannot be padded as asked; nothing was "
-                f"written:\n  {shown}{more}"
+                f"{len(bad)} of {_plural(len(todo), 'input')} cannot be padded as asked; "
+                f"nothing was written (--keep-going pads the others):\n  {shown}{more}"
             )
+        for reason in bad:
+            print(f"tipad: error: {reason}", file=sys.stderr)
+        failed += bad
         if args.dry_run:
             for plan in plans:
                 print(_describe(plan, "would write"))
             print(_summary(plans, spec.quality, dry_run=True))
-            return 0
-        progress = Progress(sys.stderr, len(jobs), "padding", enabled=show)
-        done: list[Outcome] = []
+            _report(skipped, failed, out_dir)
+            return 1 if failed else 0
+        for stale in remove_stale_temporaries(j.target for j in jobs):
+            if args.verbose:
+                print(f"removed {stale}, left by a run that was killed", file=sys.stderr)
+        progress = Progress(sys.stderr, len(plans), "padding", enabled=show and bool(plans))
         start = time.perf_counter()
-        for result in pool.pad(jobs):
+        for result in pool.pad([plan.job for plan in plans]) if pool else ():
             if isinstance(result, str):
-                errors.append(result)
+                failed.append(result)
+                not_written += 1
                 print(f"tipad: error: {result}", file=sys.stderr)
+                if not keep_going and not stopped:
+                    stopped = True
+                    assert pool is not None
+                    pool.stop()
             else:
                 done.append(result)
                 if args.verbose:
@@ -312,10 +494,25 @@ def _pad(args: argparse.Namespace) -> int:
         progress.finish()
     elapsed = time.perf_counter() - start
     print(_summary(done, spec.quality, dry_run=False, seconds=elapsed, out_dir=out_dir))
-    if errors:
-        print(f"tipad: {len(errors)} of {len(jobs)} files failed (listed above)", file=sys.stderr)
+    if stopped:
+        _report(skipped, [], out_dir)
+        left = len(plans) - len(done) - not_written
+        print(
+            f"tipad: stopped at the first failure: {_plural(left, 'other input')} not padded "
+            "(--keep-going pads them; --skip-existing resumes)",
+            file=sys.stderr,
+        )
         return 1
-    return 0
+    _report(skipped, failed, out_dir)
+    return 1 if failed else 0
+
+
+def _report(skipped: int, failed: list[str], out_dir: Path) -> None:
+    """The lines after the summary: outputs left alone, inputs not padded."""
+    if skipped:
+        print(f"Skipped {_plural(skipped, 'image')} already in {out_dir} (--skip-existing).")
+    if failed:
+        print(f"tipad: {_plural(len(failed), 'input')} not padded (listed above)", file=sys.stderr)
 
 
 def _describe(o: Outcome, verb: str) -> str:
@@ -337,10 +534,10 @@ def _summary(
     """What was (or would be) written, honest about lossy re-encoding."""
     n = len(outcomes)
     if dry_run:
-        lines = [f"Dry run: {n} images checked, nothing written."]
+        lines = [f"Dry run: {_plural(n, 'image')} checked, nothing written."]
     else:
-        rate = f", {n / seconds:,.0f} images/s" if seconds > 0 else ""
-        lines = [f"Padded {n} images into {out_dir} ({seconds:.1f} s{rate})."]
+        rate = f", {n / seconds:,.0f} images/s" if seconds > 0 and n else ""
+        lines = [f"Padded {_plural(n, 'image')} into {out_dir} ({seconds:.1f} s{rate})."]
     lossy = [o for o in outcomes if o.lossy]
     exact = sorted({o.fmt for o in outcomes if not o.lossy})
     if exact:
@@ -359,7 +556,7 @@ def _summary(
         )
     frames = sum(1 for o in outcomes if o.note)
     if frames:
-        lines.append(f"{frames} multi-frame inputs: only the first frame is padded.")
+        lines.append(f"{_plural(frames, 'multi-frame input')}: only the first frame is padded.")
     return "\n".join(lines)
 
 
@@ -368,6 +565,7 @@ def _summary(
 
 def _demo(args: argparse.Namespace) -> int:
     from ._gallery import demo_columns, render_gallery
+    from ._image_padding import write_atomically
     from ._timing_table import time_paddings, timing_table
     from .assets import SAMPLE_NAMES, load_sample
 
@@ -381,7 +579,7 @@ def _demo(args: argparse.Namespace) -> int:
     gallery = render_gallery(samples, demo_columns(args.padding), args.padding)
     target = out_dir / "gallery.png"
     try:
-        gallery.save(target)
+        write_atomically(gallery, target, "PNG", {}, out_dir.resolve())
     except OSError as e:
         raise UsageError(f"cannot write {str(target)!r}: {e}") from None
     gallery_s = time.perf_counter() - start
