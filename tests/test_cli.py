@@ -262,7 +262,6 @@ def test_pad_unreadable_texture(tmp_path: Path, capsys: pytest.CaptureFixture[st
         (["--mode", "edge", "--seed", "3"], "--seed"),
         (["--mode", "mirror"], "invalid choice"),
         (["--mode", "edge", "--texture", "t.png"], "not allowed with"),
-        (["--mode", "constant", "--fill", "300"], "fill"),
     ],
 )
 def test_pad_bad_arguments(
@@ -272,6 +271,20 @@ def test_pad_bad_arguments(
     _write(src, "L")
     err = _error(capsys, ["pad", str(src), "-o", str(tmp_path / "o"), *extra])
     assert message in err
+
+
+def test_pad_fill_past_the_mode_range_clips_as_torchvision(tmp_path: Path) -> None:
+    # torchvision's PIL path converts a fill as PIL does: 300 on an "L" image is 255.
+    src = tmp_path / "a.png"
+    arr = _write(src, "L")
+    assert main(["pad", str(src), "-o", str(tmp_path / "o"), "--padding", "2", "--mode",
+                 "constant", "--fill", "300"]) == 0  # fmt: skip
+    with PIL.Image.open(tmp_path / "o" / "a.png") as img:
+        out = np.array(img)
+    assert (out[2:-2, 2:-2] == arr).all()
+    border = np.ones(out.shape, bool)
+    border[2:-2, 2:-2] = False
+    assert (out[border] == 255).all()
 
 
 def test_pad_refuses_to_overwrite(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:

@@ -100,13 +100,15 @@ def test_one_input_that_cannot_take_an_option_stops_the_run_before_any_write(
 ) -> None:
     tree, _ = small_tree
     out = tmp_path / "out"
-    # Three fill values suit RGB, grey takes one, and RGBA needs four: the RGBA and grey inputs
-    # fail the check, so nothing at all is written (not even the RGB files checked first).
+    # Three fill values suit RGB, grey takes one, RGBA needs four and a palette image one (its
+    # index, as torchvision): all but the RGB inputs fail the check, so nothing at all is written
+    # (not even the RGB files checked first).
     argv = [str(tree), "-o", str(out), "-r", "--mode", "constant", "--fill", "255", "0", "0"]
     status, _, err = _run(capsys, argv)
     assert status == 2 and "nothing was written" in err and "Traceback" not in err
-    # 5 each of RGBA, grey PNG, grey JPEG and palette-with-transparency (RGBA) PNG.
-    assert "20 of 40 inputs cannot be padded" in err and "got 3" in err
+    # 5 each of RGBA, grey PNG, grey JPEG and palette-with-transparency (RGBA) PNG, plus the
+    # 5 palette PNGs and 5 palette GIFs.
+    assert "30 of 40 inputs cannot be padded" in err and "got 3" in err
     assert not out.exists()
     # --quality on a PNG output, a JPEG-only option: refused the same way.
     status, _, err = _run(capsys, [str(tree), "-o", str(out), "-r", "--quality", "80"])
