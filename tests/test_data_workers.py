@@ -25,6 +25,8 @@ from pathlib import Path
 import pytest
 import torch
 
+from tipad_transforms import BrickPad, TexturePad
+from tipad_transforms._seeding import GeneratorState
 from tipad_transforms.data import GPUCollate, PadCollate, RayPadBatch
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -49,6 +51,21 @@ def test_a_pickled_generator_is_an_independent_copy_in_the_same_state(pickler: o
     assert _draws(collate) == first and _draws(collate) == second
 
 
+@pytest.mark.parametrize("cls", [BrickPad, TexturePad])
+def test_a_transforms_generator_pickles_as_bytes_in_the_same_state(cls: type) -> None:
+    gen = torch.Generator().manual_seed(3)
+    torch.randint(0, 9, (5,), generator=gen)
+    args = () if cls is BrickPad else (torch.arange(12, dtype=torch.uint8).reshape(3, 4),)
+    pad = cls(2, *args, random_offset=True, generator=gen)
+    state = ForkingPickler.dumps(pad)
+    assert isinstance(pad.__getstate__()["generator"], GeneratorState)  # plain bytes
+    copy = pickle.loads(state)
+    assert isinstance(copy.generator, torch.Generator) and copy.generator is not gen
+    x = torch.zeros(3, 3, 5, 5, dtype=torch.uint8)
+    assert torch.equal(copy(x), pad(x))  # the same state: the same draws
+    assert copy.padding == pad.padding and repr(copy) == repr(pad)
+
+
 def test_gpu_collate_and_ray_pad_batch_pickle_whole() -> None:
     gen = torch.Generator().manual_seed(4)
     texture = torch.arange(12, dtype=torch.uint8).reshape(3, 4)
@@ -67,6 +84,7 @@ import hashlib, json, multiprocessing, sys
 import numpy as np
 import torch
 from torch.utils.data import DataLoader
+from tipad_transforms import BrickPad
 from tipad_transforms.data import PadCollate, RayPadBatch
 
 TEXTURE = torch.arange(3 * 4 * 5, dtype=torch.uint8).reshape(3, 4, 5) * 4
@@ -93,6 +111,26 @@ def batches(method):
     return out
 
 
+class Bricked(torch.utils.data.Dataset):
+    # A Dataset whose transform holds a generator: spawn workers get it pickled.
+    def __init__(self):
+        self.pad = BrickPad(3, random_offset=True, generator=torch.Generator().manual_seed(2))
+
+    def __len__(self):
+        return 4
+
+    def __getitem__(self, i):
+        return self.pad(image(i))
+
+
+def transformed(method):
+    loader = DataLoader(
+        Bricked(), batch_size=1, num_workers=1, multiprocessing_context=method,
+        generator=torch.Generator().manual_seed(5), timeout=120,
+    )
+    return [hashlib.sha256(x.numpy().tobytes()).hexdigest()[:16] for x in loader]
+
+
 def ray_pad(pad, batch, queue):
     out = pad(batch)
     queue.put((out["image"].tobytes(), out["region"].tolist()))
@@ -100,6 +138,7 @@ def ray_pad(pad, batch, queue):
 
 if __name__ == "__main__":
     report = {m: batches(m) for m in ("fork", "spawn", "forkserver")}
+    report["transform"] = {m: transformed(m) for m in ("fork", "spawn")}
     rng = np.random.default_rng(0)
     batch = {
         "image": [rng.integers(0, 256, (h, w, 3), dtype=np.uint8) for h, w in [(5, 9), (11, 4)]],
@@ -152,3 +191,5 @@ def test_spawn_and_forkserver_workers_draw_what_fork_workers_draw(tmp_path: Path
     assert report["spawn"] == fork, "spawn workers drew other placements than fork workers"
     assert report["forkserver"] == fork, "forkserver workers drew other placements"
     assert report["ray_same"], "RayPadBatch padded otherwise in a spawned process"
+    drawn = report["transform"]
+    assert len(set(drawn["fork"])) > 1 and drawn["spawn"] == drawn["fork"], drawn

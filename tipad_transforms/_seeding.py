@@ -11,10 +11,63 @@ Outside a worker the user's generator is used as it is.
 
 from __future__ import annotations
 
+from dataclasses import dataclass
+from typing import Any
+
 import torch
 from torch.utils.data import get_worker_info
 
-__all__ = ["worker_generator"]
+__all__ = ["GeneratorState", "GeneratorsPickleAsBytes", "worker_generator"]
+
+
+@dataclass(frozen=True)
+class GeneratorState:
+    """A ``torch.Generator`` as plain data (its device and its state's bytes), for pickling.
+
+    A DataLoader sends its ``collate_fn`` (and a Dataset its transforms) to each
+    ``spawn``/``forkserver`` worker by pickling it. torch pickles a generator as its device and
+    its state *tensor*, which ``torch.multiprocessing`` sends through shared memory, and a
+    spawned process fails to map that one (torch 2.14: "unable to resize file <filename not
+    specified> to the right size"): the worker dies before its first batch. As bytes, the
+    worker's copy starts in exactly the parent's state, so its draws are those a ``fork``
+    worker would make.
+    """
+
+    device: str
+    state: bytes
+
+    @classmethod
+    def of(cls, generator: torch.Generator) -> GeneratorState:
+        # get_state() is a CPU uint8 tensor whatever the generator's device.
+        return cls(str(generator.device), generator.get_state().numpy().tobytes())
+
+    def restore(self) -> torch.Generator:
+        generator = torch.Generator(self.device)
+        generator.set_state(torch.frombuffer(bytearray(self.state), dtype=torch.uint8))
+        return generator
+
+
+class GeneratorsPickleAsBytes:
+    """Pickles the ``torch.Generator`` attributes of an object as ``GeneratorState``: what
+    every holder of a user's generator (a collate function, a transform) needs to reach a
+    spawned worker. Works beside ``nn.Module``'s own pickling (it calls the next class's)."""
+
+    def __getstate__(self) -> dict[str, Any]:
+        parent = getattr(super(), "__getstate__", None)
+        state = dict(parent() if parent is not None else self.__dict__)
+        return {
+            k: GeneratorState.of(v) if isinstance(v, torch.Generator) else v
+            for k, v in state.items()
+        }
+
+    def __setstate__(self, state: dict[str, Any]) -> None:
+        state = {k: v.restore() if isinstance(v, GeneratorState) else v for k, v in state.items()}
+        parent = getattr(super(), "__setstate__", None)
+        if parent is not None:
+            parent(state)
+        else:
+            self.__dict__.update(state)
+
 
 # Derived generators by (id of the user's generator, worker seed). Each entry holds the user's
 # generator, so its id cannot be reused by another object while the entry exists.

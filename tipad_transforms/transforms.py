@@ -26,7 +26,7 @@ from torchvision.transforms import v2
 from . import functional as F
 from ._checks import Number, check_flag, check_generator, check_int, check_number, check_offset
 from ._geometry import check_mode, parse_padding
-from ._seeding import worker_generator
+from ._seeding import GeneratorsPickleAsBytes, worker_generator
 from .functional._brick import brick_options, brick_tile_size
 from .functional._convert import Fill, as_bank
 from .functional._registry import get_kernel
@@ -165,7 +165,7 @@ def _sample_shape(flat_inputs: list[Any]) -> tuple[int, ...]:
     return shapes.pop() if shapes else ()
 
 
-class _TexturedPad(_Transform):
+class _TexturedPad(GeneratorsPickleAsBytes, _Transform):
     """Shared arguments and parameter draws of ``TexturePad`` and ``BrickPad``."""
 
     def __init__(

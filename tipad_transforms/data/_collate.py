@@ -25,7 +25,7 @@ from .._checks import (
     is_int,
 )
 from .._geometry import check_mode
-from .._seeding import worker_generator
+from .._seeding import GeneratorsPickleAsBytes, worker_generator
 from ..functional._brick import brick_channels, brick_tile_size
 from ..functional._convert import Fill, as_bank
 from ..functional._pad import brick_tile
@@ -34,35 +34,9 @@ from ._regions import Regions
 from ._samples import REGION_KEY, read_samples
 from ._targets import Canvas, collate_field
 
-__all__ = ["GPUCollate", "GeneratorState", "PadCollate"]
+__all__ = ["GPUCollate", "PadCollate"]
 
 PLACEMENTS = ("top_left", "center", "random")
-
-
-@dataclass(frozen=True)
-class GeneratorState:
-    """A ``torch.Generator`` as plain data (its device and its state's bytes), for pickling.
-
-    A DataLoader sends its ``collate_fn`` to each ``spawn``/``forkserver`` worker by pickling
-    it. torch pickles a generator as its device and its state *tensor*, which
-    ``torch.multiprocessing`` sends through shared memory, and a spawned process fails to map
-    that one (torch 2.14: "unable to resize file <filename not specified> to the right size"):
-    the worker dies before its first batch. As bytes, the worker's copy starts in exactly the
-    parent's state, so its draws are those a ``fork`` worker would make.
-    """
-
-    device: str
-    state: bytes
-
-    @classmethod
-    def of(cls, generator: torch.Generator) -> GeneratorState:
-        # get_state() is a CPU uint8 tensor whatever the generator's device.
-        return cls(str(generator.device), generator.get_state().numpy().tobytes())
-
-    def restore(self) -> torch.Generator:
-        generator = torch.Generator(self.device)
-        generator.set_state(torch.frombuffer(bytearray(self.state), dtype=torch.uint8))
-        return generator
 
 
 def _check_pair(value: Any, name: str) -> tuple[int, int] | None:
@@ -154,7 +128,7 @@ class _Batch:
         return [*values, *extra]
 
 
-class PadCollate:
+class PadCollate(GeneratorsPickleAsBytes):
     """``collate_fn`` for images of different sizes: pad each onto one canvas size, then stack.
 
     The border is a texture (the brick wall of ``BrickPad`` by default) or a standard mode, never
@@ -303,19 +277,6 @@ class PadCollate:
         self._device: torch.device | None = None
 
     # -- pickling (spawn and forkserver workers get a copy) -----------------------------------
-
-    def __getstate__(self) -> dict[str, Any]:
-        # Generators as bytes: torch's own pickling of one does not survive the trip to a
-        # spawned worker (GeneratorState).
-        return {
-            k: GeneratorState.of(v) if isinstance(v, torch.Generator) else v
-            for k, v in self.__dict__.items()
-        }
-
-    def __setstate__(self, state: dict[str, Any]) -> None:
-        self.__dict__.update(
-            {k: v.restore() if isinstance(v, GeneratorState) else v for k, v in state.items()}
-        )
 
     # -- parameters -----------------------------------------------------------------------
 
