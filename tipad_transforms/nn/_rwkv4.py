@@ -27,13 +27,12 @@ from operator import itemgetter
 from typing import NamedTuple, overload
 
 import torch
-import torch.nn.functional as F
 from torch import nn
 
 from ..ops import init_wkv_state, wkv
 from ._common import (
     STATELESS,
-    WEIGHT_BIAS,
+    KeepsRows,
     Stateless,
     channel_ramp,
     check_layer,
@@ -42,12 +41,14 @@ from ._common import (
     check_tuple,
     check_x,
     fast_step,
-    generation_layout,
+    forget_rows,
     last,
     layer_norm,
     read,
     shifted,
+    sizes_checked,
     state_dtype,
+    step_linear,
 )
 
 __all__ = [
@@ -124,7 +125,7 @@ def _mixer(x: torch.Tensor, xx: torch.Tensor) -> Callable[[torch.Tensor], torch.
     return lambda m: torch.addcmul(xx, d, m)
 
 
-class RWKVTimeMix(nn.Module):
+class RWKVTimeMix(KeepsRows):
     """RWKV-4 time mixing: ``output(sigmoid(r) * wkv(time_decay, time_first, k, v))``.
 
     ``k``, ``v`` and ``r`` are linear maps of the input mixed with the previous token's
@@ -152,9 +153,12 @@ class RWKVTimeMix(nn.Module):
       ``Linear(dim_att, n_embd, bias=False)`` (PyTorch's default init, like RWKV-LM's modules;
       RWKV-LM re-initialises them model-wide in ``generate_init_weight``).
 
-    Call ``m(x)`` or ``m(x, state)``: see ``forward``.
+    Call ``m(x)`` or ``m(x, state)``: see ``forward``. The weights are contiguous
+    ``nn.Linear`` weights; the eager inference step (``RWKVBlock``) reads widening ones
+    (``dim_att > n_embd``) through a row-major ``(n_embd, dim_att)`` copy.
     """
 
+    @sizes_checked
     def __init__(
         self, n_embd: int, dim_att: int | None = None, layer_id: int = 0, n_layer: int = 1
     ) -> None:
@@ -175,9 +179,9 @@ class RWKVTimeMix(nn.Module):
         self.time_mix_v = nn.Parameter((ddd**r1a0 + 0.3 * r01).float())
         self.time_mix_r = nn.Parameter((ddd ** (0.5 * r1a0)).float())
 
-        self.key = generation_layout(nn.Linear(n_embd, self.dim_att, bias=False))
-        self.value = generation_layout(nn.Linear(n_embd, self.dim_att, bias=False))
-        self.receptance = generation_layout(nn.Linear(n_embd, self.dim_att, bias=False))
+        self.key = nn.Linear(n_embd, self.dim_att, bias=False)
+        self.value = nn.Linear(n_embd, self.dim_att, bias=False)
+        self.receptance = nn.Linear(n_embd, self.dim_att, bias=False)
         self.output = nn.Linear(self.dim_att, n_embd, bias=False)
 
     def init_state(
@@ -221,6 +225,8 @@ class RWKVTimeMix(nn.Module):
         (rank, last dim, batch size) or device, ``TypeError`` for a wrong type.
         """
         x = check_x(x, self.n_embd)
+        if torch.is_grad_enabled():  # training: no copy held beside the weights
+            forget_rows(self)
         if state is STATELESS:
             k, v, r = self._kvr(x, shifted(x, None))
             return self.output(torch.sigmoid(r) * wkv(self.time_decay, self.time_first, k, v))
@@ -254,7 +260,7 @@ class RWKVTimeMix(nn.Module):
         return f"n_embd={self.n_embd}, dim_att={self.dim_att}, layer_id={self.layer_id}"
 
 
-class RWKVChannelMix(nn.Module):
+class RWKVChannelMix(KeepsRows):
     """RWKV-4 channel mixing: ``sigmoid(receptance(xr)) * value(relu(key(xk)) ** 2)``.
 
     ``xk``, ``xr`` mix the input with the previous token's (``time_mix_k``, ``time_mix_r``).
@@ -269,9 +275,12 @@ class RWKVChannelMix(nn.Module):
     ``ddd ** r1a0`` (as in ``RWKVTimeMix``); ``key`` ``Linear(n_embd, dim_ffn)``,
     ``receptance`` ``Linear(n_embd, n_embd)``, ``value`` ``Linear(dim_ffn, n_embd)``, no bias.
 
-    Call ``m(x)`` or ``m(x, state)``: see ``forward``.
+    Call ``m(x)`` or ``m(x, state)``: see ``forward``. The eager inference step
+    (``RWKVBlock``) reads ``key`` through a row-major ``(n_embd, dim_ffn)`` copy of its weight
+    when ``dim_ffn > n_embd``.
     """
 
+    @sizes_checked
     def __init__(
         self, n_embd: int, dim_ffn: int | None = None, layer_id: int = 0, n_layer: int = 1
     ) -> None:
@@ -284,7 +293,7 @@ class RWKVChannelMix(nn.Module):
         self.time_mix_k = nn.Parameter((ddd**r1a0).float())
         self.time_mix_r = nn.Parameter((ddd**r1a0).float())
 
-        self.key = generation_layout(nn.Linear(n_embd, self.dim_ffn, bias=False))
+        self.key = nn.Linear(n_embd, self.dim_ffn, bias=False)
         self.receptance = nn.Linear(n_embd, n_embd, bias=False)
         self.value = nn.Linear(self.dim_ffn, n_embd, bias=False)
 
@@ -321,6 +330,8 @@ class RWKVChannelMix(nn.Module):
         Errors as ``RWKVTimeMix.forward``.
         """
         x = check_x(x, self.n_embd)
+        if torch.is_grad_enabled():  # training: no copy held beside the weights
+            forget_rows(self)
         if state is STATELESS:
             return self._mix(x, None)
         if state is None:
@@ -358,6 +369,7 @@ class RWKVBlock(nn.Module):
     Call ``m(x)`` or ``m(x, state)``: see ``forward``.
     """
 
+    @sizes_checked
     def __init__(
         self,
         n_embd: int,
@@ -429,9 +441,7 @@ class RWKVBlock(nn.Module):
 TIME_MIX_MAPS = ("key", "value", "receptance", "output")
 CHANNEL_MIX_MAPS = ("key", "receptance", "value")
 _TIME_MIX = itemgetter("time_decay", "time_first", "time_mix_k", "time_mix_v", "time_mix_r")
-_TIME_MIX_MAPS = itemgetter(*TIME_MIX_MAPS)
 _CHANNEL_MIX = itemgetter("time_mix_k", "time_mix_r")
-_CHANNEL_MIX_MAPS = itemgetter(*CHANNEL_MIX_MAPS)
 
 
 def _parts(
@@ -447,8 +457,10 @@ def _eager_step(block: RWKVBlock, x: torch.Tensor, state: tuple) -> tuple[torch.
     """``block(x, state)`` (a checked ``x``, a ``BlockState``-like ``state``) where
     ``fast_step`` allows it: no graph to record, plain modules, no hooks.
 
-    The module path's ops on the same tensors in the same order, so the same bits, written
-    as one flat function on ``F.linear`` / ``F.layer_norm``: a one-token step (RNN mode,
+    The module path's ops on the same tensors in the same order (a widening weight read
+    through its row-major copy, ``_common.step_linear``: the same values, rounded as that
+    layout's product rounds), written as one flat function on ``F.linear`` /
+    ``F.layer_norm``: a one-token step (RNN mode,
     generation) is all fixed cost, about 30 small ops a layer, and the module path's calls,
     helpers and attribute reads add up to more than a tenth of the step (measured against the
     ``rwkv`` package; docs/benchmarks.md). The states are checked as the mixers check them.
@@ -461,22 +473,20 @@ def _eager_step(block: RWKVBlock, x: torch.Tensor, state: tuple) -> tuple[torch.
 
     # Time mix: output(sigmoid(r) * wkv(k, v)), k v r from the token mixed with the last one.
     time_decay, time_first, mix_k, mix_v, mix_r = read(_TIME_MIX, att)
-    key, value, receptance, output = (read(WEIGHT_BIAS, m) for m in _TIME_MIX_MAPS(att._modules))
     xa = layer_norm(ln1, x, True)
     mix = _mixer(xa, shifted(xa, shift_att))
-    k = F.linear(mix(mix_k), *key)
-    v = F.linear(mix(mix_v), *value)
-    r = F.linear(mix(mix_r), *receptance)
+    k = step_linear(att, "key", mix(mix_k))
+    v = step_linear(att, "value", mix(mix_v))
+    r = step_linear(att, "receptance", mix(mix_r))
     y, aa_bb_pp = wkv(time_decay, time_first, k, v, aa_bb_pp)
-    x = x + F.linear(torch.sigmoid(r) * y, *output)
+    x = x + step_linear(att, "output", torch.sigmoid(r) * y)
 
     # Channel mix: sigmoid(r) * value(relu(key(xk)) ** 2).
     mix_k, mix_r = read(_CHANNEL_MIX, ffn)
-    key, receptance, value = (read(WEIGHT_BIAS, m) for m in _CHANNEL_MIX_MAPS(ffn._modules))
     xf = layer_norm(ln2, x, True)
     mix = _mixer(xf, shifted(xf, shift_ffn))
-    k = torch.square(torch.relu(F.linear(mix(mix_k), *key)))
-    x = x + torch.sigmoid(F.linear(mix(mix_r), *receptance)) * F.linear(k, *value)
+    k = torch.square(torch.relu(step_linear(ffn, "key", mix(mix_k))))
+    x = x + torch.sigmoid(step_linear(ffn, "receptance", mix(mix_r))) * step_linear(ffn, "value", k)
     new_state = BlockState(
         TimeMixState(last(xa, shift_att), aa_bb_pp), ChannelMixState(last(xf, shift_ffn))
     )
