@@ -6,6 +6,7 @@ from __future__ import annotations
 import enum
 import functools
 import inspect
+import os
 from collections.abc import Callable
 from operator import itemgetter
 from typing import Any, ParamSpec, cast
@@ -48,6 +49,31 @@ def check_size(name: str, value: object) -> int:
     if value > MAX_SIZE:
         raise ValueError(f"{name} must be at most 2**31 - 1, got {value!r}")
     return value
+
+
+def _physical_memory() -> int | None:
+    """This machine's memory in bytes, or None where the platform does not say."""
+    try:
+        return os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES")
+    except (AttributeError, OSError, ValueError):
+        return None
+
+
+def check_fits(what: str, numbers: int) -> None:
+    """A ValueError naming ``what`` (the call and its sizes) when a model of ``numbers``
+    float32 parameters would not fit in this machine's memory, built on the CPU.
+
+    Without it, a depth typed with a few zeros too many builds layer after layer until the
+    system kills the process; sizes whose single tensors are too large fail at once anyway
+    (``sizes_checked``). Other devices (meta, cuda) are left to their allocators."""
+    if torch.get_default_device().type != "cpu":
+        return
+    memory = _physical_memory()
+    if memory is not None and 4 * numbers > memory:
+        raise ValueError(
+            f"{what} is too large: about {numbers:,} parameters ({4 * numbers / 2**30:,.0f} GiB "
+            f"as float32), more than this machine's {memory / 2**30:,.0f} GiB"
+        )
 
 
 _P = ParamSpec("_P")
@@ -115,11 +141,38 @@ def check_dense(name: str, t: torch.Tensor) -> torch.Tensor:
     return t
 
 
-def check_x(x: object, n_embd: int) -> torch.Tensor:
+def check_x(x: object, n_embd: int, like: torch.Tensor | None = None) -> torch.Tensor:
+    """``x`` if it is a dense float ``(B, T, n_embd)`` tensor, else a TypeError/ValueError
+    naming it; with ``like`` (a parameter of the module), also on its device and, outside
+    ``torch.autocast``, of its dtype."""
     x = check_dense("x", check_float("x", x))
     if x.dim() != 3 or x.shape[2] != n_embd:
         raise ValueError(f"x must be (B, T, n_embd={n_embd}), got shape {tuple(x.shape)}")
+    if like is not None:
+        if x.device != like.device:
+            raise ValueError(
+                f"x is on {x.device}, the module's parameters on {like.device}: use one device"
+            )
+        if x.dtype != like.dtype and not torch.is_autocast_enabled(x.device.type):
+            raise TypeError(
+                f"x is {x.dtype}, the module's parameters {like.dtype}: convert one "
+                "(module.to(dtype)), or run under torch.autocast"
+            )
     return x
+
+
+def check_state_args(batch_size: object, device: object, dtype: object) -> None:
+    """``init_state``'s arguments: TypeError/ValueError naming the one that is wrong."""
+    check_size("batch_size", batch_size)
+    if dtype is not None and (not isinstance(dtype, torch.dtype) or not dtype.is_floating_point):
+        raise TypeError(f"dtype must be a floating torch.dtype or None, got {dtype!r}")
+    if device is not None:
+        if isinstance(device, bool) or not isinstance(device, str | torch.device | int):
+            raise TypeError(f"device must be a torch.device, a str, an int or None, got {device!r}")
+        try:
+            torch.device(device)
+        except RuntimeError as e:
+            raise ValueError(f"device {device!r} is not a device: {e}") from e
 
 
 def check_part(name: str, t: object, shape: tuple[int, ...], x: torch.Tensor) -> torch.Tensor:

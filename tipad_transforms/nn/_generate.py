@@ -104,7 +104,7 @@ def _prompt(prompt: object, model: object) -> torch.Tensor:
             device = next((q.device for q in model.parameters()), None)
         try:
             idx = torch.tensor([list(prompt)], dtype=torch.int64, device=device)
-        except (OverflowError, RuntimeError) as e:
+        except (OverflowError, RuntimeError, ValueError, TypeError) as e:
             raise ValueError(f"prompt holds a token id that is not an int64: {e}") from e
     else:
         raise TypeError(

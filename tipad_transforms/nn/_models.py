@@ -26,6 +26,7 @@ from ._common import (
     KeepsRows,
     Stateless,
     check_dense,
+    check_fits,
     check_size,
     forget_rows,
     layer_norm,
@@ -37,7 +38,7 @@ from ._common import (
 )
 from ._rnn import PLAN_ATTRIBUTE, forget, plan_for, step
 from ._rwkv4 import BlockState, RWKVBlock
-from ._rwkv7 import RWKV7Block, RWKV7BlockState
+from ._rwkv7 import RWKV7Block, RWKV7BlockState, lora_widths
 
 __all__ = ["RWKV4", "RWKV7"]
 
@@ -174,7 +175,7 @@ class _RWKV(KeepsRows):
     def _check_model_state(self, state: object, batch_size: int, x: torch.Tensor) -> list[Any]:
         if state is None:
             return self.init_state(batch_size, device=x.device, dtype=x.dtype)
-        if not isinstance(state, Sequence) or isinstance(state, torch.Tensor):
+        if not isinstance(state, Sequence) or isinstance(state, torch.Tensor | str | bytes):
             raise TypeError(
                 f"state must be a list of {self.n_layer} block states, got {type(state).__name__}"
             )
@@ -295,8 +296,16 @@ class RWKV7(_RWKV):
         v_lora: int | None = None,
         g_lora: int | None = None,
     ) -> None:
-        super().__init__(vocab_size, n_embd)
         check_size("n_layer", n_layer)
+        check_size("vocab_size", vocab_size)
+        c = check_size("n_embd", n_embd)
+        f = c * 4 if dim_ffn is None else check_size("dim_ffn", dim_ffn)
+        loras = sum(lora_widths(c).values())  # the default widths, for an estimate
+        check_fits(
+            f"RWKV7(vocab_size={vocab_size}, n_embd={n_embd}, n_layer={n_layer})",
+            n_layer * (4 * c * c + 2 * c * f + 2 * c * loras + 24 * c) + 2 * vocab_size * c,
+        )
+        super().__init__(vocab_size, n_embd)
         self.blocks = nn.ModuleList(
             RWKV7Block(
                 n_embd, i, n_layer, head_size=head_size, dim_ffn=dim_ffn,
@@ -391,8 +400,16 @@ class RWKV4(_RWKV):
         dim_att: int | None = None,
         dim_ffn: int | None = None,
     ) -> None:
-        super().__init__(vocab_size, n_embd)
         check_size("n_layer", n_layer)
+        check_size("vocab_size", vocab_size)
+        c = check_size("n_embd", n_embd)
+        a = c if dim_att is None else check_size("dim_att", dim_att)
+        f = c * 4 if dim_ffn is None else check_size("dim_ffn", dim_ffn)
+        check_fits(
+            f"RWKV4(vocab_size={vocab_size}, n_embd={n_embd}, n_layer={n_layer})",
+            n_layer * (4 * c * a + 2 * c * f + c * c + 8 * c) + 2 * vocab_size * c,
+        )
+        super().__init__(vocab_size, n_embd)
         self.blocks = nn.ModuleList(
             RWKVBlock(n_embd, dim_att, dim_ffn, layer_id=i, n_layer=n_layer) for i in range(n_layer)
         )

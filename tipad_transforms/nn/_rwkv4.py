@@ -38,6 +38,7 @@ from ._common import (
     check_layer,
     check_part,
     check_size,
+    check_state_args,
     check_tuple,
     check_x,
     fast_step,
@@ -197,7 +198,7 @@ class RWKVTimeMix(KeepsRows):
 
         ``device`` and ``dtype`` default to the module's parameters'.
         """
-        check_size("batch_size", batch_size)
+        check_state_args(batch_size, device, dtype)
         device = self.time_mix_k.device if device is None else device
         dtype = self.time_mix_k.dtype if dtype is None else dtype
         return TimeMixState(
@@ -222,9 +223,9 @@ class RWKVTimeMix(KeepsRows):
         With ``state`` (a ``TimeMixState`` for batch size ``B``) the sequence continues from it
         and ``(y, new_state)`` is returned; ``state=None`` starts from ``init_state(B)`` and
         returns the pair too. Raises ``ValueError`` naming ``x`` or ``state`` for a wrong shape
-        (rank, last dim, batch size) or device, ``TypeError`` for a wrong type.
+        (rank, last dim, batch size) or device, ``TypeError`` for a wrong type or dtype.
         """
-        x = check_x(x, self.n_embd)
+        x = check_x(x, self.n_embd, self.time_mix_k)
         if torch.is_grad_enabled():  # training: no copy held beside the weights
             forget_rows(self)
         if state is STATELESS:
@@ -308,7 +309,7 @@ class RWKVChannelMix(KeepsRows):
 
         ``device`` and ``dtype`` default to the module's parameters'.
         """
-        check_size("batch_size", batch_size)
+        check_state_args(batch_size, device, dtype)
         device = self.time_mix_k.device if device is None else device
         dtype = self.time_mix_k.dtype if dtype is None else dtype
         return ChannelMixState(torch.zeros(batch_size, self.n_embd, device=device, dtype=dtype))
@@ -329,7 +330,7 @@ class RWKVChannelMix(KeepsRows):
 
         Errors as ``RWKVTimeMix.forward``.
         """
-        x = check_x(x, self.n_embd)
+        x = check_x(x, self.n_embd, self.time_mix_k)
         if torch.is_grad_enabled():  # training: no copy held beside the weights
             forget_rows(self)
         if state is STATELESS:
@@ -415,7 +416,7 @@ class RWKVBlock(nn.Module):
         ``RWKVTimeMix.forward``.
         """
         ln0, ln1, ln2, att, ffn = _parts(self)
-        x = check_x(x, att.n_embd)
+        x = check_x(x, att.n_embd, att.time_mix_k)
         if state is not STATELESS and state is not None:
             check_tuple(state, 2, "BlockState")
         if state is STATELESS:

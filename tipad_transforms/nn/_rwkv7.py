@@ -38,6 +38,7 @@ from ._common import (
     check_layer,
     check_part,
     check_size,
+    check_state_args,
     check_tuple,
     check_x,
     fast_step,
@@ -288,7 +289,7 @@ class RWKV7TimeMix(nn.Module):
         ``dtype`` and zero ``wkv`` ``(batch_size, H, N, N)``, float32 (float64 when ``dtype`` is
         float64). ``device`` and ``dtype`` default to the module's parameters'.
         """
-        check_size("batch_size", batch_size)
+        check_state_args(batch_size, device, dtype)
         device = self.x_r.device if device is None else device
         dtype = self.x_r.dtype if dtype is None else dtype
         return RWKV7TimeMixState(
@@ -335,7 +336,7 @@ class RWKV7TimeMix(nn.Module):
     ) -> tuple[torch.Tensor, torch.Tensor] | tuple[torch.Tensor, torch.Tensor, RWKV7TimeMixState]:
         """``forward``; ``fast``: the children as ``F.linear`` / ``F.group_norm`` (what
         ``RWKV7Block``'s eager inference step checked they are)."""
-        x = check_x(x, self.n_embd)
+        x = check_x(x, self.n_embd, self.x_r)
         b, t, c = x.shape
         checked: RWKV7TimeMixState | None = None
         if state is not STATELESS:
@@ -349,6 +350,8 @@ class RWKV7TimeMix(nn.Module):
                     "layer 0 returned"
                 )
             v_first = check_part("v_first", v_first, (b, t, c), x)
+            if v_first.dtype != x.dtype and not torch.is_autocast_enabled(x.device.type):
+                raise TypeError(f"v_first must have x's dtype {x.dtype}, got {v_first.dtype}")
         xx = shifted(x, None if checked is None else checked.shift) - x
         r = linear(self.receptance, x + xx * self.x_r, fast)
         w = -_DECAY_SCALE * torch.sigmoid(
@@ -447,7 +450,7 @@ class RWKV7ChannelMix(KeepsRows):
         dtype: torch.dtype | None = None,
     ) -> ChannelMixState:
         """The state before the first token: zero ``shift`` ``(batch_size, n_embd)``."""
-        check_size("batch_size", batch_size)
+        check_state_args(batch_size, device, dtype)
         device = self.x_k.device if device is None else device
         dtype = self.x_k.dtype if dtype is None else dtype
         return ChannelMixState(torch.zeros(batch_size, self.n_embd, device=device, dtype=dtype))
@@ -471,7 +474,7 @@ class RWKV7ChannelMix(KeepsRows):
         self, x: torch.Tensor, state: ChannelMixState | Stateless | None, fast: bool
     ) -> torch.Tensor | tuple[torch.Tensor, ChannelMixState]:
         """``forward``; ``fast`` as ``RWKV7TimeMix._forward``."""
-        x = check_x(x, self.n_embd)
+        x = check_x(x, self.n_embd, self.x_k)
         prev = None
         if state is not STATELESS:
             if state is None:
@@ -566,7 +569,7 @@ class RWKV7Block(nn.Module):
         """``x`` ``(B, T, n_embd)`` -> ``(y, v_first)``, or ``(y, v_first, new_state)`` with a
         ``state``. Errors as ``RWKV7TimeMix.forward``.
         """
-        x = check_x(x, self.att.n_embd)
+        x = check_x(x, self.att.n_embd, self.att.x_r)
         if state is not STATELESS and state is not None:
             check_tuple(state, 2, "RWKV7BlockState")
         if self.ln0 is not None:
