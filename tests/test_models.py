@@ -85,6 +85,53 @@ def test_whole_equals_chunked_equals_token_by_token(kind: str) -> None:
         assert torch.equal(a, b)
 
 
+# What docs/rwkv.md promises for RNN mode, chunks and whole runs: not the same bits (a matrix
+# product over T rows rounds unlike T products over one row) but the same logits to float32
+# rounding, relative to the logits' largest magnitude. The bound grows with width and depth,
+# as the rounding of float32 sums does (measured, 48 tokens, seeds 0-2: 5.5e-7 to 8.2e-7 at 2
+# layers of 32, 2.4e-6 to 4.2e-6 at 4 layers of 128, 6.9e-6 at 6 layers of 256).
+AGREEMENT = {  # name: (build, vocab, asserted bound in float32)
+    "rwkv7 2x32": (lambda: RWKV7(V, C, L, head_size=N, **LORA), V, 2e-6),
+    "rwkv7 4x128": (lambda: RWKV7(256, 128, 4), 256, 1e-5),
+    "rwkv4 4x128": (lambda: RWKV4(256, 128, 4), 256, 1e-5),
+    "rwkv7 6x256": (lambda: RWKV7(1024, 256, 6), 1024, 2e-5),
+}
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float64])
+@pytest.mark.parametrize("name", list(AGREEMENT))
+def test_rnn_mode_chunks_and_whole_runs_agree_to_the_documented_bound(
+    name: str, dtype: torch.dtype
+) -> None:
+    build, vocab, bound = AGREEMENT[name]
+    seeds = [0] if name == "rwkv7 6x256" else [0, 1, 2]
+    for seed in seeds:
+        with torch.random.fork_rng():
+            torch.manual_seed(seed)
+            model = ref.randomise(build(), seed=seed, scale=0.2).to(dtype)
+        idx = tokens(2, 48, seed=seed, vocab=vocab)
+        whole = model(idx)
+        scale = whole.abs().max().item()
+        runs = {}
+        for grad in (False, True):  # the eager inference step, and the module path
+            with torch.set_grad_enabled(grad):
+                state, steps = None, []
+                for t in range(idx.shape[1]):
+                    out, state = model(idx[:, t : t + 1], state)
+                    steps.append(out)
+                runs[f"rnn grad={grad}"] = torch.cat(steps, 1)
+        with torch.no_grad():
+            state, chunks = None, []
+            for start in range(0, idx.shape[1], 7):
+                out, state = model(idx[:, start : start + 7], state)
+                chunks.append(out)
+            runs["chunks of 7"] = torch.cat(chunks, 1)
+        limit = bound if dtype == torch.float32 else 1e-13
+        for label, got in runs.items():
+            worst = (got - whole).abs().max().item() / scale
+            assert worst <= limit, f"{label}, seed {seed}: {worst:.2e} > {limit:.0e}"
+
+
 def test_gradient_reaches_a_tuned_initial_state_of_a_frozen_model() -> None:
     # State tuning: the model frozen, only the initial WKV states trained.
     model = rwkv7().requires_grad_(False)
