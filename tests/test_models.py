@@ -232,6 +232,28 @@ def test_bad_input_names_the_argument() -> None:
         model(tokens(), torch.zeros(2))
 
 
+def test_help_shows_a_readable_no_state_default() -> None:
+    # 0.5.2's help(RWKV7.forward) read "state=<Stateless.STATELESS: 1>".
+    import inspect
+    import pydoc
+
+    import tipad_transforms.nn as tnn
+
+    for name in ("RWKV7", "RWKV4", "RWKV7Block", "RWKV7TimeMix", "RWKV7ChannelMix", "RWKVBlock",
+                 "RWKVTimeMix", "RWKVChannelMix"):  # fmt: skip
+        forward = getattr(tnn, name).forward
+        shown = str(inspect.signature(forward))
+        assert shown.count("= <no state>") == 1 and "STATELESS" not in shown, (name, shown)
+        assert "Stateless.STATELESS" not in pydoc.render_doc(forward), name
+    # The behaviours it stands for: no state -> logits alone; None -> from zeros, with state.
+    model = rwkv7()
+    idx = tokens(1, 3)
+    alone = model(idx)
+    with_state = model(idx, None)
+    assert isinstance(alone, torch.Tensor) and isinstance(with_state, tuple)
+    torch.testing.assert_close(with_state[0], alone, rtol=1e-6, atol=1e-6)
+
+
 # ---- generation ------------------------------------------------------------------------------
 
 
