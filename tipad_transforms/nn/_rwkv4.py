@@ -12,7 +12,7 @@ Every module runs in two ways:
 - ``m(x, state)``: the sequence continues from ``state`` (``m.init_state(B)`` at the start, or
   the state a previous call returned; ``None``: the zero state); returns ``(y, new_state)``.
   Running a sequence in pieces, down to one token at a time (RNN mode, for generation), gives
-  the output of running it whole.
+  the output of running it whole, to float rounding (docs/rwkv.md states the measured bound).
 
 A state is a small ``NamedTuple`` of tensors (``TimeMixState``, ``ChannelMixState``,
 ``BlockState``); ``state.detach()`` cuts the graph between training chunks. Calls never modify a

@@ -14,7 +14,8 @@ Calls, as the RWKV-4 layers (``tipad_transforms.nn._rwkv4``):
 
 - ``block(x, v_first)`` -> ``(y, v_first)``: a whole sequence from the zero state;
 - ``block(x, v_first, state)`` -> ``(y, v_first, new_state)``: continues from ``state``
-  (``None``: the zero state); pieces, down to one token at a time, equal the whole run.
+  (``None``: the zero state); pieces, down to one token at a time, equal the whole run to
+  float rounding (docs/rwkv.md states the measured bound).
 
 ``RWKV7ChannelMix`` has no ``v_first``: ``ffn(x)`` -> ``y``, ``ffn(x, state)`` -> ``(y, state)``.
 """
