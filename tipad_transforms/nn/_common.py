@@ -82,7 +82,7 @@ _P = ParamSpec("_P")
 def allocation_failure(e: BaseException) -> bool:
     """Whether ``e`` is torch failing to allocate (out of memory, or a storage size that
     overflows), as opposed to any other error."""
-    if isinstance(e, MemoryError | torch.OutOfMemoryError):
+    if isinstance(e, MemoryError | torch.cuda.OutOfMemoryError):
         return True
     text = str(e)
     return isinstance(e, RuntimeError) and ("can't allocate memory" in text or "overflow" in text)

@@ -107,8 +107,8 @@ class _RWKV(KeepsRows):
         """``head(ln_out(x))``. On a stateful call with no graph to record (RNN mode,
         generation), with a plain ``ln_out`` and a plain widening ``head`` without hooks, as
         ``F.layer_norm`` and ``F.linear`` on the head's row-major copy (``rows_weight``): the
-        layout a one-row product reads fastest. A call that records a graph drops the model's
-        copies (training holds none beside the weights)."""
+        layout a one-row product reads fastest. A call that records a graph drops the plan and
+        the head's copy (training holds none beside the weights; the layers drop their own)."""
         modules = self._modules
         head, ln_out = modules["head"], modules["ln_out"]
         assert head is not None and ln_out is not None
@@ -121,8 +121,9 @@ class _RWKV(KeepsRows):
             and plain(head, ln_out)
         ):
             return step_linear(self, "head", layer_norm(ln_out, x, True))
-        if torch.is_grad_enabled() and not torch.compiler.is_compiling():
-            self._forget_steps()
+        if not torch.compiler.is_compiling() and recording(head, ln_out):
+            forget(self)
+            forget_rows(self)
         return head(ln_out(x))
 
     def __getstate__(self) -> dict[str, Any]:
