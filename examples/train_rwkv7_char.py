@@ -16,6 +16,8 @@ the interpreter's LICENSE file), so nothing is downloaded:
 
     python examples/train_rwkv7_char.py            # each part stops after 120 s (--max-seconds)
     python examples/train_rwkv7_char.py --quick    # a few seconds: the smoke test
+    python examples/train_rwkv7_char.py --bf16 --grad-cp   # as RWKV-LM trains: bfloat16
+                                                           # autocast, activation checkpointing
 
 Runs on CUDA when there is one (``--device`` to choose).
 """
@@ -50,12 +52,18 @@ def windows(data: torch.Tensor, batch: int, ctx: int, g: torch.Generator) -> tor
     return torch.stack([data[s : s + ctx + 1] for s in start.tolist()])
 
 
+# --bf16: the forward passes run under bfloat16 autocast (the weights stay float32; the WKV-7
+# recurrence and its state too), as RWKV-LM trains.
+AUTOCAST = {"enabled": False}
+
+
 def loss_of(model: RWKV7, batch: torch.Tensor, state: list[RWKV7BlockState] | None = None):
-    if state is None:
-        logits = model(batch[:, :-1])
-    else:
-        logits, _ = model(batch[:, :-1], state)
-    return F.cross_entropy(logits.flatten(0, 1), batch[:, 1:].flatten())
+    with torch.autocast(batch.device.type, dtype=torch.bfloat16, **AUTOCAST):
+        if state is None:
+            logits = model(batch[:, :-1])
+        else:
+            logits, _ = model(batch[:, :-1], state)
+    return F.cross_entropy(logits.float().flatten(0, 1), batch[:, 1:].flatten())
 
 
 class TunedState(nn.Module):
@@ -133,7 +141,12 @@ def main(argv: list[str] | None = None) -> None:
     p.add_argument("--sample-length", type=int, default=300)
     p.add_argument("--seed", type=int, default=0)
     p.add_argument("--threads", type=int, default=1, help="torch CPU threads (small ops: 1)")
+    p.add_argument("--bf16", action="store_true", help="bfloat16 autocast for the forwards")
+    p.add_argument(
+        "--grad-cp", action="store_true", help="activation checkpointing (RWKV-LM's --grad_cp 1)"
+    )
     args = p.parse_args(argv)
+    AUTOCAST["enabled"] = args.bf16
     torch.set_num_threads(args.threads)
     if args.quick:
         args.steps, args.tune_steps, args.sample_length = 30, 10, 80
@@ -155,11 +168,15 @@ def main(argv: list[str] | None = None) -> None:
 
     model = RWKV7(len(chars), args.n_embd, args.n_layer, head_size=args.head_size)
     model = model.to(args.device)
+    model.grad_checkpointing = args.grad_cp
     n_params = sum(p.numel() for p in model.parameters())
     print(
         f"{len(text):,} characters ({len(chars)} distinct) from the Python installation; "
         f"RWKV-7, {n_params:,} parameters ({args.n_layer} layers x {args.n_embd}, heads of "
-        f"{args.head_size}) on {args.device}\n\n1. training"
+        f"{args.head_size}) on {args.device}"
+        + (", bfloat16 autocast" if args.bf16 else "")
+        + (", activation checkpointing" if args.grad_cp else "")
+        + "\n\n1. training"
     )
 
     def evaluate() -> float:

@@ -3,7 +3,10 @@
 The plan must give the module path's bits, be reused while the modules stay what it was made
 of, and give way (then be made again) whenever anything that changes what the modules compute
 changes: parameters replaced or moved, classes swapped, hooks, grad, a layer added. Every test
-compares against the module path, which a forward hook on the blocks forces.
+compares against the module path, which a forward hook on the blocks forces. The models here
+store their widening weights in the step's layout (``rwkv7_reference.step_layout``), so the two
+paths read the same memory; test_rwkv_layout.py covers the default contiguous weights, whose
+row-major copies the plan holds.
 """
 
 from __future__ import annotations
@@ -17,6 +20,7 @@ from collections.abc import Callable
 from typing import Any
 
 import pytest
+import rwkv7_reference as ref
 import torch
 from torch import nn
 
@@ -31,7 +35,7 @@ def model_and_state(
     seed: int, *, dtype: torch.dtype = torch.float32, b: int = 2, **sizes: int
 ) -> tuple[RWKV4, list[Any]]:
     torch.manual_seed(seed)
-    model = RWKV4(V, C, 3, **sizes).to(dtype)
+    model = ref.step_layout(RWKV4(V, C, 3, **sizes).to(dtype))
     with torch.no_grad():
         for p in model.parameters():  # away from the init's zeros and ones
             p.add_(0.1 * torch.randn_like(p))
@@ -265,7 +269,7 @@ def test_hooks_grad_and_new_layers_take_the_module_path(steps: list[int]) -> Non
     logits.sum().backward()
     assert model.blocks[0].att.key.weight.grad is not None
     with torch.no_grad():
-        model.blocks.append(RWKVBlock(C, layer_id=2, n_layer=4))
+        model.blocks.append(ref.step_layout(RWKVBlock(C, layer_id=2, n_layer=4)))
         longer = [*state, model.blocks[3].init_state(2)]
         got = model(idx, longer)
         want = by_blocks(model, idx, longer)

@@ -12,6 +12,7 @@ from __future__ import annotations
 from typing import Any
 
 import pytest
+import rwkv7_reference as ref
 import torch
 from torch import nn
 from torch.utils._python_dispatch import TorchDispatchMode
@@ -137,7 +138,10 @@ def block_and_state(
     dtype: torch.dtype, layer_id: int, b: int, seed: int, t: int = 1
 ) -> tuple[Any, ...]:
     torch.manual_seed(seed)
-    block = RWKVBlock(16, dim_att=24, dim_ffn=40, layer_id=layer_id, n_layer=3).to(dtype)
+    # The widening weights in the step's layout: the module path then rounds as the step.
+    block = ref.step_layout(
+        RWKVBlock(16, dim_att=24, dim_ffn=40, layer_id=layer_id, n_layer=3).to(dtype)
+    )
     with torch.no_grad():
         for p in block.parameters():
             p.add_(0.1 * torch.randn_like(p))
@@ -245,21 +249,28 @@ def test_compile_traces_the_op_under_no_grad() -> None:
     torch.testing.assert_close(s.att.wkv, s_ref.att.wkv, rtol=1e-5, atol=1e-5)
 
 
-def test_wide_linear_weights_are_stored_for_one_row_inputs(tmp_path: Any) -> None:
+def test_every_parameter_is_contiguous_and_the_step_keeps_its_own_copy(tmp_path: Any) -> None:
+    # 0.5.2 stored the widening weights (out > in) transposed in memory; nn.Linear users,
+    # parameters_to_vector, w.view(-1) and safetensors expect contiguous ones.
     model = RWKV4(40, 16, 2)
-    key, head, value = model.blocks[0].ffn.key.weight, model.head.weight, model.blocks[0].ffn.value
-    assert key.shape == (64, 16) and key.stride() == (1, 64)  # (in, out) row-major memory
-    assert head.shape == (40, 16) and head.stride() == (1, 40)
-    assert value.weight.is_contiguous()  # out < in: row-major is the faster layout
-    sd = {k: v.clone() for k, v in model.state_dict().items()}
-    loaded = RWKV4.from_state_dict(sd)
-    assert loaded.blocks[1].ffn.key.weight.stride() == (1, 64)
-    for k, v in loaded.state_dict().items():
-        assert torch.equal(v, sd[k]), k
+    for name, p in model.named_parameters():
+        assert p.is_contiguous(), name
+        p.view(-1)  # would raise on a transposed layout
+    assert torch.nn.utils.parameters_to_vector(model.parameters()).numel() == sum(
+        p.numel() for p in model.parameters()
+    )
+    key = model.blocks[0].ffn.key.weight
+    with torch.no_grad():
+        model(torch.tensor([[1]]), None)  # a one-token step: the row-major copies are made
+    for name, p in model.named_parameters():
+        assert p.is_contiguous(), name  # still, after the step
+    rows = [v for k, v in model.blocks[0].ffn.__dict__.items() if k.startswith("_rows_")]
+    assert len(rows) == 1 and rows[0][2].shape == (16, 64) and rows[0][2].is_contiguous()
+    assert rows[0][2].data_ptr() != key.data_ptr()
     torch.save(model.state_dict(), tmp_path / "m.pth")
     again = RWKV4(40, 16, 2)
-    again.load_state_dict(torch.load(tmp_path / "m.pth"))
-    assert again.blocks[0].ffn.key.weight.stride() == (1, 64)
+    again.load_state_dict(torch.load(tmp_path / "m.pth", weights_only=True))
+    assert again.blocks[0].ffn.key.weight.is_contiguous()
     assert torch.equal(again.blocks[0].ffn.key.weight, key)
 
 
@@ -301,7 +312,7 @@ def test_rwkv7_block_step_is_the_module_path_bit_for_bit(
     from tipad_transforms.nn import RWKV7Block, RWKV7ChannelMix, RWKV7TimeMix
 
     torch.manual_seed(b)
-    blocks = [RWKV7Block(32, i, 2, head_size=8).to(dtype) for i in range(2)]
+    blocks = [ref.step_layout(RWKV7Block(32, i, 2, head_size=8).to(dtype)) for i in range(2)]
     with torch.no_grad():
         for p in (p for blk in blocks for p in blk.parameters()):
             p.add_(0.1 * torch.randn_like(p))
@@ -319,11 +330,11 @@ def test_rwkv7_block_step_is_the_module_path_bit_for_bit(
             return out
 
         hooks = [blk.ffn.register_forward_hook(lambda *args: None) for blk in blocks]
-        ref = run()  # the module path (hooks force it)
+        expected = run()  # the module path (hooks force it)
         for hook in hooks:
             hook.remove()
         for cls in (nn.Linear, nn.GroupNorm, RWKV7TimeMix, RWKV7ChannelMix):
             monkeypatch.setattr(cls, "forward", refuse)
         fast = run()
-    for a, r in zip(fast, ref, strict=True):
+    for a, r in zip(fast, expected, strict=True):
         assert torch.equal(a, r)

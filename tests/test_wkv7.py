@@ -7,8 +7,10 @@ plain torch steps in float64, one per token, differentiated by autograd for the 
 from __future__ import annotations
 
 import math
+import typing
 import warnings
 from collections.abc import Iterator
+from typing import assert_type
 
 import pytest
 import torch
@@ -176,6 +178,92 @@ def test_half_inputs(dtype: torch.dtype, tol: float) -> None:
     y, s = wkv7(*leaves)
     (y.float().sum() + s.sum()).backward()
     assert all(x.grad is not None and x.grad.dtype == x.dtype for x in leaves)
+
+
+# What torch.autocast hands the x070 time mix: r, k, v from linear maps in the autocast dtype,
+# w, a, b from float32 parameters. (A float64 input promotes everything to float64.)
+MIXES = {
+    "bf16 r k v": (torch.bfloat16, torch.float32, torch.bfloat16, torch.bfloat16)
+    + (torch.float32,) * 2,
+    "fp16 r v": (torch.float16, torch.float32, torch.float32, torch.float16) + (torch.float32,) * 2,
+    "bf16 with fp16": (torch.bfloat16, torch.float16) * 3,
+    "all bf16": (torch.bfloat16,) * 6,
+    "fp32 with f64 b": (torch.float32,) * 5 + (torch.float64,),
+}
+
+
+@pytest.mark.parametrize("mix", list(MIXES))
+def test_mixed_dtypes_are_promoted_and_computed_in_float32(mix: str) -> None:
+    dtypes = MIXES[mix]
+    want = dtypes[0]
+    for d in dtypes[1:]:
+        want = torch.promote_types(want, d)  # torch's rule: the dtype of y
+    math_dtype = torch.float64 if want == torch.float64 else torch.float32
+    xs = [x.to(d) for x, d in zip(make_inputs(2, 11, 2, 16, seed=30), dtypes, strict=True)]
+    state = make_state(2, 2, 16, math_dtype)
+    y, s = wkv7(*xs, state)
+    assert y.dtype == want and s.dtype == math_dtype
+    # The reference on the very values given (rounded as they are), in float64: a recurrence
+    # run in bfloat16 or float16 would miss it by ~1e-2, float32 math by ~1e-6.
+    y_ref, s_ref = recurrence_wkv7(*(x.double() for x in xs), state.double())
+    tol = 1e-10 if want == torch.float64 else 1e-5
+    out_tol = {torch.bfloat16: 8e-3, torch.float16: 1e-3}.get(want, tol)  # y's own rounding
+    scale = y_ref.abs().max().item()
+    assert_close(y, y_ref, rtol=out_tol, atol=out_tol * scale)
+    assert_close(s, s_ref, rtol=tol, atol=tol * s_ref.abs().max().item())
+    leaves = [x.clone().requires_grad_() for x in (*xs, state)]
+    y, s = wkv7(*leaves)
+    (y.double().square().sum() + s.sum()).backward()
+    assert [x.grad.dtype for x in leaves] == [*dtypes, math_dtype]  # type: ignore[union-attr]
+
+
+def test_mixed_dtypes_pass_opcheck_and_compile_under_autocast() -> None:
+    xs = make_inputs(2, 5, 2, 4, seed=31)
+    mixed = [x.to(d) for x, d in zip(xs, MIXES["bf16 r k v"], strict=True)]
+    state = make_state(2, 2, 4)
+    for save in (False, True):
+        args = [x.clone().requires_grad_() for x in (*mixed, state)]
+        torch.library.opcheck(torch.ops.tipad.wkv7_forward.default, (*args, save))
+
+    def step(r: torch.Tensor, *rest: torch.Tensor) -> torch.Tensor:
+        # As the x070 time mix runs under autocast: r from a linear map, the rest float32.
+        with torch.autocast("cpu", dtype=torch.bfloat16):
+            r = torch.nn.functional.linear(r, torch.eye(r.shape[-1]))
+            y, new = wkv7(r, *rest)  # type: ignore[misc]
+        return y.square().sum() + new.sum()
+
+    compiled = torch.compile(step, fullgraph=True, backend="aot_eager")
+    args = [x.clone().requires_grad_() for x in (*xs, state)]
+    compiled(*args).backward()
+    ref = [x.clone().requires_grad_() for x in (*xs, state)]
+    step(*ref).backward()
+    for x, z in zip(args, ref, strict=True):
+        assert_close(x.grad, z.grad, rtol=1e-6, atol=1e-6)  # type: ignore[arg-type]
+
+
+def test_meta_inputs_give_meta_results() -> None:
+    xs = [x.to("meta") for x in make_inputs(2, 5, 2, 4, MIXES["bf16 r k v"][0])]
+    y = wkv7(*xs)
+    assert y.is_meta and y.shape == (2, 5, 2, 4) and y.dtype == torch.bfloat16
+    y, s = wkv7(*xs, torch.zeros(2, 2, 4, 4, device="meta"))
+    assert y.is_meta and s.is_meta and s.shape == (2, 2, 4, 4) and s.dtype == torch.float32
+
+
+def test_overloads_type_the_two_call_forms() -> None:
+    # `y: Tensor = wkv7(...)` type-checks only with the overloads (else a union of a tensor
+    # and a tuple): the two declared forms, read back as mypy reads them.
+    xs = make_inputs(1, 3, 1, 4)
+    y = wkv7(*xs)
+    assert_type(y, torch.Tensor)
+    y2, s = wkv7(*xs, make_state(1, 1, 4))
+    assert_type(y2, torch.Tensor)
+    assert_type(s, torch.Tensor)
+    forms = typing.get_overloads(ops_module.wkv7)
+    hints = [typing.get_type_hints(f) for f in forms]
+    assert [(h["state"], h["return"]) for h in hints] == [
+        (type(None), torch.Tensor),
+        (torch.Tensor, tuple[torch.Tensor, torch.Tensor]),
+    ]
 
 
 def test_noncontiguous_inputs() -> None:
@@ -386,7 +474,11 @@ def _bad_cases() -> list[object]:
     cases = [
         ("r 3-D", dict(r=r[0]), ValueError, "r must be"),
         ("k shape", dict(k=k[:, :2]), ValueError, "k must have r's shape"),
-        ("a dtype", dict(a=a.double()), TypeError, "a must have r's dtype"),
+        # float64 among float32 inputs promotes the math to float64: the state must follow.
+        ("a float64", dict(a=a.double()), TypeError, "state must be torch.float64 for torch.fl"),
+        ("a sparse", dict(a=a.to_sparse()), TypeError, "a must be a dense"),
+        ("state sparse", dict(state=s.to_sparse()), TypeError, "state must be a dense"),
+        ("w complex", dict(w=w.to(torch.complex64)), TypeError, "w must be float"),
         ("w int", dict(w=w.long()), TypeError, "w must be float"),
         ("b list", dict(b=b.tolist()), TypeError, "b must be a torch.Tensor"),
         ("head size", {n: torch.zeros(1, 2, 1, 129) for n in "rwkvab"}, ValueError, "at most"),

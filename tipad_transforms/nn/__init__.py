@@ -8,6 +8,9 @@
 
 Every layer and model runs a whole sequence (``m(x)``), or continues from a state
 (``m(x, state)``, ``None`` for the zero state) and returns the new one; see docs/rwkv.md.
+They train as RWKV-LM's do: under ``torch.autocast`` (the recurrences stay float32),
+``DistributedDataParallel`` with its default arguments, activation checkpointing
+(``model.grad_checkpointing = True``) and ``torch.compile``. Every parameter is contiguous.
 """
 
 from ._generate import generate, sample_logits

@@ -3,9 +3,10 @@
 Both are RWKV-LM's ``RWKV`` model: ``emb`` (an embedding), ``blocks`` (the layers; block 0 holds
 ``ln0``), ``ln_out`` and ``head`` (a linear map to the vocabulary, no bias), so the ``.pth``
 files RWKV-LM saves (the released RWKV-4 and RWKV-7 models) load with
-``model.load_state_dict(torch.load(path), strict=True)``; ``load_state_dict`` converts their
-bfloat16 / float16 tensors to the model's dtype. ``Model.from_state_dict(sd)`` builds a model
-whose every size is read from the tensors, then loads them.
+``model.load_state_dict(torch.load(path, weights_only=True), strict=True)``;
+``load_state_dict`` converts their bfloat16 / float16 tensors to the model's dtype.
+``Model.from_state_dict(sd)`` builds a model whose every size is read from the tensors, then
+loads them.
 """
 
 from __future__ import annotations
@@ -16,28 +17,55 @@ from typing import Any, TypeVar, cast, overload
 
 import torch
 from torch import nn
+from torch.utils.checkpoint import checkpoint
 
+from ..ops._common import FLOATS
 from ..ops._route import eager
-from ._common import STATELESS, Stateless, check_size, generation_layout
+from ._common import (
+    STATELESS,
+    KeepsRows,
+    Stateless,
+    check_dense,
+    check_fits,
+    check_size,
+    forget_rows,
+    layer_norm,
+    plain,
+    recording,
+    sizes_checked,
+    step_linear,
+    widening,
+)
 from ._rnn import PLAN_ATTRIBUTE, forget, plan_for, step
 from ._rwkv4 import BlockState, RWKVBlock
-from ._rwkv7 import RWKV7Block, RWKV7BlockState
+from ._rwkv7 import RWKV7Block, RWKV7BlockState, lora_widths
 
 __all__ = ["RWKV4", "RWKV7"]
 
 _Model = TypeVar("_Model", bound="_RWKV")
 
 
-class _RWKV(nn.Module):
+class _RWKV(KeepsRows):
     """``emb -> blocks -> ln_out -> head``; the subclasses say what a block takes and returns."""
 
     blocks: nn.ModuleList
+    #: Activation checkpointing (RWKV-LM's ``--grad_cp 1``): set it to True and, with grad on,
+    #: each block runs under ``torch.utils.checkpoint.checkpoint(..., use_reentrant=False)``,
+    #: keeping only its inputs for the backward, which runs the block's forward again. Same
+    #: values and gradients; the memory of one block's activations instead of all of them.
+    grad_checkpointing: bool = False
 
     def __init__(self, vocab_size: int, n_embd: int) -> None:
         super().__init__()
         self.vocab_size = check_size("vocab_size", vocab_size)
         self.n_embd = check_size("n_embd", n_embd)
         self.emb = nn.Embedding(vocab_size, n_embd)
+
+    def _block(self, block: nn.Module, *args: Any) -> Any:
+        """``block(*args)``, under activation checkpointing when it is on and grad is."""
+        if self.grad_checkpointing and torch.is_grad_enabled():
+            return checkpoint(block, *args, use_reentrant=False)
+        return block(*args)
 
     def _finish(self) -> None:
         """``ln_out``, ``head`` and RWKV-LM's ``generate_init_weight`` for ``emb`` and ``head``:
@@ -51,13 +79,13 @@ class _RWKV(nn.Module):
             nn.init.uniform_(self.emb.weight, -1e-4, 1e-4)
             if not self.head.weight.is_meta:
                 nn.init.orthogonal_(self.head.weight, gain=0.5 * math.sqrt(max(ratio, 1.0)))
-        generation_layout(self.head)
 
     @property
     def n_layer(self) -> int:
         return len(self.blocks)
 
-    # RWKV4's one-token plan (_rnn) holds views of the parameters: dropped when they are
+    # RWKV4's one-token plan (_rnn) holds views of the parameters and copies of the widening
+    # ones; the models keep the head's copy (rows_weight): dropped when the parameters are
     # moved or replaced wholesale, so the old storage is freed at once.
     def _apply(self, fn: Any, recurse: bool = True) -> Any:
         forget(self)
@@ -66,8 +94,37 @@ class _RWKV(nn.Module):
     def load_state_dict(
         self, state_dict: Mapping[str, Any], strict: bool = True, assign: bool = False
     ) -> Any:
-        forget(self)
+        self._forget_steps()
         return super().load_state_dict(state_dict, strict, assign)
+
+    def _forget_steps(self) -> None:
+        """Drop what the eager steps keep beside the parameters: the plan and every copy."""
+        forget(self)
+        for m in self.modules():
+            forget_rows(m)
+
+    def _logits(self, x: torch.Tensor, stateful: bool) -> torch.Tensor:
+        """``head(ln_out(x))``. On a stateful call with no graph to record (RNN mode,
+        generation), with a plain ``ln_out`` and a plain widening ``head`` without hooks, as
+        ``F.layer_norm`` and ``F.linear`` on the head's row-major copy (``rows_weight``): the
+        layout a one-row product reads fastest. A call that records a graph drops the plan and
+        the head's copy (training holds none beside the weights; the layers drop their own)."""
+        modules = self._modules
+        head, ln_out = modules["head"], modules["ln_out"]
+        assert head is not None and ln_out is not None
+        if (
+            stateful
+            and widening(head)
+            and type(ln_out) is nn.LayerNorm
+            and eager(x)
+            and not recording(head, ln_out)
+            and plain(head, ln_out)
+        ):
+            return step_linear(self, "head", layer_norm(ln_out, x, True))
+        if not torch.compiler.is_compiling() and recording(head, ln_out):
+            forget(self)
+            forget_rows(self)
+        return head(ln_out(x))
 
     def __getstate__(self) -> dict[str, Any]:
         state: dict[str, Any] = super().__getstate__()
@@ -94,13 +151,20 @@ class _RWKV(nn.Module):
     def _check_idx(self, idx: object) -> torch.Tensor:
         if not isinstance(idx, torch.Tensor):
             raise TypeError(f"idx must be a torch.Tensor, got {type(idx).__name__}")
+        check_dense("idx", idx)
         if idx.dtype not in (torch.int64, torch.int32):
             raise TypeError(f"idx must be int64 (or int32) token ids, got {idx.dtype}")
         if idx.dim() != 2:
             raise ValueError(f"idx must be (B, T), got shape {tuple(idx.shape)}")
+        weight = self.emb.weight
+        if idx.device != weight.device:
+            raise ValueError(
+                f"idx is on {idx.device}, the model on {weight.device}: use one device"
+            )
         # The range needs the values on the host: skipped while torch.compile traces (a graph
-        # break per call otherwise), where the embedding's own index check remains.
-        if idx.numel() and not torch.compiler.is_compiling():
+        # break per call otherwise), where the embedding's own index check remains, and for
+        # meta tensors, which have no values (a meta model gives meta logits).
+        if idx.numel() and not idx.is_meta and not torch.compiler.is_compiling():
             low, high = (int(v) for v in torch.aminmax(idx))
             if low < 0 or high >= self.vocab_size:
                 raise ValueError(
@@ -112,7 +176,7 @@ class _RWKV(nn.Module):
     def _check_model_state(self, state: object, batch_size: int, x: torch.Tensor) -> list[Any]:
         if state is None:
             return self.init_state(batch_size, device=x.device, dtype=x.dtype)
-        if not isinstance(state, Sequence) or isinstance(state, torch.Tensor):
+        if not isinstance(state, Sequence) or isinstance(state, torch.Tensor | str | bytes):
             raise TypeError(
                 f"state must be a list of {self.n_layer} block states, got {type(state).__name__}"
             )
@@ -125,25 +189,76 @@ class _RWKV(nn.Module):
     @classmethod
     def _build(cls: type[_Model], sd: Mapping[str, torch.Tensor], **sizes: Any) -> _Model:
         """A model of ``sizes`` holding ``sd``'s values: built on the meta device (no init
-        work, no memory), given float32 storage on the tensors' device, then loaded strictly.
+        work, no memory), its keys and shapes compared with ``sd``'s (a ValueError naming the
+        first key that is missing, unexpected or of another shape), given storage on the
+        tensors' device in ``dtype``, then loaded strictly.
         """
         dtype = sizes.pop("dtype")
-        with torch.device("meta"):
-            model = cls(**sizes)
+        if not isinstance(dtype, torch.dtype):
+            raise TypeError(
+                f"dtype must be a torch.dtype (e.g. torch.float32), got {type(dtype).__name__} "
+                f"{dtype!r}"
+            )
+        if dtype not in FLOATS:
+            raise TypeError(f"dtype must be float16, bfloat16, float32 or float64, got {dtype}")
+        try:
+            with torch.device("meta"):
+                model = cls(**sizes)
+        except ValueError as e:
+            read = ", ".join(f"{k}={v}" for k, v in sizes.items())
+            raise ValueError(f"sd's tensors give sizes no {cls.__name__} has ({read}): {e}") from e
+        expected = {k: tuple(v.shape) for k, v in model.state_dict().items()}
+        for key, shape in expected.items():
+            if key not in sd:
+                raise ValueError(f"sd has no {key!r} (a {cls.__name__} of these sizes needs it)")
+            got = tuple(sd[key].shape)
+            if got != shape:
+                raise ValueError(
+                    f"sd[{key!r}] must be {shape} (read from the other tensors), got {got}"
+                )
+        unexpected = [k for k in sd if k not in expected]
+        if unexpected:
+            raise ValueError(
+                f"sd has keys a {cls.__name__} does not: {unexpected[:5]}"
+                + (f" and {len(unexpected) - 5} more" if len(unexpected) > 5 else "")
+            )
         device = sd["emb.weight"].device
         model = model.to_empty(device=device).to(dtype)
         model.load_state_dict(sd, strict=True)
         return model
 
     @staticmethod
-    def _sizes(sd: Mapping[str, torch.Tensor], family: str, needed: str) -> dict[str, int]:
+    def _sizes(
+        sd: Mapping[str, torch.Tensor], family: str, needed: dict[str, int]
+    ) -> dict[str, int]:
+        """``vocab_size``, ``n_embd`` and ``n_layer`` of ``sd``, after checking its values are
+        dense float tensors with values, and that the keys the sizes are read from (``needed``:
+        key -> rank) are there with that rank; else a TypeError/ValueError naming the key."""
         if not isinstance(sd, Mapping):
             raise TypeError(f"sd must be a state dict (a mapping), got {type(sd).__name__}")
-        for key in ("emb.weight", needed):
+        for key, t in sd.items():
+            if not isinstance(t, torch.Tensor):
+                raise TypeError(f"sd[{key!r}] must be a torch.Tensor, got {type(t).__name__}")
+            check_dense(f"sd[{key!r}]", t)
+            if not t.is_floating_point():
+                raise TypeError(f"sd[{key!r}] must be a floating point tensor, got {t.dtype}")
+            if t.is_meta:
+                raise ValueError(f"sd[{key!r}] is a meta tensor: it holds no values to load")
+        for key, rank in {"emb.weight": 2, **needed}.items():
             if key not in sd:
                 raise ValueError(f"sd is not an {family} checkpoint: it has no {key!r}")
+            if sd[key].dim() != rank:
+                raise ValueError(
+                    f"sd[{key!r}] must have {rank} dimensions, got shape {tuple(sd[key].shape)}"
+                )
         vocab_size, n_embd = sd["emb.weight"].shape
-        layers = [int(k.split(".")[1]) for k in sd if k.startswith("blocks.")]
+        layers = []
+        for k in sd:
+            if k.startswith("blocks."):
+                index = k.split(".")[1]
+                if not index.isdigit():
+                    raise ValueError(f"sd key {k!r} is not blocks.<layer number>.*")
+                layers.append(int(index))
         return {"vocab_size": vocab_size, "n_embd": n_embd, "n_layer": 1 + max(layers)}
 
 
@@ -160,10 +275,17 @@ class RWKV7(_RWKV):
     Call ``model(idx)`` with ``idx`` ``(B, T)`` int64 -> logits ``(B, T, vocab_size)`` in the
     model's dtype; ``model(idx, state)`` -> ``(logits, new_state)``: ``state`` a list of
     ``RWKV7BlockState`` (``model.init_state(B)``, or ``None`` for that zero state). A sequence
-    run whole, in chunks or one token at a time gives the same logits; the state passed in is
-    never modified.
+    run whole, in chunks or one token at a time gives the same logits to float rounding, not
+    the same bits (float32, relative to the logits' largest magnitude: measured at most 8.2e-7
+    at 2 layers of width 32, 4.2e-6 at 4 of 128, 6.9e-6 at 6 of 256; see docs/rwkv.md); the
+    state passed in is never modified.
+
+    Under ``torch.autocast`` (bfloat16 or float16, CPU or CUDA) the linear maps run in the
+    autocast dtype and the WKV-7 recurrence and its state in float32 (``ops.wkv7`` promotes its
+    mixed inputs); the logits come out in the autocast dtype.
     """
 
+    @sizes_checked
     def __init__(
         self,
         vocab_size: int,
@@ -177,8 +299,16 @@ class RWKV7(_RWKV):
         v_lora: int | None = None,
         g_lora: int | None = None,
     ) -> None:
-        super().__init__(vocab_size, n_embd)
         check_size("n_layer", n_layer)
+        check_size("vocab_size", vocab_size)
+        c = check_size("n_embd", n_embd)
+        f = c * 4 if dim_ffn is None else check_size("dim_ffn", dim_ffn)
+        loras = sum(lora_widths(c).values())  # the default widths, for an estimate
+        check_fits(
+            f"RWKV7(vocab_size={vocab_size}, n_embd={n_embd}, n_layer={n_layer})",
+            n_layer * (4 * c * c + 2 * c * f + 2 * c * loras + 24 * c) + 2 * vocab_size * c,
+        )
+        super().__init__(vocab_size, n_embd)
         self.blocks = nn.ModuleList(
             RWKV7Block(
                 n_embd, i, n_layer, head_size=head_size, dim_ffn=dim_ffn,
@@ -207,14 +337,14 @@ class RWKV7(_RWKV):
         v_first: torch.Tensor | None = None
         if state is STATELESS:
             for block in self.blocks:
-                x, v_first = block(x, v_first)
-            return self.head(self.ln_out(x))
+                x, v_first = self._block(block, x, v_first)
+            return self._logits(x, False)
         states = self._check_model_state(state, idx.shape[0], x)
         new_state = []
         for block, s in zip(self.blocks, states, strict=True):
-            x, v_first, s = block(x, v_first, s)
+            x, v_first, s = self._block(block, x, v_first, s)
             new_state.append(s)
-        return self.head(self.ln_out(x)), new_state
+        return self._logits(x, True), new_state
 
     @classmethod
     def from_state_dict(
@@ -226,12 +356,19 @@ class RWKV7(_RWKV):
         from the ``blocks.N`` keys, heads from ``att.r_k`` ``(H, N)``, LoRA widths from
         ``w1 a1 v1 g1``, FFN width from ``ffn.key.weight``. The model is in ``dtype`` (values
         converted), on the tensors' device; ``sd`` is not modified and shares no memory with
-        the model. Raises ``TypeError`` for a non-mapping, ``ValueError`` for a state dict that
-        is not x070's, and ``load_state_dict``'s ``RuntimeError`` for missing, unexpected or
-        misshapen keys (e.g. the extra ``s_emb`` tensors of RWKV-LM's DeepEmbed variant).
+        the model.
+
+        Raises:
+            TypeError: ``sd`` not a mapping, a value not a dense floating point tensor (named
+                by its key), ``dtype`` not a floating ``torch.dtype``.
+            ValueError: a state dict that is not x070's, or a key missing, unexpected (e.g.
+                the extra ``s_emb`` tensors of RWKV-LM's DeepEmbed variant) or of another
+                shape than the other tensors imply, each named; meta tensors.
         """
-        sizes = cls._sizes(sd, "RWKV-7 (x070)", "blocks.0.att.r_k")
         att = "blocks.0.att."
+        needed = {att + "r_k": 2, "blocks.0.ffn.key.weight": 2}
+        needed |= {att + m + "1": 2 for m in "wavg"}
+        sizes = cls._sizes(sd, "RWKV-7 (x070)", needed)
         return cls._build(
             sd,
             **sizes,
@@ -256,6 +393,7 @@ class RWKV4(_RWKV):
     Calls as ``RWKV7``; the state is a list of ``BlockState``.
     """
 
+    @sizes_checked
     def __init__(
         self,
         vocab_size: int,
@@ -265,8 +403,16 @@ class RWKV4(_RWKV):
         dim_att: int | None = None,
         dim_ffn: int | None = None,
     ) -> None:
-        super().__init__(vocab_size, n_embd)
         check_size("n_layer", n_layer)
+        check_size("vocab_size", vocab_size)
+        c = check_size("n_embd", n_embd)
+        a = c if dim_att is None else check_size("dim_att", dim_att)
+        f = c * 4 if dim_ffn is None else check_size("dim_ffn", dim_ffn)
+        check_fits(
+            f"RWKV4(vocab_size={vocab_size}, n_embd={n_embd}, n_layer={n_layer})",
+            n_layer * (4 * c * a + 2 * c * f + c * c + 8 * c) + 2 * vocab_size * c,
+        )
+        super().__init__(vocab_size, n_embd)
         self.blocks = nn.ModuleList(
             RWKVBlock(n_embd, dim_att, dim_ffn, layer_id=i, n_layer=n_layer) for i in range(n_layer)
         )
@@ -286,8 +432,8 @@ class RWKV4(_RWKV):
         x = self.emb(self._check_idx(idx))
         if state is STATELESS:
             for block in self.blocks:
-                x = block(x)
-            return self.head(self.ln_out(x))
+                x = self._block(block, x)
+            return self._logits(x, False)
         states = self._check_model_state(state, idx.shape[0], x)
         if x.shape[1] == 1 and eager(x):
             # RNN mode (generation): the layers on rows over prepared views (_rnn.Plan).
@@ -295,12 +441,12 @@ class RWKV4(_RWKV):
             if plan is not None:
                 rows, new_state = step(plan, x, states)
                 # (B, 1, C) again: hooks on ln_out and head see the module path's shapes.
-                return self.head(self.ln_out(rows.unsqueeze(1))), new_state
+                return self._logits(rows.unsqueeze(1), True), new_state
         new_state = []
         for block, s in zip(self.blocks, states, strict=True):
-            x, s = block(x, s)
+            x, s = self._block(block, x, s)
             new_state.append(s)
-        return self.head(self.ln_out(x)), new_state
+        return self._logits(x, True), new_state
 
     @classmethod
     def from_state_dict(
@@ -308,9 +454,14 @@ class RWKV4(_RWKV):
     ) -> RWKV4:
         """An ``RWKV4`` holding an RWKV-4 state dict; sizes read from the tensors (``dim_att``
         from ``att.key.weight``, ``dim_ffn`` from ``ffn.key.weight``). As
-        ``RWKV7.from_state_dict`` otherwise.
+        ``RWKV7.from_state_dict`` otherwise, errors included.
         """
-        sizes = cls._sizes(sd, "RWKV-4", "blocks.0.att.time_decay")
+        needed = {
+            "blocks.0.att.time_decay": 1,
+            "blocks.0.att.key.weight": 2,
+            "blocks.0.ffn.key.weight": 2,
+        }
+        sizes = cls._sizes(sd, "RWKV-4", needed)
         return cls._build(
             sd,
             **sizes,

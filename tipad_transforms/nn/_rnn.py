@@ -4,11 +4,15 @@ A one-token step is all fixed cost: about 30 small ops a layer, where each modul
 attribute read (``nn.Module.__getattr__``: ~1.5 us), helper and reshape adds microseconds.
 ``RWKV4.forward`` takes this path for an eager one-token step with no graph to record: the
 layers run on ``(B, C)`` rows over a ``Plan`` made once per model, whose tensors are views of
-the parameters (the linear maps' transposes for ``x @ W.T``, the token mixes flattened). The
-module path's ops, on the same values in the same order, so the same bits.
+the parameters (the linear maps' transposes for ``x @ W.T``, the token mixes flattened) and,
+for the widening maps (``out > in``: the channel mix's ``key``), their row-major ``(in, out)``
+copies (``_common.rows_weight``), the layout a one-row product reads fastest. The module
+path's ops on the same values in the same order (the copies' products round as that layout's
+do).
 
 Views share the parameters' memory, so in-place value updates (``load_state_dict``, an
-optimizer step, ``torch.no_grad()`` edits) show at once. Everything else that could change what
+optimizer step, ``torch.no_grad()`` edits) show at once; a copied weight's in-place version
+is a guard (such an update makes a new plan, and new copies). Everything else that could change what
 the modules compute is a guard, checked on every step in a few C-level passes: a parameter,
 child or module dict replaced or deleted (``load_state_dict(assign=True)``, surgery), a block
 or an ``ln0`` added, a parameter's storage or layout changed (``.to()``, ``.data =``,
@@ -30,7 +34,7 @@ import torch.nn.functional as F
 from torch import nn
 
 from ..ops import wkv
-from ._common import check_tuple, plain
+from ._common import check_tuple, inplace_version, plain, rows_weight, widening
 from ._rwkv4 import (
     CHANNEL_MIX_MAPS,
     TIME_MIX_MAPS,
@@ -60,8 +64,9 @@ class _Norm(NamedTuple):
 
 
 class _Layer(NamedTuple):
-    """One block's tensors as the step uses them: ``*_t`` are ``(in, out)`` views of the
-    linear maps' weights, ``mix_*`` ``(C,)`` views of the token mixes."""
+    """One block's tensors as the step uses them: ``*_t`` are the linear maps' weights as
+    ``(in, out)`` (views of the transposes; row-major copies for widening maps), ``mix_*``
+    ``(C,)`` views of the token mixes."""
 
     ln0: _Norm | None
     ln1: _Norm
@@ -95,7 +100,8 @@ class Plan:
     """
 
     def __init__(self, blocks: nn.ModuleList) -> None:
-        layers = [_layer(block) for block in blocks]
+        copied: list[torch.Tensor] = []  # the weights the layers hold copies of
+        layers = [_layer(block, copied) for block in blocks]
         self.layers: list[_Layer] | None = None
         if all(layer is not None for layer in layers):
             self.layers = cast(list[_Layer], layers)
@@ -128,12 +134,15 @@ class Plan:
         self._ptrs = list(map(_data_ptr, self._tensors))
         self._numels = list(map(_numel, self._tensors))
         self._contiguous = list(map(_contiguous, self._tensors))
+        # Values, where the plan holds a copy instead of a view: the in-place version.
+        self._copied = copied
+        self._versions = list(map(inplace_version, copied))
 
     def fresh(self) -> bool:
         """Whether the modules are still those the plan was made of: no module, parameter,
         buffer or module dict replaced or deleted, no block or ``ln0`` added, no class
-        swapped, no parameter's storage or layout changed. (Other children or parameters
-        added are not used by the modules' forward.)"""
+        swapped, no parameter's storage or layout changed, no copied weight changed in place.
+        (Other children or parameters added are not used by the modules' forward.)"""
         try:
             same = all(map(is_, map(getitem, self._dicts, self._keys), self._objects))
         except KeyError:  # deleted
@@ -146,6 +155,7 @@ class Plan:
             and list(map(_data_ptr, self._tensors)) == self._ptrs
             and list(map(_numel, self._tensors)) == self._numels
             and list(map(_contiguous, self._tensors)) == self._contiguous
+            and list(map(inplace_version, self._copied)) == self._versions
         )
 
     def usable(self) -> bool:
@@ -161,8 +171,9 @@ class Plan:
         )
 
 
-def _layer(block: nn.Module) -> _Layer | None:
-    """``block``'s tensors as the step uses them, or None where a plan cannot stand for it."""
+def _layer(block: nn.Module, copied: list[torch.Tensor]) -> _Layer | None:
+    """``block``'s tensors as the step uses them, or None where a plan cannot stand for it.
+    Appends to ``copied`` the weights whose row-major copies it holds."""
     if type(block) is not RWKVBlock:
         return None
     att, ffn = block._modules.get("att"), block._modules.get("ffn")
@@ -186,9 +197,17 @@ def _layer(block: nn.Module) -> _Layer | None:
     params += [m.weight for m in linears]
     if any(type(p) is not nn.Parameter for p in params):
         return None
-    key, value, receptance, output, ffn_key, ffn_receptance, ffn_value = (
-        m.weight.detach().t() for m in linears
-    )
+    owners = [(att, name) for name in TIME_MIX_MAPS] + [(ffn, name) for name in CHANNEL_MIX_MAPS]
+    transposed = []
+    for (owner, name), m in zip(owners, linears, strict=True):
+        if widening(m):  # the copy the block's own step reads too (one copy per weight)
+            rows = rows_weight(owner, name, m.weight)
+            if rows.data_ptr() != m.weight.data_ptr():  # a copy, not a view (guarded)
+                copied.append(m.weight)
+            transposed.append(rows)
+        else:
+            transposed.append(m.weight.detach().t())
+    key, value, receptance, output, ffn_key, ffn_receptance, ffn_value = transposed
     return _Layer(
         norms[0], norms[1], norms[2], att, ffn,  # type: ignore[arg-type]
         time_decay=att.time_decay.detach(),

@@ -12,7 +12,7 @@ Every module runs in two ways:
 - ``m(x, state)``: the sequence continues from ``state`` (``m.init_state(B)`` at the start, or
   the state a previous call returned; ``None``: the zero state); returns ``(y, new_state)``.
   Running a sequence in pieces, down to one token at a time (RNN mode, for generation), gives
-  the output of running it whole.
+  the output of running it whole, to float rounding (docs/rwkv.md states the measured bound).
 
 A state is a small ``NamedTuple`` of tensors (``TimeMixState``, ``ChannelMixState``,
 ``BlockState``); ``state.detach()`` cuts the graph between training chunks. Calls never modify a
@@ -27,27 +27,29 @@ from operator import itemgetter
 from typing import NamedTuple, overload
 
 import torch
-import torch.nn.functional as F
 from torch import nn
 
 from ..ops import init_wkv_state, wkv
 from ._common import (
     STATELESS,
-    WEIGHT_BIAS,
+    KeepsRows,
     Stateless,
     channel_ramp,
     check_layer,
     check_part,
     check_size,
+    check_state_args,
     check_tuple,
     check_x,
     fast_step,
-    generation_layout,
+    forget_rows,
     last,
     layer_norm,
     read,
     shifted,
+    sizes_checked,
     state_dtype,
+    step_linear,
 )
 
 __all__ = [
@@ -124,7 +126,7 @@ def _mixer(x: torch.Tensor, xx: torch.Tensor) -> Callable[[torch.Tensor], torch.
     return lambda m: torch.addcmul(xx, d, m)
 
 
-class RWKVTimeMix(nn.Module):
+class RWKVTimeMix(KeepsRows):
     """RWKV-4 time mixing: ``output(sigmoid(r) * wkv(time_decay, time_first, k, v))``.
 
     ``k``, ``v`` and ``r`` are linear maps of the input mixed with the previous token's
@@ -152,9 +154,12 @@ class RWKVTimeMix(nn.Module):
       ``Linear(dim_att, n_embd, bias=False)`` (PyTorch's default init, like RWKV-LM's modules;
       RWKV-LM re-initialises them model-wide in ``generate_init_weight``).
 
-    Call ``m(x)`` or ``m(x, state)``: see ``forward``.
+    Call ``m(x)`` or ``m(x, state)``: see ``forward``. The weights are contiguous
+    ``nn.Linear`` weights; the eager inference step (``RWKVBlock``) reads widening ones
+    (``dim_att > n_embd``) through a row-major ``(n_embd, dim_att)`` copy.
     """
 
+    @sizes_checked
     def __init__(
         self, n_embd: int, dim_att: int | None = None, layer_id: int = 0, n_layer: int = 1
     ) -> None:
@@ -175,9 +180,9 @@ class RWKVTimeMix(nn.Module):
         self.time_mix_v = nn.Parameter((ddd**r1a0 + 0.3 * r01).float())
         self.time_mix_r = nn.Parameter((ddd ** (0.5 * r1a0)).float())
 
-        self.key = generation_layout(nn.Linear(n_embd, self.dim_att, bias=False))
-        self.value = generation_layout(nn.Linear(n_embd, self.dim_att, bias=False))
-        self.receptance = generation_layout(nn.Linear(n_embd, self.dim_att, bias=False))
+        self.key = nn.Linear(n_embd, self.dim_att, bias=False)
+        self.value = nn.Linear(n_embd, self.dim_att, bias=False)
+        self.receptance = nn.Linear(n_embd, self.dim_att, bias=False)
         self.output = nn.Linear(self.dim_att, n_embd, bias=False)
 
     def init_state(
@@ -193,7 +198,7 @@ class RWKVTimeMix(nn.Module):
 
         ``device`` and ``dtype`` default to the module's parameters'.
         """
-        check_size("batch_size", batch_size)
+        check_state_args(batch_size, device, dtype)
         device = self.time_mix_k.device if device is None else device
         dtype = self.time_mix_k.dtype if dtype is None else dtype
         return TimeMixState(
@@ -218,9 +223,11 @@ class RWKVTimeMix(nn.Module):
         With ``state`` (a ``TimeMixState`` for batch size ``B``) the sequence continues from it
         and ``(y, new_state)`` is returned; ``state=None`` starts from ``init_state(B)`` and
         returns the pair too. Raises ``ValueError`` naming ``x`` or ``state`` for a wrong shape
-        (rank, last dim, batch size) or device, ``TypeError`` for a wrong type.
+        (rank, last dim, batch size) or device, ``TypeError`` for a wrong type or dtype.
         """
-        x = check_x(x, self.n_embd)
+        x = check_x(x, self.n_embd, self.time_mix_k)
+        if torch.is_grad_enabled():  # training: no copy held beside the weights
+            forget_rows(self)
         if state is STATELESS:
             k, v, r = self._kvr(x, shifted(x, None))
             return self.output(torch.sigmoid(r) * wkv(self.time_decay, self.time_first, k, v))
@@ -254,7 +261,7 @@ class RWKVTimeMix(nn.Module):
         return f"n_embd={self.n_embd}, dim_att={self.dim_att}, layer_id={self.layer_id}"
 
 
-class RWKVChannelMix(nn.Module):
+class RWKVChannelMix(KeepsRows):
     """RWKV-4 channel mixing: ``sigmoid(receptance(xr)) * value(relu(key(xk)) ** 2)``.
 
     ``xk``, ``xr`` mix the input with the previous token's (``time_mix_k``, ``time_mix_r``).
@@ -269,9 +276,12 @@ class RWKVChannelMix(nn.Module):
     ``ddd ** r1a0`` (as in ``RWKVTimeMix``); ``key`` ``Linear(n_embd, dim_ffn)``,
     ``receptance`` ``Linear(n_embd, n_embd)``, ``value`` ``Linear(dim_ffn, n_embd)``, no bias.
 
-    Call ``m(x)`` or ``m(x, state)``: see ``forward``.
+    Call ``m(x)`` or ``m(x, state)``: see ``forward``. The eager inference step
+    (``RWKVBlock``) reads ``key`` through a row-major ``(n_embd, dim_ffn)`` copy of its weight
+    when ``dim_ffn > n_embd``.
     """
 
+    @sizes_checked
     def __init__(
         self, n_embd: int, dim_ffn: int | None = None, layer_id: int = 0, n_layer: int = 1
     ) -> None:
@@ -284,7 +294,7 @@ class RWKVChannelMix(nn.Module):
         self.time_mix_k = nn.Parameter((ddd**r1a0).float())
         self.time_mix_r = nn.Parameter((ddd**r1a0).float())
 
-        self.key = generation_layout(nn.Linear(n_embd, self.dim_ffn, bias=False))
+        self.key = nn.Linear(n_embd, self.dim_ffn, bias=False)
         self.receptance = nn.Linear(n_embd, n_embd, bias=False)
         self.value = nn.Linear(self.dim_ffn, n_embd, bias=False)
 
@@ -299,7 +309,7 @@ class RWKVChannelMix(nn.Module):
 
         ``device`` and ``dtype`` default to the module's parameters'.
         """
-        check_size("batch_size", batch_size)
+        check_state_args(batch_size, device, dtype)
         device = self.time_mix_k.device if device is None else device
         dtype = self.time_mix_k.dtype if dtype is None else dtype
         return ChannelMixState(torch.zeros(batch_size, self.n_embd, device=device, dtype=dtype))
@@ -320,7 +330,9 @@ class RWKVChannelMix(nn.Module):
 
         Errors as ``RWKVTimeMix.forward``.
         """
-        x = check_x(x, self.n_embd)
+        x = check_x(x, self.n_embd, self.time_mix_k)
+        if torch.is_grad_enabled():  # training: no copy held beside the weights
+            forget_rows(self)
         if state is STATELESS:
             return self._mix(x, None)
         if state is None:
@@ -358,6 +370,7 @@ class RWKVBlock(nn.Module):
     Call ``m(x)`` or ``m(x, state)``: see ``forward``.
     """
 
+    @sizes_checked
     def __init__(
         self,
         n_embd: int,
@@ -403,7 +416,7 @@ class RWKVBlock(nn.Module):
         ``RWKVTimeMix.forward``.
         """
         ln0, ln1, ln2, att, ffn = _parts(self)
-        x = check_x(x, att.n_embd)
+        x = check_x(x, att.n_embd, att.time_mix_k)
         if state is not STATELESS and state is not None:
             check_tuple(state, 2, "BlockState")
         if state is STATELESS:
@@ -429,9 +442,7 @@ class RWKVBlock(nn.Module):
 TIME_MIX_MAPS = ("key", "value", "receptance", "output")
 CHANNEL_MIX_MAPS = ("key", "receptance", "value")
 _TIME_MIX = itemgetter("time_decay", "time_first", "time_mix_k", "time_mix_v", "time_mix_r")
-_TIME_MIX_MAPS = itemgetter(*TIME_MIX_MAPS)
 _CHANNEL_MIX = itemgetter("time_mix_k", "time_mix_r")
-_CHANNEL_MIX_MAPS = itemgetter(*CHANNEL_MIX_MAPS)
 
 
 def _parts(
@@ -447,8 +458,10 @@ def _eager_step(block: RWKVBlock, x: torch.Tensor, state: tuple) -> tuple[torch.
     """``block(x, state)`` (a checked ``x``, a ``BlockState``-like ``state``) where
     ``fast_step`` allows it: no graph to record, plain modules, no hooks.
 
-    The module path's ops on the same tensors in the same order, so the same bits, written
-    as one flat function on ``F.linear`` / ``F.layer_norm``: a one-token step (RNN mode,
+    The module path's ops on the same tensors in the same order (a widening weight read
+    through its row-major copy, ``_common.step_linear``: the same values, rounded as that
+    layout's product rounds), written as one flat function on ``F.linear`` /
+    ``F.layer_norm``: a one-token step (RNN mode,
     generation) is all fixed cost, about 30 small ops a layer, and the module path's calls,
     helpers and attribute reads add up to more than a tenth of the step (measured against the
     ``rwkv`` package; docs/benchmarks.md). The states are checked as the mixers check them.
@@ -461,22 +474,20 @@ def _eager_step(block: RWKVBlock, x: torch.Tensor, state: tuple) -> tuple[torch.
 
     # Time mix: output(sigmoid(r) * wkv(k, v)), k v r from the token mixed with the last one.
     time_decay, time_first, mix_k, mix_v, mix_r = read(_TIME_MIX, att)
-    key, value, receptance, output = (read(WEIGHT_BIAS, m) for m in _TIME_MIX_MAPS(att._modules))
     xa = layer_norm(ln1, x, True)
     mix = _mixer(xa, shifted(xa, shift_att))
-    k = F.linear(mix(mix_k), *key)
-    v = F.linear(mix(mix_v), *value)
-    r = F.linear(mix(mix_r), *receptance)
+    k = step_linear(att, "key", mix(mix_k))
+    v = step_linear(att, "value", mix(mix_v))
+    r = step_linear(att, "receptance", mix(mix_r))
     y, aa_bb_pp = wkv(time_decay, time_first, k, v, aa_bb_pp)
-    x = x + F.linear(torch.sigmoid(r) * y, *output)
+    x = x + step_linear(att, "output", torch.sigmoid(r) * y)
 
     # Channel mix: sigmoid(r) * value(relu(key(xk)) ** 2).
     mix_k, mix_r = read(_CHANNEL_MIX, ffn)
-    key, receptance, value = (read(WEIGHT_BIAS, m) for m in _CHANNEL_MIX_MAPS(ffn._modules))
     xf = layer_norm(ln2, x, True)
     mix = _mixer(xf, shifted(xf, shift_ffn))
-    k = torch.square(torch.relu(F.linear(mix(mix_k), *key)))
-    x = x + torch.sigmoid(F.linear(mix(mix_r), *receptance)) * F.linear(k, *value)
+    k = torch.square(torch.relu(step_linear(ffn, "key", mix(mix_k))))
+    x = x + torch.sigmoid(step_linear(ffn, "receptance", mix(mix_r))) * step_linear(ffn, "value", k)
     new_state = BlockState(
         TimeMixState(last(xa, shift_att), aa_bb_pp), ChannelMixState(last(xf, shift_ffn))
     )

@@ -14,7 +14,8 @@ Calls, as the RWKV-4 layers (``tipad_transforms.nn._rwkv4``):
 
 - ``block(x, v_first)`` -> ``(y, v_first)``: a whole sequence from the zero state;
 - ``block(x, v_first, state)`` -> ``(y, v_first, new_state)``: continues from ``state``
-  (``None``: the zero state); pieces, down to one token at a time, equal the whole run.
+  (``None``: the zero state); pieces, down to one token at a time, equal the whole run to
+  float rounding (docs/rwkv.md states the measured bound).
 
 ``RWKV7ChannelMix`` has no ``v_first``: ``ffn(x)`` -> ``y``, ``ffn(x, state)`` -> ``(y, state)``.
 """
@@ -29,23 +30,28 @@ import torch.nn.functional as F
 from torch import nn
 
 from ..ops import wkv7
+from ..ops._wkv7 import MAX_HEAD_SIZE
 from ._common import (
     STATELESS,
+    KeepsRows,
     Stateless,
     channel_ramp,
     check_layer,
     check_part,
     check_size,
+    check_state_args,
     check_tuple,
     check_x,
     fast_step,
-    generation_layout,
+    forget_rows,
     group_norm,
     last,
     layer_norm,
     linear,
     shifted,
+    sizes_checked,
     state_dtype,
+    step_linear,
 )
 from ._rwkv4 import ChannelMixState
 
@@ -127,7 +133,24 @@ def _uniform_linear(n_in: int, n_out: int, bound: float) -> nn.Linear:
             layer.weight.zero_()
         else:
             layer.weight.uniform_(-bound, bound)
-    return generation_layout(layer)
+    return layer
+
+
+# RWKV-LM's order of a time mix's own tensors in a checkpoint (its children's follow).
+_ORDER = ("x_r", "x_w", "x_k", "x_v", "x_a", "x_g", "w1", "w2", "w0", "a1", "a2", "a0",
+          "v1", "v2", "v0", "g1", "g2", "k_k", "k_a", "r_k")  # fmt: skip
+
+
+def _checkpoint_order(
+    module: nn.Module, state_dict: dict[str, object], prefix: str, local_metadata: object
+) -> None:
+    """A ``state_dict`` post-hook of layer 0's time mix: its ``v1 v2 v0`` buffers, which
+    ``state_dict`` lists after the parameters, back at their place in RWKV-LM's order."""
+    mine = [k for k in state_dict if k.startswith(prefix)]
+    rank = {prefix + name: i for i, name in enumerate(_ORDER)}
+    entries = [(k, state_dict.pop(k)) for k in mine]
+    own = sorted((e for e in entries if e[0] in rank), key=lambda e: rank[e[0]])
+    state_dict.update(own + [e for e in entries if e[0] not in rank])
 
 
 class RWKV7TimeMix(nn.Module):
@@ -151,19 +174,34 @@ class RWKV7TimeMix(nn.Module):
         n_embd: width ``C`` of the input, output and attention (``C = H * head_size``).
         layer_id, n_layer: position in the stack, ``0 <= layer_id < n_layer``; they set the
             initial values, and layer 0 produces ``v_first`` instead of mixing it in.
-        head_size: ``N``, 64 in the released models; must divide ``n_embd``.
+        head_size: ``N``, 64 in the released models; must divide ``n_embd`` and be at most
+            128 (``ops.wkv7``'s limit).
         w_lora, a_lora, v_lora, g_lora: LoRA widths (RWKV-LM's ``D_DECAY_LORA``,
             ``D_AAA_LORA``, ``D_MV_LORA``, ``D_GATE_LORA``); default ``lora_widths(n_embd)``.
 
     Parameters, in RWKV-LM's order (state-dict keys ``blocks.N.att.*``; float32 at creation;
     ``C`` wide vectors are ``(1, 1, C)``): ``x_r x_w x_k x_v x_a x_g``; ``w1 (C, w_lora)``,
-    ``w2 (w_lora, C)``, ``w0``; ``a1 a2 a0``; ``v1 v2 v0`` (also in layer 0, where they are not
-    used, as in the checkpoints); ``g1 g2``; ``k_k``, ``k_a``, ``r_k (H, N)``;
+    ``w2 (w_lora, C)``, ``w0``; ``a1 a2 a0``; ``v1 v2 v0``; ``g1 g2``; ``k_k``, ``k_a``,
+    ``r_k (H, N)``;
     ``receptance key value output`` (``Linear(C, C)``, no bias); ``ln_x``
     (``GroupNorm(H, C, eps=64e-5)``). Initial values are RWKV-LM's (see docs/rwkv.md), with
     ``ln_x.weight = ((1 + layer_id) / n_layer) ** 0.7`` from its ``generate_init_weight``.
+
+    Layer 0 makes ``v_first`` instead of mixing it in, so its ``v0 v1 v2`` are unused; x070
+    checkpoints carry them for every layer all the same. There they are buffers, not
+    parameters: the same state-dict keys, shapes, values and order (``load_state_dict(strict=True)``
+    and ``.to()`` treat them alike), but no part in
+    autograd, so ``DistributedDataParallel`` with its default ``find_unused_parameters=False``
+    finds no parameter without a gradient, and ``parameters()`` (what an optimizer is given)
+    leaves them out.
+
+    Raises:
+        TypeError: a size that is not an int. ValueError: a size below 1, ``head_size`` not
+        dividing ``n_embd`` or above 128, ``layer_id`` outside ``[0, n_layer)``, or sizes
+        whose tensors cannot be allocated.
     """
 
+    @sizes_checked
     def __init__(
         self,
         n_embd: int,
@@ -181,6 +219,10 @@ class RWKV7TimeMix(nn.Module):
         n = self.head_size = check_size("head_size", head_size)
         if c % n:
             raise ValueError(f"head_size={n} must divide n_embd={c}")
+        if n > MAX_HEAD_SIZE:
+            raise ValueError(
+                f"head_size must be at most {MAX_HEAD_SIZE} (the limit of ops.wkv7), got {n}"
+            )
         h = self.n_head = c // n
         self.layer_id = layer_id
         r01, r1a0 = _ratios(layer_id, n_layer)
@@ -214,9 +256,15 @@ class RWKV7TimeMix(nn.Module):
         self.a1 = nn.Parameter(torch.zeros(c, widths["a"]))
         self.a2 = nn.Parameter(_ortho(widths["a"], c, 0.1))
         self.a0 = vec(-0.19 + zigzag * 0.3 + linear * 0.4)
-        self.v1 = nn.Parameter(torch.zeros(c, widths["v"]))
-        self.v2 = nn.Parameter(_ortho(widths["v"], c, 0.1))
-        self.v0 = vec(0.73 - linear * 0.4)
+        v1, v2 = torch.zeros(c, widths["v"]), _ortho(widths["v"], c, 0.1)
+        v0 = (0.73 - linear * 0.4).reshape(1, 1, c).float()
+        if layer_id == 0:  # unused: buffers (see the class docstring)
+            self.register_buffer("v1", v1)
+            self.register_buffer("v2", v2)
+            self.register_buffer("v0", v0)
+            self.register_state_dict_post_hook(_checkpoint_order)
+        else:
+            self.v1, self.v2, self.v0 = nn.Parameter(v1), nn.Parameter(v2), nn.Parameter(v0)
         self.g1 = nn.Parameter(torch.zeros(c, widths["g"]))
         self.g2 = nn.Parameter(_ortho(widths["g"], c, 0.1))
         self.k_k = vec(0.71 - linear * 0.1)
@@ -242,7 +290,7 @@ class RWKV7TimeMix(nn.Module):
         ``dtype`` and zero ``wkv`` ``(batch_size, H, N, N)``, float32 (float64 when ``dtype`` is
         float64). ``device`` and ``dtype`` default to the module's parameters'.
         """
-        check_size("batch_size", batch_size)
+        check_state_args(batch_size, device, dtype)
         device = self.x_r.device if device is None else device
         dtype = self.x_r.dtype if dtype is None else dtype
         return RWKV7TimeMixState(
@@ -289,7 +337,7 @@ class RWKV7TimeMix(nn.Module):
     ) -> tuple[torch.Tensor, torch.Tensor] | tuple[torch.Tensor, torch.Tensor, RWKV7TimeMixState]:
         """``forward``; ``fast``: the children as ``F.linear`` / ``F.group_norm`` (what
         ``RWKV7Block``'s eager inference step checked they are)."""
-        x = check_x(x, self.n_embd)
+        x = check_x(x, self.n_embd, self.x_r)
         b, t, c = x.shape
         checked: RWKV7TimeMixState | None = None
         if state is not STATELESS:
@@ -303,6 +351,8 @@ class RWKV7TimeMix(nn.Module):
                     "layer 0 returned"
                 )
             v_first = check_part("v_first", v_first, (b, t, c), x)
+            if v_first.dtype != x.dtype and not torch.is_autocast_enabled(x.device.type):
+                raise TypeError(f"v_first must have x's dtype {x.dtype}, got {v_first.dtype}")
         xx = shifted(x, None if checked is None else checked.shift) - x
         r = linear(self.receptance, x + xx * self.x_r, fast)
         w = -_DECAY_SCALE * torch.sigmoid(
@@ -326,10 +376,10 @@ class RWKV7TimeMix(nn.Module):
         k = k * (1 + (iclr - 1) * self.k_a)
         args = (heads(r), heads(w), heads(k), heads(v), -kk, kk * heads(iclr))
         if checked is None:
-            y = cast(torch.Tensor, wkv7(*args))
+            y = wkv7(*args)
             new_state = None
         else:
-            y, s = cast(tuple[torch.Tensor, torch.Tensor], wkv7(*args, checked.wkv))
+            y, s = wkv7(*args, checked.wkv)
             new_state = RWKV7TimeMixState(last(x, checked.shift), s)
         y = (
             group_norm(self.ln_x, y.reshape(b * t, c), fast).view(b, t, c)
@@ -359,7 +409,7 @@ class RWKV7TimeMix(nn.Module):
         )
 
 
-class RWKV7ChannelMix(nn.Module):
+class RWKV7ChannelMix(KeepsRows):
     """RWKV-7 channel mixing (RWKV-LM ``RWKV_CMix_x070``): ``value(relu(key(x_k)) ** 2)``.
 
     ``x_k = x + xx * x_k``, ``xx`` the previous token's input minus this one's; no receptance.
@@ -374,9 +424,13 @@ class RWKV7ChannelMix(nn.Module):
     ``±0.5 / sqrt(n_embd)``; ``value`` ``Linear(dim_ffn, n_embd)`` zero; no bias.
 
     Call ``m(x)`` -> ``y`` or ``m(x, state)`` -> ``(y, new_state)`` with a ``ChannelMixState``
-    (``None``: the zero state), as ``RWKVChannelMix``.
+    (``None``: the zero state), as ``RWKVChannelMix``. The eager inference step (see
+    ``RWKV7Block``) reads ``key`` through a row-major ``(n_embd, dim_ffn)`` copy of its weight
+    when ``dim_ffn > n_embd`` (``_common.rows_weight``); the parameter itself stays the
+    contiguous ``(dim_ffn, n_embd)`` of ``nn.Linear``.
     """
 
+    @sizes_checked
     def __init__(
         self, n_embd: int, layer_id: int = 0, n_layer: int = 1, *, dim_ffn: int | None = None
     ) -> None:
@@ -397,7 +451,7 @@ class RWKV7ChannelMix(nn.Module):
         dtype: torch.dtype | None = None,
     ) -> ChannelMixState:
         """The state before the first token: zero ``shift`` ``(batch_size, n_embd)``."""
-        check_size("batch_size", batch_size)
+        check_state_args(batch_size, device, dtype)
         device = self.x_k.device if device is None else device
         dtype = self.x_k.dtype if dtype is None else dtype
         return ChannelMixState(torch.zeros(batch_size, self.n_embd, device=device, dtype=dtype))
@@ -421,7 +475,7 @@ class RWKV7ChannelMix(nn.Module):
         self, x: torch.Tensor, state: ChannelMixState | Stateless | None, fast: bool
     ) -> torch.Tensor | tuple[torch.Tensor, ChannelMixState]:
         """``forward``; ``fast`` as ``RWKV7TimeMix._forward``."""
-        x = check_x(x, self.n_embd)
+        x = check_x(x, self.n_embd, self.x_k)
         prev = None
         if state is not STATELESS:
             if state is None:
@@ -429,7 +483,13 @@ class RWKV7ChannelMix(nn.Module):
             (prev,) = check_tuple(state, 1, "ChannelMixState")
             prev = check_part("state.shift", prev, (x.shape[0], self.n_embd), x)
         k = x + (shifted(x, prev) - x) * self.x_k
-        y = linear(self.value, torch.square(torch.relu(linear(self.key, k, fast))), fast)
+        if fast:
+            k = step_linear(self, "key", k)
+        else:
+            if torch.is_grad_enabled():  # training: no copy held beside the weights
+                forget_rows(self)
+            k = self.key(k)
+        y = linear(self.value, torch.square(torch.relu(k)), fast)
         return y if prev is None else (y, ChannelMixState(last(x, prev)))
 
     def extra_repr(self) -> str:
@@ -452,6 +512,7 @@ class RWKV7Block(nn.Module):
     ``(y, v_first, new_state)`` with an ``RWKV7BlockState`` (``None``: the zero state).
     """
 
+    @sizes_checked
     def __init__(
         self,
         n_embd: int,
@@ -509,7 +570,7 @@ class RWKV7Block(nn.Module):
         """``x`` ``(B, T, n_embd)`` -> ``(y, v_first)``, or ``(y, v_first, new_state)`` with a
         ``state``. Errors as ``RWKV7TimeMix.forward``.
         """
-        x = check_x(x, self.att.n_embd)
+        x = check_x(x, self.att.n_embd, self.att.x_r)
         if state is not STATELESS and state is not None:
             check_tuple(state, 2, "RWKV7BlockState")
         if self.ln0 is not None:

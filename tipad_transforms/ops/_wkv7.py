@@ -10,11 +10,19 @@ chunk at a time, so it holds ``B * H * N^2 * (ceil(T / _CHUNK) + 1)`` checkpoint
 all six inputs and the initial state, so long sequences can be trained in chunks and the state
 itself can be trained. Custom ops with fake implementations and registered autograd: they trace
 under ``torch.compile(fullgraph=True)`` and pass ``torch.library.opcheck``.
+
+The six inputs may mix float dtypes (under ``torch.autocast`` the linear maps hand ``r``, ``k``,
+``v`` in bfloat16 next to float32 ``w``, ``a``, ``b``): they are promoted as torch promotes
+(``torch.promote_types``), the math runs in float32 (float64 when the promoted dtype is), and
+``y`` comes back in the promoted dtype, each gradient in its input's dtype. No autocast rule is
+registered: autocast leaves the op alone, so eager, compiled and autocast calls all take the
+same path.
 """
 
 from __future__ import annotations
 
-from typing import Any
+from functools import reduce
+from typing import Any, overload
 
 import torch
 
@@ -45,18 +53,30 @@ def _slots(t: Any, save: bool) -> Any:
     return (t + _CHUNK - 1) // _CHUNK + 1 if save else 1
 
 
+def _result_dtype(inputs: tuple[torch.Tensor, ...]) -> torch.dtype:
+    """The dtype of ``y``: the six inputs' float dtypes promoted as torch promotes them."""
+    return reduce(torch.promote_types, (t.dtype for t in inputs))
+
+
+def _check_dense(name: str, t: torch.Tensor) -> None:
+    """TypeError naming ``t`` for the layouts the kernels cannot read (sparse, nested)."""
+    if t.is_nested:
+        raise TypeError(f"{name} must be a dense tensor, got a nested tensor")
+    if t.layout != torch.strided:
+        raise TypeError(f"{name} must be a dense (strided) tensor, got layout {t.layout}")
+
+
 def _check(inputs: tuple[Any, ...], state: Any) -> tuple[int, int, int, int]:
     """``(B, T, H, N)`` of valid arguments, else a TypeError/ValueError naming the culprit."""
     for name, t in zip(_NAMES, inputs, strict=True):
         check_float(name, t)
+        _check_dense(name, t)
     r = inputs[0]
     if r.dim() != 4:
         raise ValueError(f"r must be (B, T, H, N), got shape {tuple(r.shape)}")
     for name, t in zip(_NAMES[1:], inputs[1:], strict=True):
         if t.shape != r.shape:
             raise ValueError(f"{name} must have r's shape {tuple(r.shape)}, got {tuple(t.shape)}")
-        if t.dtype != r.dtype:
-            raise TypeError(f"{name} must have r's dtype {r.dtype}, got {t.dtype}")
     b, t, h, n = r.shape
     if n > MAX_HEAD_SIZE:
         raise ValueError(
@@ -66,15 +86,15 @@ def _check(inputs: tuple[Any, ...], state: Any) -> tuple[int, int, int, int]:
     if state is not None:
         if not isinstance(state, torch.Tensor):
             raise TypeError(f"state must be a torch.Tensor or None, got {type(state).__name__}")
+        _check_dense("state", state)
         if state.shape != (b, h, n, n):
             raise ValueError(
                 f"state must be ({b}, {h}, {n}, {n}) for r of shape {tuple(r.shape)}, "
                 f"got {tuple(state.shape)}"
             )
-        if state.dtype != _math(r.dtype):
-            raise TypeError(
-                f"state must be {_math(r.dtype)} for {r.dtype} inputs, got {state.dtype}"
-            )
+        dtype = _result_dtype(inputs)
+        if state.dtype != _math(dtype):
+            raise TypeError(f"state must be {_math(dtype)} for {dtype} inputs, got {state.dtype}")
         named.append(("state", state))
     for name, p in named:
         if p.device != r.device:
@@ -86,9 +106,11 @@ Six = tuple[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor
 
 
 def _operands(inputs: Six) -> Six:
-    """``r, d = exp(w), k, v, a, b``: detached, contiguous, in the math dtype (the kernels
-    take no bfloat16, and half precision loses the recurrence). ``exp`` keeps NaN and inf."""
-    r, w, k, v, a, b = (t.detach().to(_math(inputs[0].dtype)).contiguous() for t in inputs)
+    """``r, d = exp(w), k, v, a, b``: detached, contiguous, in the math dtype of the promoted
+    one (the kernels take no bfloat16, and half precision loses the recurrence). ``exp`` keeps
+    NaN and inf."""
+    m = _math(_result_dtype(inputs))
+    r, w, k, v, a, b = (t.detach().to(m).contiguous() for t in inputs)
     return r, torch.exp(w), k, v, a, b
 
 
@@ -103,10 +125,11 @@ def wkv7_forward(
     state: torch.Tensor,
     save: bool,
 ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
-    """``(y, new_state, saved)``: ``y`` ``(B, T, H, N)`` in ``r``'s dtype, the state after the
-    last token ``(B, H, N, N)``, and ``saved`` ``(B, H, S, N, N)`` in the math dtype: with
-    ``save`` (S = ceil(T / _CHUNK) + 1) the checkpoints ``wkv7_backward`` reads and the final
-    state, else (S = 1) the final state. Arguments as ``wkv7`` (``state`` required)."""
+    """``(y, new_state, saved)``: ``y`` ``(B, T, H, N)`` in the inputs' promoted dtype, the
+    state after the last token ``(B, H, N, N)``, and ``saved`` ``(B, H, S, N, N)`` in the math
+    dtype: with ``save`` (S = ceil(T / _CHUNK) + 1) the checkpoints ``wkv7_backward`` reads and
+    the final state, else (S = 1) the final state. Arguments as ``wkv7`` (``state``
+    required)."""
     y, new_state, states = _forward(r, w, k, v, a, b, state, save)
     return y, new_state.clone(memory_format=_DENSE) if not save else new_state, states
 
@@ -142,15 +165,16 @@ def _forward(
     new_state = states[:, :, -1]
     if save:
         new_state = new_state.clone(memory_format=_DENSE)
-    return y.to(r.dtype), new_state, states
+    return y.to(_result_dtype((r, w, k, v, a, b))), new_state, states
 
 
 @wkv7_forward.register_fake
 def _(r, w, k, v, a, b, state, save):  # type: ignore[no-untyped-def]
     _check((r, w, k, v, a, b), state)
     n_b, n_t, n_h, n_n = r.shape
-    saved = r.new_empty(n_b, n_h, _slots(n_t, save), n_n, n_n, dtype=_math(r.dtype))
-    return r.new_empty(r.shape), state.new_empty(state.shape), saved
+    dtype = _result_dtype((r, w, k, v, a, b))
+    saved = r.new_empty(n_b, n_h, _slots(n_t, save), n_n, n_n, dtype=_math(dtype))
+    return r.new_empty(r.shape, dtype=dtype), state.new_empty(state.shape), saved
 
 
 @torch.library.custom_op("tipad::wkv7_backward", mutates_args=())
@@ -235,6 +259,30 @@ def _backward(ctx, grad_y, grad_state, _grad_saved):  # type: ignore[no-untyped-
 wkv7_forward.register_autograd(_backward, setup_context=_setup_context)
 
 
+@overload
+def wkv7(
+    r: torch.Tensor,
+    w: torch.Tensor,
+    k: torch.Tensor,
+    v: torch.Tensor,
+    a: torch.Tensor,
+    b: torch.Tensor,
+    state: None = None,
+) -> torch.Tensor: ...
+
+
+@overload
+def wkv7(
+    r: torch.Tensor,
+    w: torch.Tensor,
+    k: torch.Tensor,
+    v: torch.Tensor,
+    a: torch.Tensor,
+    b: torch.Tensor,
+    state: torch.Tensor,
+) -> tuple[torch.Tensor, torch.Tensor]: ...
+
+
 def wkv7(
     r: torch.Tensor,
     w: torch.Tensor,
@@ -251,23 +299,26 @@ def wkv7(
     (``y`` read after the update). In the x070 model ``a = -kk`` and ``b = kk * iclr``.
 
     Args:
-        r, w, k, v, a, b: ``(B, T, H, N)``, one float dtype (float16, bfloat16, float32 or
-            float64), any ``T`` (0 included), ``N <= 128``, on one device (cpu or cuda); any
+        r, w, k, v, a, b: ``(B, T, H, N)`` dense float tensors (float16, bfloat16, float32 or
+            float64; they may mix, as under ``torch.autocast``), any ``T`` (0 included),
+            ``N <= 128``, on one device (cpu or cuda; meta tensors give meta results); any
             strides. ``w`` is the log of the per-step decay (the decay ``exp(w)`` is in (0, 1)
             for ``w < 0``; nothing is clamped, NaN and inf propagate).
-        state: ``(B, H, N, N)`` to start from, float32 (float64 for float64 inputs); None:
-            zeros, and only ``y`` is returned.
+        state: ``(B, H, N, N)`` to start from, float32 (float64 when the inputs' promoted
+            dtype is float64); None: zeros, and only ``y`` is returned.
 
     Returns:
-        ``y`` ``(B, T, H, N)`` in the inputs' dtype; with ``state``, ``(y, new_state)``, the
-        new state differentiable too. Running the tokens in chunks, passing the state on,
-        equals running them at once, gradients included (all seven arguments get them).
-        Arguments are never modified. The backward's memory: ``B * H * N^2 * (ceil(T / 32) +
-        66)`` numbers of the math dtype (checkpoints every 32 steps and one chunk of scratch),
-        not a state per step.
+        ``y`` ``(B, T, H, N)`` in the inputs' promoted dtype (``torch.promote_types``: bfloat16
+        for all-bfloat16 inputs, float32 for bfloat16 mixed with float32); the math runs in
+        float32 (float64 for a float64 promoted dtype) whatever the inputs. With ``state``,
+        ``(y, new_state)``, the new state differentiable too. Running the tokens in chunks,
+        passing the state on, equals running them at once, gradients included (all seven
+        arguments get them, each in its own dtype). Arguments are never modified. The
+        backward's memory: ``B * H * N^2 * (ceil(T / 32) + 66)`` numbers of the math dtype
+        (checkpoints every 32 steps and one chunk of scratch), not a state per step.
 
     Raises:
-        TypeError: an argument is not a tensor, not floating point, the dtypes differ, or
+        TypeError: an argument is not a tensor, not floating point, sparse or nested, or
             ``state`` has the wrong dtype.
         ValueError: wrong shapes, ``N > 128``, or arguments on different devices.
     """
@@ -275,7 +326,7 @@ def wkv7(
     n_b, _, n_h, n_n = _check(inputs, state)
     s = state
     if s is None:
-        s = r.new_zeros(n_b, n_h, n_n, n_n, dtype=_math(r.dtype))
+        s = r.new_zeros(n_b, n_h, n_n, n_n, dtype=_math(_result_dtype(inputs)))
     if eager(*inputs, s):  # no graph to record: the implementation, without the dispatcher
         y, new_state, _ = _forward(r, w, k, v, a, b, s, False, checked=True)
     else:
