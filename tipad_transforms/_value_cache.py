@@ -14,6 +14,8 @@ from typing import Any, Generic, TypeVar
 
 import torch
 
+from ._compat.torch import functorch_active, jit_tracing, mode_depth
+
 V = TypeVar("V")
 
 _PLAIN = (torch.Tensor, torch.nn.Parameter)
@@ -34,22 +36,16 @@ def tracing() -> bool:
     can trace; the others would break its graph):
 
     * ``torch.compiler.is_compiling()`` (public): Dynamo, ``torch.export`` (both modes).
-    * ``torch._C._get_tracing_state()`` (private): the ``torch.jit.trace`` tracer.
-    * ``torch._C._are_functorch_transforms_active()`` (private): vmap, grad, jvp,
-      functionalize.
-    * ``torch._C._len_torch_dispatch_stack()`` (private): fake, proxy, functional and users'
-      ``TorchDispatchMode``s.
-    * ``torch._C._len_torch_function_stack()`` (private): ``TorchFunctionMode``s, pre-dispatch
-      tracing (``torch.export``, ``make_fx(pre_dispatch=True)``) and device contexts.
+    * ``_compat.torch.jit_tracing()`` (private API behind it): the ``torch.jit.trace`` tracer.
+    * ``_compat.torch.functorch_active()``: vmap, grad, jvp, functionalize.
+    * ``_compat.torch.mode_depth()``: fake, proxy, functional and users'
+      ``TorchDispatchMode``s; ``TorchFunctionMode``s, pre-dispatch tracing (``torch.export``,
+      ``make_fx(pre_dispatch=True)``) and device contexts.
 
     Each costs tens of nanoseconds; ``tests/test_tracing.py`` checks every state above.
     """
     return bool(
-        torch.compiler.is_compiling()
-        or torch._C._get_tracing_state() is not None
-        or torch._C._are_functorch_transforms_active()
-        or torch._C._len_torch_dispatch_stack()
-        or torch._C._len_torch_function_stack()
+        torch.compiler.is_compiling() or jit_tracing() or functorch_active() or mode_depth()
     )
 
 

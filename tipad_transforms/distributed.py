@@ -15,10 +15,11 @@ from __future__ import annotations
 
 import hashlib
 import os
-import warnings
 from dataclasses import dataclass
 
 import torch
+
+from ._compat.torch import cuda_device_count, nvml_device_count
 
 __all__ = ["bind_device", "local_rank", "rank_generator", "visible_devices"]
 
@@ -67,12 +68,7 @@ def local_rank(index: int | None = None) -> int:
 
 def _physical_count() -> int:
     """GPUs on the machine from NVML (never starts CUDA), or -1 where NVML is unavailable."""
-    try:
-        with warnings.catch_warnings():
-            warnings.simplefilter("ignore")
-            return int(torch.cuda._raw_device_count_nvml())
-    except (OSError, AttributeError, RuntimeError):
-        return -1
+    return nvml_device_count()
 
 
 def _runtime_count() -> int:
@@ -81,9 +77,7 @@ def _runtime_count() -> int:
     The runtime reads ``CUDA_VISIBLE_DEVICES`` once, when it starts, and torch caches the count
     from then on, so this reports the devices of a runtime started before the binding.
     """
-    if not torch.cuda._is_compiled():
-        return 0
-    return int(torch._C._cuda_getDeviceCount())
+    return cuda_device_count()
 
 
 def _too_late(visible: str | None, count: int, want: str) -> RuntimeError:

@@ -209,10 +209,10 @@ def seed_frozen_frames() -> None:
     still returns None for them, getframeinfo and findsource give what they gave, only without
     the scan. An entry someone else already made is kept.
     """
-    import inspect  # here: ``tipad --version`` imports this module and needs no inspect
+    # here: ``tipad --version`` imports this module and needs neither torch nor inspect
+    from .._compat.cpython import seed_getmodule_cache
 
-    for filename in FROZEN_FILES:
-        inspect.modulesbyfile.setdefault(filename, filename)
+    seed_getmodule_cache(FROZEN_FILES)
 
 
 def init_options(ti: ModuleType) -> dict[str, object]:

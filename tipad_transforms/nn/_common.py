@@ -13,8 +13,8 @@ from typing import Any, ParamSpec, cast
 
 import torch
 from torch import nn
-from torch.nn.modules import module as _module
 
+from .._compat.torch import global_module_hooks, jit_tracing, module_hooks, tensor_version
 from ..ops._common import check_float
 from ..ops._route import eager
 
@@ -219,18 +219,10 @@ def plain(*modules: nn.Module) -> bool:
     """Whether calling ``modules``' ``forward`` directly (or their functional form) is what
     ``module(x)`` would do: no hooks on them or global ones, no ``forward`` set on an instance
     (as accelerate's hooks do), no TorchScript tracing."""
-    if (
-        _module._global_forward_hooks
-        or _module._global_forward_pre_hooks
-        or _module._global_backward_hooks
-        or _module._global_backward_pre_hooks
-        or torch._C._get_tracing_state() is not None
-    ):
+    if global_module_hooks() or jit_tracing():
         return False
     for m in modules:
-        if m._forward_hooks or m._forward_pre_hooks or m._backward_hooks or m._backward_pre_hooks:
-            return False
-        if "forward" in m.__dict__:
+        if module_hooks(m) or "forward" in m.__dict__:
             return False
     return True
 
@@ -325,12 +317,7 @@ def layer_norm(m: nn.Module, x: torch.Tensor, fast: bool) -> torch.Tensor:
 ROWS_PREFIX = "_rows_"
 
 
-def inplace_version(t: torch.Tensor) -> int:
-    # Private API (Tensor._version): torch's in-place version counter, the one autograd checks
-    # to refuse a saved tensor modified in place. Every in-place op bumps it (optimizer steps,
-    # load_state_dict, edits under no_grad); writes through ``.data`` escape it, as they
-    # escape autograd's check.
-    return t._version
+inplace_version = tensor_version  # see _compat.torch.tensor_version
 
 
 def widening(m: nn.Module) -> bool:

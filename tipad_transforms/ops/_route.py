@@ -11,16 +11,14 @@ from __future__ import annotations
 import contextlib
 import numbers
 import os
-import sys
 import time
-import types
-import warnings
 from collections.abc import Callable, Iterator
 
 import torch
 from torch.utils.data import get_worker_info
 
 from .. import _runtime
+from .._compat.cpython import warn_at_caller
 from .._value_cache import tracing
 
 __all__ = [
@@ -55,36 +53,22 @@ _RUNNERS = (
 )
 
 
-def _user_stacklevel() -> int:
-    """``stacklevel`` for a warning issued by our caller that points at the user's code.
-
-    The first frame (going out) outside tipad_transforms, torch, torchvision and the standard
-    library's runners: the user's transform call, Dataset.__getitem__ or loop. Where the stack
-    holds none (a tipad transform run by a DataLoader worker), the first frame outside
-    tipad_transforms.
-    """
-    frame: types.FrameType | None = sys._getframe(1)  # level 1: the caller of warnings.warn
-    level = 1
-    fallback = None
-    while frame is not None:
-        name = frame.f_code.co_filename
-        if fallback is None and not name.startswith(_PACKAGE):
-            fallback = level
-        if not name.startswith(_INTERNAL + _RUNNERS):
-            return level
-        frame, level = frame.f_back, level + 1
-    return fallback if fallback is not None else 1
+def warn_at_user(message: str, category: type[Warning]) -> None:
+    """Warn at the user's line: the first frame (going out) outside tipad_transforms, torch,
+    torchvision and the standard library's runners (the user's transform call,
+    Dataset.__getitem__ or loop); where the stack holds none (a tipad transform run by a
+    DataLoader worker), the first frame outside tipad_transforms."""
+    warn_at_caller(message, category, _INTERNAL, _RUNNERS)
 
 
 def warn_once(reason: str, what: str) -> None:
     """Warn once per (``what``, ``reason``) that ``what`` takes the torch route."""
     if (what, reason) not in _warned:
         _warned.add((what, reason))
-        warnings.warn(
+        warn_at_user(
             f"tipad_transforms: the Taichi kernel cannot run here ({reason}); {what} with the "
             "slower torch route instead",
             RuntimeWarning,
-            stacklevel=_user_stacklevel(),
         )
 
 
@@ -182,11 +166,10 @@ def _from_environment() -> float:
             if seconds != seconds:  # NaN: every comparison false, the warm-up silently off
                 raise ValueError(raw)
         except ValueError:
-            warnings.warn(
+            warn_at_user(
                 f"tipad_transforms: {name}={raw!r} is not a number of seconds; "
                 f"using {_DEFAULT_WARMUP_S}",
                 RuntimeWarning,
-                stacklevel=_user_stacklevel(),
             )
             return _DEFAULT_WARMUP_S
         return max(seconds, 0.0)

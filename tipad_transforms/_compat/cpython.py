@@ -1,0 +1,71 @@
+"""CPython's private APIs, each behind a function with a safe default (see ``_compat``)."""
+
+from __future__ import annotations
+
+import sys
+import types
+from typing import Any
+
+__all__ = ["MISSING", "caller_frame", "seed_getmodule_cache", "warn_at_caller"]
+
+#: The private names this Python lacks (``tests/test_compat.py`` requires it to be empty).
+MISSING: list[str] = []
+
+_getframe = getattr(sys, "_getframe", None)
+if _getframe is None:
+    MISSING.append("sys._getframe")
+
+
+def caller_frame(depth: int) -> types.FrameType | None:
+    """The frame ``depth`` levels above the caller of this function (0: that caller), or
+    None where frames cannot be read (default: None; a warning then points at its own line)."""
+    if _getframe is None:
+        return None
+    try:
+        frame: types.FrameType = _getframe(depth + 1)
+        return frame
+    except ValueError:  # not that deep
+        return None
+
+
+def warn_at_caller(
+    message: str, category: type[Warning], internal: tuple[str, ...], runners: tuple[str, ...]
+) -> None:
+    """``warnings.warn`` pointing at the first frame, going out, whose file starts with none of
+    ``internal + runners`` (the user's line); where every frame does (a DataLoader worker's
+    stack, started by ``runners``), at the first one outside ``internal[0]`` (this package).
+
+    Walks the frames with ``sys._getframe`` (default: the caller's own line). Python 3.12's
+    public ``skip_file_prefixes`` cannot say the second rule: where it skips every frame it
+    blames ``<sys>``.
+    """
+    import warnings
+
+    frame = caller_frame(1)  # the caller's caller: where the walk starts
+    level, fallback = 2, None
+    while frame is not None:
+        name = frame.f_code.co_filename
+        if fallback is None and not name.startswith(internal[0]):
+            fallback = level
+        if not name.startswith(internal + runners):
+            break
+        frame, level = frame.f_back, level + 1
+    else:
+        level = fallback if fallback is not None else 2
+    warnings.warn(message, category, stacklevel=level)
+
+
+def seed_getmodule_cache(filenames: tuple[str, ...]) -> None:
+    """Record ``filenames`` in ``inspect.modulesbyfile`` (inspect's private file -> module
+    cache) under a module name no module has, so ``inspect.getmodule`` answers None for them
+    at once instead of rescanning ``sys.modules`` on every call (default: nothing; those calls
+    stay slow). An entry someone else already made is kept."""
+    import inspect  # here: most processes never need it
+
+    cache: Any = getattr(inspect, "modulesbyfile", None)
+    if not isinstance(cache, dict):
+        if "inspect.modulesbyfile" not in MISSING:
+            MISSING.append("inspect.modulesbyfile")
+        return
+    for filename in filenames:
+        cache.setdefault(filename, filename)
