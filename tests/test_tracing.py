@@ -1,6 +1,6 @@
 """Tracing never changes eager behaviour: torch.export, torch.jit.trace and torch.compile of code
 that pads record the ``tipad`` custom ops and give the eager result, no cache keeps a tensor
-made under a tracer, and one check (``_value_cache.tracing``, read by ``ops._route.eager``)
+made under a tracer, and one check (``_tracing.tracing``, read by ``_tracing.eager``)
 tells every tracing, export, functorch and mode state from plain eager execution.
 
 References: ``tests/reference.py`` (numpy index maps, written from the spec), and eager calls
@@ -26,10 +26,10 @@ from torchvision import tv_tensors
 
 import tipad_transforms.functional as F
 from tipad_transforms import ops
-from tipad_transforms._value_cache import KeyedCache, ValueCache, tracing, untraced
+from tipad_transforms._tracing import eager, tracing, untraced
+from tipad_transforms._value_cache import KeyedCache, ValueCache
 from tipad_transforms.functional import _brick
 from tipad_transforms.ops import _pad as pad_module
-from tipad_transforms.ops._route import eager
 
 TEXTURE = random_image((3, 4, 5), torch.float32, seed=3)
 

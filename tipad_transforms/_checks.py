@@ -13,20 +13,26 @@ from typing import Any
 import torch
 
 __all__ = [
+    "FLOATS",
     "INT32_MAX",
     "INT64_MAX",
     "Number",
     "check_dense",
     "check_flag",
+    "check_float",
     "check_generator",
     "check_int",
     "check_number",
     "check_offset",
+    "check_tensor",
     "is_int",
     "unreadable",
 ]
 
 Number = int | float | bool
+
+#: The float dtypes the RWKV ops and layers take.
+FLOATS = (torch.float16, torch.bfloat16, torch.float32, torch.float64)
 
 INT32_MAX = 2**31 - 1
 INT64_MAX = 2**63 - 1
@@ -122,4 +128,25 @@ def check_dense(t: torch.Tensor, name: str, *, meta: bool = False) -> torch.Tens
         raise ValueError(
             f"{name} is a meta tensor (shape only, no data): give a CPU or CUDA tensor"
         )
+    return t
+
+
+def check_tensor(name: str, t: object) -> torch.Tensor:
+    """``t`` if it is a dense (strided) tensor, else a TypeError naming it (the public
+    functions' check): not a tensor, or quantized, nested or sparse (``_checks.unreadable``).
+    Meta tensors pass: the ops' fake implementations give their shapes, as torch's ops do."""
+    if not isinstance(t, torch.Tensor):
+        raise TypeError(f"{name} must be a torch.Tensor, got {type(t).__name__}")
+    kind = unreadable(t)
+    if kind is not None:
+        raise TypeError(f"{name} must be a dense (strided) tensor, got {kind}")
+    return t
+
+
+def check_float(name: str, t: object) -> torch.Tensor:
+    """``t`` if it is a float16/bfloat16/float32/float64 tensor, else a TypeError naming it."""
+    check_tensor(name, t)
+    assert isinstance(t, torch.Tensor)
+    if t.dtype not in FLOATS:
+        raise TypeError(f"{name} must be float16, bfloat16, float32 or float64, got {t.dtype}")
     return t

@@ -1,52 +1,21 @@
 """What the package caches across calls: values derived from a tensor (a texture's dtype
 conversion, its word table), reused while the tensor holds the same bits (``ValueCache``);
-constants of a call's signature (``KeyedCache``); the rule that a cached tensor is never an
-inference tensor (``normal_tensors``); and the one test of whether a call runs eagerly or under
-a tracer (``tracing``), which decides both whether a cache may be used and whether an op may
-skip the dispatcher (``ops._route.eager``)."""
+constants of a call's signature (``KeyedCache``); and the rule that a cached tensor is never an
+inference tensor (``normal_tensors``). Nothing is read from or stored in a cache while
+``_tracing.tracing()``."""
 
 from __future__ import annotations
 
 import contextlib
-import threading
 from collections.abc import Callable, Hashable
 from typing import Any, Generic, TypeVar
 
 import torch
 
-from ._compat.torch import functorch_active, jit_tracing, mode_depth
+from ._tracing import PLAIN as _PLAIN
+from ._tracing import tracing
 
 V = TypeVar("V")
-
-_PLAIN = (torch.Tensor, torch.nn.Parameter)
-
-
-def tracing() -> bool:
-    """Whether torch may be recording or transforming what runs now, rather than running it.
-
-    True under ``torch.compile`` and ``torch.export.export`` (strict and non-strict: torch sets
-    ``torch.compiler.is_compiling()`` for both), ``torch.jit.trace``, a functorch transform
-    (``vmap``, ``grad``, ``functionalize``), and any torch dispatch or torch function mode
-    (``FakeTensorMode``, ``make_fx`` in every tracing mode, pre-dispatch tracing, a
-    ``FunctionalTensorMode``, a ``torch.device`` context, a user's mode). Under any of these a
-    tensor made now may be a fake, functional or traced one, or a value the tracer records: no
-    cache stores it, and no op skips the dispatcher.
-
-    What it relies on (checked in this order, the first one also being the only call Dynamo
-    can trace; the others would break its graph):
-
-    * ``torch.compiler.is_compiling()`` (public): Dynamo, ``torch.export`` (both modes).
-    * ``_compat.torch.jit_tracing()`` (private API behind it): the ``torch.jit.trace`` tracer.
-    * ``_compat.torch.functorch_active()``: vmap, grad, jvp, functionalize.
-    * ``_compat.torch.mode_depth()``: fake, proxy, functional and users'
-      ``TorchDispatchMode``s; ``TorchFunctionMode``s, pre-dispatch tracing (``torch.export``,
-      ``make_fx(pre_dispatch=True)``) and device contexts.
-
-    Each costs tens of nanoseconds; ``tests/test_tracing.py`` checks every state above.
-    """
-    return bool(
-        torch.compiler.is_compiling() or jit_tracing() or functorch_active() or mode_depth()
-    )
 
 
 def normal_tensors() -> contextlib.AbstractContextManager[Any]:
@@ -57,39 +26,6 @@ def normal_tensors() -> contextlib.AbstractContextManager[Any]:
     if torch.compiler.is_compiling():
         return contextlib.nullcontext()
     return torch.inference_mode(False)
-
-
-def untraced(make: Callable[[], V]) -> V:
-    """``make()``, run where no tracer sees it: for values that are pure functions of Python
-    arguments (a rendered brick tile), which a tracer should record as a constant, not as the
-    ops (and the seeded ``torch.Generator``) that make them.
-
-    Eagerly (not ``tracing()``), and in code Dynamo traces (which cannot trace a thread; it
-    bakes such values in through ``torch.compiler.assume_constant_result``, as ``brick_tile``
-    does), this is ``make()``. Under any other tracer it runs ``make`` on a helper thread and
-    waits for it: torch's dispatch and function modes (fake, proxy, functional), the
-    ``torch.jit.trace`` tracer, functorch's transforms, grad mode and autocast are all thread
-    local, so there it makes plain tensors, as in eager mode (public APIs only). Its exceptions
-    are raised here.
-    """
-    if not tracing() or torch.compiler.is_dynamo_compiling():
-        return make()
-    outcome: list[tuple[bool, Any]] = []
-
-    def run() -> None:
-        try:
-            outcome.append((True, make()))
-        except BaseException as exc:  # re-raised on the caller's thread
-            outcome.append((False, exc))
-
-    helper = threading.Thread(target=run, name="tipad-untraced", daemon=True)
-    helper.start()
-    helper.join()
-    ok, value = outcome[0]
-    if not ok:
-        raise value
-    result: V = value
-    return result
 
 
 def _cacheable(t: torch.Tensor) -> bool:

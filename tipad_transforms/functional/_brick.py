@@ -17,7 +17,7 @@ import torch
 import torch.nn.functional as nnF
 
 from .._checks import INT32_MAX, check_int, is_int
-from .._value_cache import untraced
+from .._tracing import untraced
 
 __all__ = ["brick_channels", "brick_options", "make_brick_texture", "running_bond_stagger"]
 

@@ -20,7 +20,8 @@ import torch.nn.functional as nnF
 from torchvision.transforms.v2 import functional as tvF
 
 from .._checks import INT64_MAX, check_dense, is_int
-from .._value_cache import KeyedCache, ValueCache, normal_tensors, tracing
+from .._tracing import tracing
+from .._value_cache import KeyedCache, ValueCache, normal_tensors
 
 __all__ = [
     "Fill",

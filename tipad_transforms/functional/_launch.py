@@ -18,9 +18,9 @@ import torch
 from .. import ops
 from .._checks import INT64_MAX
 from .._geometry import PadGeometry, check_bank_index
-from .._value_cache import KeyedCache, tracing
+from .._tracing import eager, tracing
+from .._value_cache import KeyedCache
 from ..ops._pad import pad_direct
-from ..ops._route import eager
 from ._convert import fill_values, per_sample, texture_bank
 
 __all__ = ["Border", "launch"]

@@ -19,7 +19,8 @@ from torchvision.transforms.v2 import functional as tvF
 
 from .._checks import Number, check_dense, check_int
 from .._geometry import check_mode, image_channels, parse_padding
-from .._value_cache import KeyedCache, untraced
+from .._tracing import untraced
+from .._value_cache import KeyedCache
 from ._brick import brick_channels, brick_options, make_brick_texture, running_bond_stagger
 from ._convert import Fill, plain, scale_texture
 from ._launch import Border, launch

@@ -16,8 +16,8 @@ import torch
 from .. import ops
 from .._checks import check_dense, check_int
 from .._geometry import check_mode, image_channels
+from .._tracing import eager
 from ..ops._pad import pad_stack_direct
-from ..ops._route import eager
 from ._convert import Fill
 from ._launch import Border, check_size
 from ._pad import check_image

@@ -14,9 +14,9 @@ from typing import Any, ParamSpec, cast
 import torch
 from torch import nn
 
+from .._checks import check_float
 from .._compat.torch import global_module_hooks, jit_tracing, module_hooks, tensor_version
-from ..ops._common import check_float
-from ..ops._route import eager
+from .._tracing import eager
 
 
 class Stateless(enum.Enum):
@@ -233,7 +233,7 @@ def fast_step(x: torch.Tensor, block: nn.Module, mixers: tuple[tuple[nn.Module, 
 
     That path calls each mixer's step and ``F.linear`` / ``F.layer_norm`` with the children's
     own weights, skipping ``nn.Module.__call__`` (a one-token step is all fixed cost). It may
-    when nothing needs a graph (``ops._route.eager``: grad off, or no input or parameter
+    when nothing needs a graph (``_tracing.eager``: grad off, or no input or parameter
     requiring it), each mixer is exactly of its class with plain ``nn.Linear`` (or
     ``nn.GroupNorm``) children, the
     ``norms`` are plain ``nn.LayerNorm`` (or None), and no module involved has hooks.

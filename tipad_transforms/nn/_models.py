@@ -19,8 +19,8 @@ import torch
 from torch import nn
 from torch.utils.checkpoint import checkpoint
 
-from ..ops._common import FLOATS
-from ..ops._route import eager
+from .._checks import FLOATS
+from .._tracing import eager
 from ._common import (
     STATELESS,
     KeepsRows,

@@ -7,22 +7,9 @@ from collections.abc import Sequence
 
 import torch
 
-from .._checks import unreadable
+from .._checks import check_tensor
 
-FLOATS = (torch.float16, torch.bfloat16, torch.float32, torch.float64)
 _INT32 = (-(2**31), 2**31 - 1)
-
-
-def check_tensor(name: str, t: object) -> torch.Tensor:
-    """``t`` if it is a dense (strided) tensor, else a TypeError naming it (the public
-    functions' check): not a tensor, or quantized, nested or sparse (``_checks.unreadable``).
-    Meta tensors pass: the ops' fake implementations give their shapes, as torch's ops do."""
-    if not isinstance(t, torch.Tensor):
-        raise TypeError(f"{name} must be a torch.Tensor, got {type(t).__name__}")
-    kind = unreadable(t)
-    if kind is not None:
-        raise TypeError(f"{name} must be a dense (strided) tensor, got {kind}")
-    return t
 
 
 def check_dense(**tensors: torch.Tensor) -> None:
@@ -31,15 +18,6 @@ def check_dense(**tensors: torch.Tensor) -> None:
     crash in their own dispatch keys)."""
     for name, t in tensors.items():
         check_tensor(name, t)
-
-
-def check_float(name: str, t: object) -> torch.Tensor:
-    """``t`` if it is a float16/bfloat16/float32/float64 tensor, else a TypeError naming it."""
-    check_tensor(name, t)
-    assert isinstance(t, torch.Tensor)
-    if t.dtype not in FLOATS:
-        raise TypeError(f"{name} must be float16, bfloat16, float32 or float64, got {t.dtype}")
-    return t
 
 
 def check_meta(

@@ -18,7 +18,7 @@ import torch
 
 from .. import _fallback, _runtime
 from .._geometry import MAX_PAD, MODE_CODES, PadGeometry, check_bank_index
-from .._value_cache import tracing
+from .._tracing import tracing
 from ._common import (
     check_dense,
     check_int32,
@@ -240,7 +240,7 @@ def pad_direct(
     padding) already hold what the op's checks establish: canonical ``mode``, ``fill``,
     ``offset``, ``texture_index`` (in the bank) and ``stagger`` of the right shapes, dtypes and
     device. A user's ``out`` is still checked (shape, dtype, device, contiguity, overlap). The
-    caller has checked ``_route.eager`` on every tensor argument. Same implementation as the ops.
+    caller has checked ``_tracing.eager`` on every tensor argument. Same implementation as the ops.
     """
     global direct_calls
     direct_calls += 1
@@ -489,7 +489,7 @@ def _pad_stack_op(
 
 def pad_stack_direct(*args: Any) -> torch.Tensor:
     """``tipad::pad_stack`` (same arguments) without the custom-op dispatch, for
-    ``functional.pad_stack`` when ``_route.eager`` holds for every tensor argument: the op's
+    ``functional.pad_stack`` when ``_tracing.eager`` holds for every tensor argument: the op's
     implementation, checks included (counted in ``direct_calls``, as ``pad_direct``)."""
     global direct_calls
     direct_calls += 1

@@ -19,7 +19,6 @@ from torch.utils.data import get_worker_info
 
 from .. import _runtime
 from .._compat.cpython import warn_at_caller
-from .._value_cache import tracing
 
 __all__ = [
     "WARMUP_ENV",
@@ -223,32 +222,3 @@ def exact_route(
         _Warmup.spent += time.perf_counter() - start
     elif not kernel_ran(what, launch):
         route()
-
-
-_PLAIN = (torch.Tensor, torch.nn.Parameter)
-
-
-def eager(*tensors: torch.Tensor) -> bool:
-    """Whether a call on ``tensors`` may run an op's implementation directly, skipping the
-    ``torch.ops`` dispatch (its Python costs more than a small kernel).
-
-    The one check of this: only where the dispatcher could do nothing but call the op's
-    CPU/CUDA implementation. Not while ``_value_cache.tracing()`` (``torch.compile``,
-    ``torch.export``, ``torch.jit.trace``, functorch transforms, any torch dispatch or torch
-    function mode: its docstring lists what it relies on), plain CPU or CUDA tensors (``Tensor``
-    or ``Parameter``; no subclass such as FakeTensor, FunctionalTensor or a tv_tensor; no meta
-    tensor) and no autograd to record (grad mode off, or no tensor requires grad). The ops and
-    their direct callers share one implementation, so both give the same bits; everything else
-    goes through ``torch.ops``, where a tracer records the op.
-    """
-    if tracing():
-        return False
-    grad = torch.is_grad_enabled()
-    for t in tensors:
-        if (
-            type(t) not in _PLAIN
-            or not (t.is_cpu or t.is_cuda)  # meta tensors go to the fake implementation
-            or (grad and t.requires_grad)
-        ):
-            return False
-    return True

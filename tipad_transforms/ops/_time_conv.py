@@ -17,7 +17,8 @@ from typing import Any
 import torch
 
 from .. import _fallback, _runtime
-from ._common import check_float, check_meta, check_tensor
+from .._checks import check_float, check_tensor
+from ._common import check_meta
 from ._route import kernel_ran
 
 __all__ = ["time_conv", "time_conv_backward", "time_conv_forward"]

@@ -17,8 +17,10 @@ from typing import overload
 import torch
 
 from .. import _fallback, _runtime
-from ._common import check_float, check_meta, check_tensor
-from ._route import eager, kernel_ran
+from .._checks import check_float, check_tensor
+from .._tracing import eager
+from ._common import check_meta
+from ._route import kernel_ran
 
 __all__ = ["init_wkv_state", "wkv", "wkv_backward", "wkv_forward"]
 

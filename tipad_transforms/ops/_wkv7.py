@@ -27,8 +27,9 @@ from typing import Any, overload
 import torch
 
 from .. import _fallback, _runtime
-from ._common import check_float
-from ._route import eager, kernel_ran
+from .._checks import check_float
+from .._tracing import eager
+from ._route import kernel_ran
 
 __all__ = ["MAX_HEAD_SIZE", "wkv7", "wkv7_backward", "wkv7_forward"]
 
