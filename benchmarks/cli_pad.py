@@ -2,7 +2,7 @@
 
     python benchmarks/cli_pad.py [--count 1000] [--workers N] [--repeats 3] [--out out/cli-pad]
 
-The tree (:func:`make_image_tree`, also used by ``tests/test_cli_folders.py``) holds ``count``
+The tree (:func:`make_image_tree`, also used by ``tests/cli/test_inputs.py``) holds ``count``
 small images (8-40 px a side) of mixed formats and modes, in nested folders: PNG RGB, RGBA,
 grey and palette (some with a transparent entry), JPEG RGB and grey, GIF palette. Both peers read
 every file, pad it by ``--padding`` px and write it under a mirrored tree in the input's format
@@ -120,7 +120,7 @@ def main() -> None:
     parser.add_argument("--repeats", type=int, default=3)
     parser.add_argument("--out", type=Path, default=Path("out/cli-pad"))
     args = parser.parse_args()
-    from tipad_transforms._image_workers import default_workers
+    from tipad_transforms.cli.workers import default_workers
 
     workers = args.workers if args.workers is not None else default_workers()
     info = _common.machine_info()

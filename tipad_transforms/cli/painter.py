@@ -37,7 +37,7 @@ import PIL.Image
 if TYPE_CHECKING:
     import torch
 
-from ._image_inputs import FileJob, inside
+from .inputs import FileJob, inside
 
 __all__ = [
     "Outcome",
@@ -103,7 +103,7 @@ class Painter:
     """Pads images the way ``spec`` says; one per process (it holds the decoded tile)."""
 
     def __init__(self, spec: PadSpec) -> None:
-        from .functional import running_bond_stagger
+        from ..functional import running_bond_stagger
 
         self.spec = spec
         self._tile: PIL.Image.Image | None = None
@@ -131,11 +131,11 @@ class Painter:
         padding = spec.padding if padding is None else padding
         if spec.mode is not None:
             fill = spec.fill or (0,)
-            from .functional import pad  # lazily: the command line starts without torch
+            from ..functional import pad  # lazily: the command line starts without torch
 
             return pad(img, padding, fill=fill, padding_mode=spec.mode)
-        from .functional import texture_pad
-        from .functional._pil import pil_texture
+        from ..functional import texture_pad
+        from ..functional._pil import pil_texture
 
         assert self._tile is not None
         # The tile in the image's colour space, contiguous: converted once per mode, not once
@@ -387,7 +387,7 @@ def _orientation(img: PIL.Image.Image) -> int:
 
 
 def _read_texture(path: Path) -> PIL.Image.Image:
-    from ._image_inputs import UsageError
+    from .inputs import UsageError
 
     if not path.is_file():
         raise UsageError(f"texture {str(path)!r} does not exist or is not a file")
@@ -403,7 +403,7 @@ def brick_image(seed: int) -> PIL.Image.Image:
     """The default brick tile (``make_brick_texture(seed=seed)``) as an 8-bit RGB PIL image."""
     import torch
 
-    from .functional import make_brick_texture
+    from ..functional import make_brick_texture
 
     tile = make_brick_texture(seed=seed)
     arr = (tile.clamp(0, 1) * 255).round().to(dtype=torch.uint8).permute(1, 2, 0)

@@ -12,7 +12,7 @@ from typing import Any
 
 import PIL.Image
 
-from ._version import __version__
+from .._version import __version__
 
 __all__ = ["Column", "demo_columns", "render_gallery", "stripes"]
 
@@ -37,9 +37,9 @@ def stripes(period: int = 16) -> PIL.Image.Image:
 
 
 def demo_columns(padding: int) -> list[Column]:
-    from .functional import brick_channels
-    from .functional._pil import pil_texture
-    from .transforms import BrickPad, TexturePad
+    from ..functional import brick_channels
+    from ..functional._pil import pil_texture
+    from ..transforms import BrickPad, TexturePad
 
     tile = stripes()
     bricks: dict[int, BrickPad] = {}
@@ -56,7 +56,7 @@ def demo_columns(padding: int) -> list[Column]:
         return out
 
     def standard(mode: str) -> Callable[[PIL.Image.Image], PIL.Image.Image]:
-        from .functional import pad  # lazily: the command line starts without torch
+        from ..functional import pad  # lazily: the command line starts without torch
 
         return lambda img: pad(img, padding, padding_mode=mode)
 
@@ -194,7 +194,7 @@ def render_gallery(
         y += h + gap
     import torch
 
-    from ._runtime import taichi_backend
+    from .._runtime import taichi_backend
 
     draw.text(
         (margin, height - margin - footer_h + 14),

@@ -31,11 +31,11 @@ from pathlib import Path
 from types import FrameType
 from typing import TYPE_CHECKING
 
-from ._image_inputs import UsageError
-from ._version import __version__
+from .inputs import UsageError
+from .._version import __version__
 
 if TYPE_CHECKING:  # the padding modules import torch: not at start-up
-    from ._image_padding import Outcome, PadSpec
+    from .painter import Outcome, PadSpec
 
 __all__ = ["build_parser", "main"]
 
@@ -114,7 +114,7 @@ def build_parser() -> argparse.ArgumentParser:
         prog="tipad",
         description="Texture padding for images and tensors, one fused Taichi kernel per call.",
     )
-    from ._runtime import taichi_backend  # names the Taichi without importing it
+    from .._runtime import taichi_backend  # names the Taichi without importing it
 
     parser.add_argument(
         "--version", action="version", version=f"tipad {__version__} ({taichi_backend()})"
@@ -368,7 +368,7 @@ def _run(args: argparse.Namespace) -> int:
 
 
 def _padding(values: list[int]) -> tuple[int, int, int, int]:
-    from ._image_padding import max_output_pixels
+    from .painter import max_output_pixels
 
     if len(values) == 1:
         sides = (values[0], values[0], values[0], values[0])
@@ -390,7 +390,7 @@ def _padding(values: list[int]) -> tuple[int, int, int, int]:
 
 
 def _pad_spec(args: argparse.Namespace) -> PadSpec:
-    from ._image_padding import PadSpec
+    from .painter import PadSpec
 
     if args.fill is not None and args.mode != "constant":
         raise UsageError("--fill applies to --mode constant only")
@@ -411,10 +411,10 @@ def _pad_spec(args: argparse.Namespace) -> PadSpec:
 
 
 def _pad(args: argparse.Namespace) -> int:
-    from ._image_inputs import find_inputs, output_format, plan_jobs
-    from ._image_padding import _read_texture, remove_stale_temporaries
-    from ._image_workers import Workers, default_workers
-    from ._progress import Progress
+    from .inputs import find_inputs, output_format, plan_jobs
+    from .painter import _read_texture, remove_stale_temporaries
+    from .workers import Workers, default_workers
+    from .progress import Progress
 
     spec = _pad_spec(args)
     fmt = output_format(args.format) if args.format is not None else None
@@ -564,10 +564,10 @@ def _summary(
 
 
 def _demo(args: argparse.Namespace) -> int:
-    from ._gallery import demo_columns, render_gallery
-    from ._image_padding import write_atomically
-    from ._timing_table import time_paddings, timing_table
-    from .assets import SAMPLE_NAMES, load_sample
+    from .demo import demo_columns, render_gallery
+    from .painter import write_atomically
+    from .timing import time_paddings, timing_table
+    from ..assets import SAMPLE_NAMES, load_sample
 
     start = time.perf_counter()
     out_dir: Path = args.out

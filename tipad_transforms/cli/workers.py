@@ -28,8 +28,8 @@ from multiprocessing.process import BaseProcess
 from multiprocessing.synchronize import Event
 from types import FrameType, TracebackType
 
-from ._image_inputs import FileJob
-from ._image_padding import Outcome, PadSpec, Painter, discard_temporary
+from .inputs import FileJob
+from .painter import Outcome, PadSpec, Painter, discard_temporary
 
 __all__ = ["Workers", "default_workers"]
 
@@ -58,7 +58,7 @@ def default_workers() -> int:
 def _start_method() -> str:
     if "fork" not in multiprocessing.get_all_start_methods() or sys.platform == "darwin":
         return "spawn"  # macOS: fork is unsafe with system frameworks
-    from . import _runtime
+    from .. import _runtime
 
     taichi_started = "taichi" in sys.modules and _runtime.runtime_arch() is not None
     torch = sys.modules.get("torch")
@@ -151,7 +151,7 @@ class Workers:
             if method == "fork":
                 # Import torch, the package and Taichi (without starting it) once, here: forked
                 # workers inherit them instead of each importing them again (seconds apiece).
-                from . import _runtime, functional  # noqa: F401
+                from .. import _runtime, functional  # noqa: F401
 
                 _runtime.taichi_version()
             context = multiprocessing.get_context(method)

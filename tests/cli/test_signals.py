@@ -11,7 +11,6 @@ machine's speed, the test waits for a temporary file to appear, freezes the whol
 from __future__ import annotations
 
 import hashlib
-import importlib.util
 import os
 import re
 import signal
@@ -21,7 +20,6 @@ import time
 from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
-from types import ModuleType
 
 import numpy as np
 import PIL.Image
@@ -31,7 +29,6 @@ from tipad_transforms.cli import main
 
 pytestmark = pytest.mark.skipif(sys.platform != "linux", reason="/proc, process groups")
 
-ROOT = Path(__file__).resolve().parent.parent
 ENV = {**os.environ, "TI_SKIP_VERSION_CHECK": "ON", "ENABLE_TAICHI_HEADER_PRINT": "0"}
 TEMP = re.compile(r"\..+\.tipad-[0-9]+-[0-9a-f]{8}\.tmp")
 #: Generous limits for a loaded machine: they end a hung test, nothing waits for them.
@@ -180,15 +177,6 @@ def test_sigkill_of_the_parent_does_not_leave_its_workers_running(
 # fault injection
 
 
-def _bench() -> ModuleType:
-    """``benchmarks/cli_pad.py``: its ``make_image_tree`` is a tree of mixed small images."""
-    spec = importlib.util.spec_from_file_location("cli_pad", ROOT / "benchmarks" / "cli_pad.py")
-    assert spec is not None and spec.loader is not None
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
-
-
 def _written_since(folder: Path, since_ns: int) -> int:
     """How many outputs in ``folder`` were (re)written at or after ``since_ns``."""
     count = 0
@@ -212,10 +200,10 @@ def _run_here(capsys: pytest.CaptureFixture[str], *args: str | Path) -> None:
 
 @pytest.mark.slow  # ~40 s on two free cores: 20 fresh processes
 def test_sigkill_at_random_points_never_leaves_a_partial_or_wrong_output(
-    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], make_image_tree: Callable[..., list[Path]]
 ) -> None:
     tree = tmp_path / "tree"
-    _bench().make_image_tree(tree, 200, seed=5)  # PNG, JPEG and GIF, 8-40 px
+    make_image_tree(tree, 200, seed=5)  # PNG, JPEG and GIF, 8-40 px
     inputs = digest(tree)
     args = ["-r", "--mode", "reflect", "--padding", "3"]
     reference = tmp_path / "reference"  # what a clean run writes

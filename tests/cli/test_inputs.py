@@ -3,12 +3,11 @@ one input cannot be padded as asked, progress when asked for, honest about lossy
 
 from __future__ import annotations
 
-import importlib.util
 import os
 import subprocess
 import sys
+from collections.abc import Callable
 from pathlib import Path
-from types import ModuleType
 
 import numpy as np
 import PIL.Image
@@ -17,16 +16,7 @@ import pytest
 from tipad_transforms.cli import DEFAULT_BRICK_STAGGER, main
 from tipad_transforms.functional import running_bond_stagger
 
-ROOT = Path(__file__).resolve().parent.parent
-
-
-def _bench() -> ModuleType:
-    """``benchmarks/cli_pad.py``: its ``make_image_tree`` is the tree the benchmark pads."""
-    spec = importlib.util.spec_from_file_location("cli_pad", ROOT / "benchmarks" / "cli_pad.py")
-    assert spec is not None and spec.loader is not None
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
+ROOT = Path(__file__).resolve().parents[2]
 
 
 def _pixels(img: PIL.Image.Image) -> np.ndarray:
@@ -53,9 +43,11 @@ def _check_output(src: Path, out: Path, pad: tuple[int, int, int, int], exact: b
 
 
 @pytest.mark.slow  # ~15 s: a fresh process, two workers, 1,000 files written and read back
-def test_a_tree_of_1000_mixed_images_in_worker_processes(tmp_path: Path) -> None:
+def test_a_tree_of_1000_mixed_images_in_worker_processes(
+    tmp_path: Path, make_image_tree: Callable[..., list[Path]]
+) -> None:
     tree = tmp_path / "tree"
-    sources = _bench().make_image_tree(tree, 1000, seed=1)
+    sources = make_image_tree(tree, 1000, seed=1)
     out = tmp_path / "out"
     # A fresh process, as a user runs it: its workers are forked before Taichi starts.
     cmd = [sys.executable, "-m", "tipad_transforms", "pad", str(tree), "-o", str(out)]
@@ -84,9 +76,11 @@ def test_a_tree_of_1000_mixed_images_in_worker_processes(tmp_path: Path) -> None
 
 
 @pytest.fixture(scope="module")
-def small_tree(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, list[Path]]:
+def small_tree(
+    tmp_path_factory: pytest.TempPathFactory, make_image_tree: Callable[..., list[Path]]
+) -> tuple[Path, list[Path]]:
     tree = tmp_path_factory.mktemp("small") / "tree"
-    return tree, _bench().make_image_tree(tree, 40, seed=2)
+    return tree, make_image_tree(tree, 40, seed=2)
 
 
 def _run(capsys: pytest.CaptureFixture[str], argv: list[str]) -> tuple[int, str, str]:
@@ -202,10 +196,10 @@ def test_stagger_help_states_the_default_running_bond(capsys: pytest.CaptureFixt
 
 
 def test_an_output_folder_inside_the_input_tree_is_not_read_back(
-    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], make_image_tree: Callable[..., list[Path]]
 ) -> None:
     tree = tmp_path / "tree"
-    sources = _bench().make_image_tree(tree, 8, seed=3)
+    sources = make_image_tree(tree, 8, seed=3)
     out = tree / "padded"
     for _ in range(2):  # the second run must not pad the first run's outputs
         status, stdout, _ = _run(capsys, [str(tree), "-o", str(out), "-r", "--mode", "edge"])
