@@ -13,7 +13,8 @@ import numpy as np
 import PIL.Image
 import pytest
 
-from tipad_transforms.cli import DEFAULT_BRICK_STAGGER, main
+from tipad_transforms.cli import main
+from tipad_transforms.cli.arguments import DEFAULT_BRICK_STAGGER
 from tipad_transforms.functional import running_bond_stagger
 
 ROOT = Path(__file__).resolve().parents[2]

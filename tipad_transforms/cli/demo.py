@@ -1,20 +1,57 @@
-"""The ``tipad demo`` gallery: the bundled samples padded every way, in one labelled PNG.
+"""``tipad demo``: the bundled samples padded every way, in one labelled gallery PNG, then the
+timing table (:mod:`.timing`).
 
-:func:`render_gallery` draws it; :func:`demo_columns` says what each column does and
+:func:`render_gallery` draws the gallery; :func:`demo_columns` says what each column does and
 :func:`stripes` is the tile of the TexturePad column (the timing table times the same tile).
 """
 
 from __future__ import annotations
 
+import argparse
+import time
 from collections.abc import Callable
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any
 
 import PIL.Image
 
 from .._version import __version__
+from .arguments import UsageError
 
-__all__ = ["Column", "demo_columns", "render_gallery", "stripes"]
+__all__ = ["Column", "demo_columns", "render_gallery", "run", "stripes"]
+
+
+def run(args: argparse.Namespace) -> int:
+    """Write ``args.out/gallery.png`` and print the timing table; the exit status."""
+    from ..assets import SAMPLE_NAMES, load_sample
+    from .timing import time_paddings, timing_table
+    from .writing import write_atomically
+
+    start = time.perf_counter()
+    out_dir: Path = args.out
+    try:
+        out_dir.mkdir(parents=True, exist_ok=True)
+    except OSError as e:
+        raise UsageError(f"cannot create {str(out_dir)!r}: {e}") from None
+    samples = [(name, load_sample(name)) for name in SAMPLE_NAMES]
+    gallery = render_gallery(samples, demo_columns(args.padding), args.padding)
+    target = out_dir / "gallery.png"
+    try:
+        write_atomically(gallery, target, "PNG", {}, out_dir.resolve())
+    except OSError as e:
+        raise UsageError(f"cannot write {str(target)!r}: {e}") from None
+    print(
+        f"Gallery: {target}  ({gallery.width}x{gallery.height} px; {len(samples)} images x 7 "
+        f"paddings, made in {time.perf_counter() - start:.1f} s)\n"
+    )
+    try:
+        rows = time_paddings(args.padding, args.runs, args.batch, args.device)
+    except ValueError as e:
+        raise UsageError(f"--device: {e}") from None
+    print(timing_table(rows, args.padding, args.runs, args.batch, args.device))
+    print(f"\nDone in {time.perf_counter() - start:.1f} s. Open {target.resolve()} to look.")
+    return 0
 
 
 @dataclass

@@ -25,9 +25,10 @@ from pathlib import Path
 
 import PIL.Image
 
+from .arguments import UsageError
+
 __all__ = [
     "FileJob",
-    "UsageError",
     "describe_non_regular",
     "find_inputs",
     "inside",
@@ -38,10 +39,6 @@ __all__ = [
 _GLOB_CHARS = frozenset("*?[")
 # The suffix written for a format chosen with --format (others: Pillow's first registered one).
 _SUFFIX = {"JPEG": ".jpg", "PNG": ".png", "TIFF": ".tif", "WEBP": ".webp", "BMP": ".bmp"}
-
-
-class UsageError(Exception):
-    """A user error (arguments, files): the command line prints it as one line, status 2."""
 
 
 @dataclass(frozen=True)
@@ -118,27 +115,29 @@ def _names(folder: str) -> list[str]:
         return []
 
 
-def _folders_below(prefix: str) -> Iterator[str]:
-    """Every folder below ``prefix`` (not itself) whose name does not start with a dot, never
-    entering a symbolically linked folder nor one already seen (a bind mount of an ancestor)."""
+def _folders(top: str, hidden: bool) -> Iterator[str]:
+    """``top`` and every folder below it (``hidden``: those named with a leading dot too),
+    never entering a symbolically linked folder nor one already seen (a bind mount of an
+    ancestor), so that a tree with a link loop ends."""
     seen: set[tuple[int, int]] = set()
-    stack = [prefix]
+    stack = [top]
     while stack:
         current = stack.pop()
-        found = []
         try:
+            st = os.stat(current or os.curdir)
+            if (st.st_dev, st.st_ino) in seen:
+                continue
+            seen.add((st.st_dev, st.st_ino))
             with os.scandir(current or os.curdir) as entries:
-                for entry in entries:
-                    if entry.name.startswith(".") or not entry.is_dir(follow_symlinks=False):
-                        continue
-                    st = entry.stat(follow_symlinks=False)
-                    if (st.st_dev, st.st_ino) not in seen:
-                        seen.add((st.st_dev, st.st_ino))
-                        found.append(os.path.join(current, entry.name))
+                below = [
+                    os.path.join(current, e.name)
+                    for e in entries
+                    if (hidden or e.name[:1] != ".") and e.is_dir(follow_symlinks=False)
+                ]
         except OSError:
             continue
-        yield from sorted(found)
-        stack.extend(sorted(found, reverse=True))
+        yield current
+        stack.extend(sorted(below, reverse=True))
 
 
 def _expand(prefix: str, parts: Sequence[str]) -> Iterator[str]:
@@ -149,7 +148,7 @@ def _expand(prefix: str, parts: Sequence[str]) -> Iterator[str]:
         return
     part, rest = parts[0], parts[1:]
     if part == "**":  # zero or more folders
-        for folder in (prefix, *_folders_below(prefix)):
+        for folder in _folders(prefix, hidden=False):
             if rest:
                 yield from _expand(folder, rest)
             else:  # a trailing "**": every entry below
@@ -185,16 +184,9 @@ def _glob(pattern: str) -> Iterator[str]:
 
 
 def _tree(folder: Path) -> Iterator[Path]:
-    """Every file in ``folder`` and its subfolders; a symbolically linked folder is listed but
-    not entered (nor a folder already seen: a bind mount of an ancestor), so a link loop ends."""
-    seen: set[tuple[int, int]] = set()
-    for current, folders, files in os.walk(folder):  # followlinks=False
-        st = os.stat(current)
-        if (st.st_dev, st.st_ino) in seen:
-            folders[:] = []
-            continue
-        seen.add((st.st_dev, st.st_ino))
-        yield from (Path(current, name) for name in files)
+    """Every entry of ``folder`` and of its subfolders, hidden ones included."""
+    for current in _folders(str(folder), hidden=True):
+        yield from (Path(current, name) for name in _names(current))
 
 
 def _relative_inside(path: Path, base: Path) -> Path | None:
@@ -334,8 +326,8 @@ def plan_jobs(
     folders: dict[Path, Path] = {}  # a target's folder -> where it really is
     for src, rel in found:
         rel = rel.with_suffix(_suffix(fmt)) if fmt is not None else rel
-        norm = Path(os.path.normpath(rel))
-        if norm.is_absolute() or norm.parts[:1] == (os.pardir,) or not norm.name:
+        norm = _relative_inside(rel, Path(os.curdir))
+        if norm is None or not norm.name:
             raise UsageError(f"{str(src)!r} would be written outside {str(out_dir)!r}")
         target = out_dir / norm
         if target.parent not in folders:

@@ -12,14 +12,13 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
+from .arguments import STANDARD_MODES
 from .demo import stripes
 
-__all__ = ["STANDARD_MODES", "Timing", "time_paddings", "timing_table"]
+__all__ = ["Timing", "time_paddings", "timing_table"]
 
 if TYPE_CHECKING:  # imported lazily: `tipad --help` stays instant
     import torch
-
-STANDARD_MODES = ("constant", "edge", "reflect", "symmetric", "circular")
 
 
 @dataclass
@@ -35,7 +34,7 @@ def _median_ms(fn: Callable[[], Any], runs: int, sync: Callable[[], None]) -> fl
     """Median wall time of ``fn`` in ms: at least ``runs`` runs, more (up to 200) for fast calls
     until 0.2 s have passed, so microsecond timings are not one scheduler hiccup."""
     # Warm-up: the first call compiles the kernel; the next few still pay the thread pool's
-    # and fresh outputs' first touches (the first mode timed after the start was 3x slow).
+    # start and fresh outputs' first page touches.
     for _ in range(3):
         fn()
     sync()

@@ -1,7 +1,7 @@
 """Worker processes for ``tipad pad``: every core decodes, pads and encodes its own files.
 
 Decoding and encoding are most of the work and Pillow holds the GIL for much of it, so each
-worker process runs the whole path for a file (:class:`~._image_padding.Painter`), and the
+worker process runs the whole path for a file (:class:`~.painter.Painter`), and the
 parent only hands out paths and counts. Each worker starts Taichi itself: the parent never
 launches a kernel, so on Linux the workers can be forked (fast; a process forked after Taichi
 started would hang, see ``_runtime``). Where Taichi or CUDA already run in this process, or
@@ -29,7 +29,9 @@ from multiprocessing.synchronize import Event
 from types import FrameType, TracebackType
 
 from .inputs import FileJob
-from .painter import Outcome, PadSpec, Painter, discard_temporary
+from .painter import Outcome, PadSpec, Painter
+from .signals import STOP_SIGNALS
+from .writing import discard_temporary
 
 __all__ = ["Workers", "default_workers"]
 
@@ -39,12 +41,6 @@ _stopping: Event | None = None  # set by the parent's Workers.stop(): start no m
 #: run waits for its workers to end on SIGTERM before it kills them.
 _PARENT_POLL_S = 0.2
 _TERMINATE_WAIT_S = 5.0
-#: The signals that end a run: blocked while workers start, so that one arriving before a
-#: worker has its own handlers waits for them (the default would kill it, mid-start, or print a
-#: KeyboardInterrupt traceback).
-_STOP_SIGNALS = frozenset(
-    getattr(signal, name) for name in ("SIGINT", "SIGTERM", "SIGHUP") if hasattr(signal, name)
-)
 
 
 def default_workers() -> int:
@@ -95,7 +91,7 @@ def _init_worker(spec: PadSpec, parent: int, stopping: Event) -> None:
         signal.signal(signal.SIGHUP, signal.SIG_IGN)
     threading.Thread(target=_watch_parent, args=(parent,), daemon=True).start()
     if hasattr(signal, "pthread_sigmask"):
-        signal.pthread_sigmask(signal.SIG_UNBLOCK, _STOP_SIGNALS)
+        signal.pthread_sigmask(signal.SIG_UNBLOCK, STOP_SIGNALS)
     # One thread per worker: the workers are the parallelism (as in DataLoader workers).
     os.environ["TI_CPU_MAX_NUM_THREADS"] = "1"
     import torch
@@ -227,7 +223,7 @@ class Workers:
         # even through spawn's exec; _init_worker unblocks): no stop signal reaches a worker
         # half started.
         blocks = hasattr(signal, "pthread_sigmask")
-        mask = signal.pthread_sigmask(signal.SIG_BLOCK, _STOP_SIGNALS) if blocks else set()
+        mask = signal.pthread_sigmask(signal.SIG_BLOCK, STOP_SIGNALS) if blocks else set()
         try:
             futures = [self._pool.submit(_run_chunk, remote, chunk) for chunk in chunks]
         finally:
