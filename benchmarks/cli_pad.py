@@ -1,21 +1,32 @@
-"""``tipad pad`` on a folder tree against a plain PIL loop on the same tree: images per second.
+"""``tipad pad`` on folder trees against a plain PIL loop on the same trees: images per second.
 
-    python benchmarks/cli_pad.py [--count 1000] [--workers N] [--repeats 3] [--out out/cli-pad]
+    python benchmarks/cli_pad.py [--count 1000] [--photos 12] [--workers N] [--repeats 3]
+                                 [--dir DIR] [--with-fsync] [--out out/cli-pad]
 
-The tree (:func:`make_image_tree`, also used by ``tests/cli/test_inputs.py``) holds ``count``
-small images (8-40 px a side) of mixed formats and modes, in nested folders: PNG RGB, RGBA,
-grey and palette (some with a transparent entry), JPEG RGB and grey, GIF palette. Both peers read
-every file, pad it by ``--padding`` px and write it under a mirrored tree in the input's format
-(JPEG at quality 95):
+Two trees, made in ``--dir`` (default: the system's temporary folder; a RAM disk such as
+``/dev/shm`` takes the disk's metadata latency out of both peers):
 
-* ``tipad pad DIR -o OUT --recursive --mode reflect --workers N --no-progress``, run in this
-  process through ``tipad_transforms.cli.main`` (so no interpreter or torch import is timed; the
-  worker processes' start and the header check of every input are);
-* a plain loop: ``PIL.Image.open``, ``ImageOps.expand`` (a constant border: PIL has no reflect,
-  so the loop does less work than tipad), ``save``; one process.
+* ``small``: :func:`make_image_tree` (also used by ``tests/cli``), ``count`` small images (8-40 px
+  a side) of mixed formats and modes in nested folders: PNG RGB, RGBA, grey and palette (some
+  with a transparent entry), JPEG RGB and grey, GIF palette;
+* ``photos``: :func:`make_photo_tree`, ``--photos`` JPEG photos of ``--photo-size`` (default
+  3000x2000).
 
-Rounds alternate the two peers; the medians and their ratio are printed and written to
-``<out>/cli-pad.json``. The machine this ran on is shared: read the spread, not one number.
+Every peer reads each file, pads it by ``--padding`` px and writes it under a mirrored tree in
+the input's format (JPEG at quality 95):
+
+* ``PIL loop``: ``PIL.Image.open``, ``ImageOps.expand`` (a constant border), ``save``; one
+  process, no temporary file;
+* ``tipad constant`` and ``tipad reflect``: ``tipad pad DIR -o OUT --recursive --mode M
+  --workers N --no-progress`` run in this process through ``tipad_transforms.cli.main`` (no
+  interpreter or torch import timed; the worker processes' start, the check of every input and
+  the atomic writes are). Constant is the loop's own work; reflect is more. ``--with-fsync``
+  adds ``tipad constant --fsync`` (every output flushed to disk before its rename).
+
+After one untimed round of every peer, ``--repeats`` rounds time each peer once, in an order
+rotated by one place per round. Printed and written to ``<out>/cli-pad.json``: each peer's
+median images/s, the spread (slowest and fastest round) and the ratio of medians to the PIL
+loop, per tree. The machine this runs on may be shared: read the spread, not one number.
 """
 
 from __future__ import annotations
@@ -83,6 +94,24 @@ def make_image_tree(root: Path, count: int, seed: int = 0) -> list[Path]:
     return paths
 
 
+def make_photo_tree(root: Path, count: int, size: tuple[int, int], seed: int = 0) -> list[Path]:
+    """Write ``count`` JPEG photos of ``size`` under ``root`` (two folders): the bundled sample
+    photo scaled up with grain, so that they encode like photographs, not noise."""
+    from tipad_transforms.assets import load_sample
+
+    rng = np.random.default_rng(seed)
+    base = load_sample("grace_hopper").convert("RGB").resize(size, PIL.Image.Resampling.BICUBIC)
+    paths = []
+    for i in range(count):
+        grain = rng.normal(0, 6, (size[1], size[0], 1)).astype(np.int16)
+        arr = np.clip(np.asarray(base, np.int16) + grain + i, 0, 255).astype(np.uint8)
+        path = root / f"roll{i % 2}" / f"photo{i:03d}.jpg"
+        path.parent.mkdir(parents=True, exist_ok=True)
+        PIL.Image.fromarray(arr).save(path, quality=90)
+        paths.append(path)
+    return paths
+
+
 def pil_loop(src: Path, dst: Path, padding: int) -> int:
     """Pad every image under ``src`` into ``dst`` with PIL alone; return the count."""
     count = 0
@@ -100,10 +129,12 @@ def pil_loop(src: Path, dst: Path, padding: int) -> int:
     return count
 
 
-def tipad_cli(src: Path, dst: Path, padding: int, workers: int) -> int:
+def tipad_cli(
+    src: Path, dst: Path, padding: int, workers: int, mode: str = "reflect", *extra: str
+) -> int:
     from tipad_transforms.cli import main
 
-    argv = [str(src), "-o", str(dst), "--recursive", "--mode", "reflect"]
+    argv = [str(src), "-o", str(dst), "--recursive", "--mode", mode, *extra]
     argv += ["--padding", str(padding), "--workers", str(workers), "--no-progress"]
     with redirect_stdout(io.StringIO()):
         status = main(["pad", *argv])
@@ -112,52 +143,78 @@ def tipad_cli(src: Path, dst: Path, padding: int, workers: int) -> int:
     return sum(1 for p in dst.rglob("*") if p.is_file())
 
 
+def _run(peer: str, src: Path, dst: Path, padding: int, workers: int) -> tuple[float, int]:
+    shutil.rmtree(dst, ignore_errors=True)
+    start = time.perf_counter()
+    if peer == "PIL loop":
+        n = pil_loop(src, dst, padding)
+    else:  # "tipad MODE [OPTION]"
+        n = tipad_cli(src, dst, padding, workers, *peer.split()[1:])
+    return time.perf_counter() - start, n
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--count", type=int, default=1000)
+    parser.add_argument("--count", type=int, default=1000, help="small images (1000)")
+    parser.add_argument("--photos", type=int, default=12, help="large photos (12; 0: none)")
+    parser.add_argument("--photo-size", default="3000x2000", metavar="WxH")
     parser.add_argument("--padding", type=int, default=8)
     parser.add_argument("--workers", type=int, default=None, help="default: every core")
     parser.add_argument("--repeats", type=int, default=3)
+    parser.add_argument("--dir", type=Path, default=None, help="where the trees are written")
     parser.add_argument("--out", type=Path, default=Path("out/cli-pad"))
+    parser.add_argument(
+        "--with-fsync", action="store_true", help="time tipad constant --fsync too (slow)"
+    )
     args = parser.parse_args()
+    peers = ["PIL loop", "tipad constant", "tipad reflect"]
+    peers += ["tipad constant --fsync"] if args.with_fsync else []
     from tipad_transforms.cli.workers import default_workers
 
     workers = args.workers if args.workers is not None else default_workers()
+    photo_size = tuple(int(v) for v in args.photo_size.lower().split("x"))
     info = _common.machine_info()
-    with tempfile.TemporaryDirectory() as tmp:
-        src = Path(tmp) / "tree"
-        make_image_tree(src, args.count)
-        times: dict[str, list[float]] = {"tipad": [], "pil": []}
-        for r in range(args.repeats):
-            for peer in ("tipad", "pil") if r % 2 == 0 else ("pil", "tipad"):
-                dst = Path(tmp) / f"out-{peer}"
-                shutil.rmtree(dst, ignore_errors=True)
-                start = time.perf_counter()
-                if peer == "tipad":
-                    n = tipad_cli(src, dst, args.padding, workers)
-                else:
-                    n = pil_loop(src, dst, args.padding)
-                times[peer].append(time.perf_counter() - start)
-                if n != args.count:
-                    raise SystemExit(f"{peer} wrote {n} files, expected {args.count}")
-                print(f"round {r + 1}: {peer} {args.count / times[peer][-1]:,.0f} images/s")
-    rate = {k: args.count / statistics.median(v) for k, v in times.items()}
-    ratio = rate["tipad"] / rate["pil"]
+    seconds: dict[str, dict[str, list[float]]] = {}
+    with tempfile.TemporaryDirectory(dir=args.dir) as tmp:
+        trees = {"small": (Path(tmp) / "small", args.count)}
+        make_image_tree(trees["small"][0], args.count)
+        if args.photos:
+            trees["photos"] = (Path(tmp) / "photos", args.photos)
+            make_photo_tree(trees["photos"][0], args.photos, photo_size)  # type: ignore[arg-type]
+        for name, (src, count) in trees.items():
+            seconds[name] = {peer: [] for peer in peers}
+            for r in range(-1, args.repeats):  # round -1: untimed
+                for k in range(len(peers)):
+                    peer = peers[(k + r) % len(peers)]
+                    took, n = _run(peer, src, Path(tmp) / "out", args.padding, workers)
+                    if n != count:
+                        raise SystemExit(f"{peer} wrote {n} files of {name}, expected {count}")
+                    if r >= 0:
+                        seconds[name][peer].append(took)
+                        print(f"{name} round {r + 1}: {peer} {count / took:,.1f} images/s")
     print(
-        f"\n{args.count} images, padding {args.padding}, {workers} workers, "
-        f"{info['cpu_count']} CPUs, load {info['loadavg_at_start']}:\n"
-        f"  tipad pad: {rate['tipad']:,.0f} images/s (median of {args.repeats})\n"
-        f"  PIL loop:  {rate['pil']:,.0f} images/s\n"
-        f"  ratio tipad / PIL: {ratio:.2f}x"
+        f"\npadding {args.padding} px, {workers} workers, {info['cpu_count']} CPUs, load at "
+        f"start {info['loadavg_at_start']}, trees in {args.dir or tempfile.gettempdir()}:"
     )
+    rates: dict[str, dict[str, float]] = {}
+    for name, per_peer in seconds.items():
+        count = trees[name][1]
+        rates[name] = {p: count / statistics.median(t) for p, t in per_peer.items()}
+        print(f"{name} ({count} images):")
+        for peer, times in per_peer.items():
+            spread = f"{count / max(times):,.1f}-{count / min(times):,.1f}"
+            ratio = rates[name][peer] / rates[name]["PIL loop"]
+            print(f"  {peer:23s} {rates[name][peer]:9,.1f} images/s ({spread})  {ratio:.2f}x")
     args.out.mkdir(parents=True, exist_ok=True)
     payload = {
-        "schema": "tipad-bench-cli-pad/1",
+        "schema": "tipad-bench-cli-pad/2",
         "machine": info,
-        "settings": {**vars(args), "out": str(args.out), "workers": workers},
-        "seconds": times,
-        "images_per_s": rate,
-        "ratio_tipad_to_pil": ratio,
+        "settings": {**vars(args), "out": str(args.out), "dir": str(args.dir), "workers": workers},
+        "seconds": seconds,
+        "images_per_s": rates,
+        "ratio_to_pil_loop": {
+            name: {p: r / per["PIL loop"] for p, r in per.items()} for name, per in rates.items()
+        },
     }
     (args.out / "cli-pad.json").write_text(json.dumps(payload, indent=1, default=str) + "\n")
 

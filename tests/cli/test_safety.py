@@ -8,6 +8,7 @@ import hashlib
 import os
 import resource
 import signal
+import stat
 import struct
 import subprocess
 import sys
@@ -19,6 +20,7 @@ import PIL.Image
 import pytest
 
 from tipad_transforms.cli import main
+from tipad_transforms.cli.writing import write_atomically
 
 pytestmark = pytest.mark.skipif(sys.platform != "linux", reason="POSIX links, FIFOs, rlimits")
 
@@ -397,3 +399,60 @@ def test_help_documents_the_exit_codes_and_the_new_options(
         "renamed into place",
     ):
         assert words in text
+
+
+# ---------------------------------------------------------------------------------------------
+# durability and the writer's folders
+
+
+def test_fsync_flushes_each_output_before_its_rename_and_its_folder_after(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    for i in range(3):
+        write_image(tmp_path / "in" / f"i{i}.png", seed=i)
+    synced: list[tuple[bool, list[str]]] = []  # (a folder?, the outputs in place then)
+    real_fsync = os.fsync
+
+    def record(fd: int) -> None:
+        is_folder = stat.S_ISDIR(os.fstat(fd).st_mode)
+        synced.append((is_folder, sorted(p.name for p in (tmp_path / "o2").glob("i*.png"))))
+        real_fsync(fd)
+
+    monkeypatch.setattr(os, "fsync", record)
+    args = [tmp_path / "in", "-o", tmp_path / "o", "--mode", "edge", "--workers", "0"]
+    assert run_here(capsys, *args)[0] == 0
+    assert synced == []  # by default the system writes the files out (docs/cli.md)
+    assert run_here(capsys, *args, "--fsync", "-o", tmp_path / "o2")[0] == 0
+    assert [s[0] for s in synced] == [False, True] * 3  # file, folder; for each output
+    assert synced[0][1] == []  # the first file flushed before it was renamed into place
+
+
+def test_the_writer_opens_output_folders_without_following_a_link(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    root = tmp_path / "out"
+    (root / "real").mkdir(parents=True)
+    (root / "inner").symlink_to(root / "real")  # inside -o: written through
+    elsewhere = tmp_path / "elsewhere"
+    elsewhere.mkdir()
+    (root / "outer").symlink_to(elsewhere)
+    img = PIL.Image.new("RGB", (2, 2))
+    write_atomically(img, root / "inner" / "a.png", "PNG", {}, root.resolve())
+    assert (root / "real" / "a.png").is_file()
+    with pytest.raises(OSError, match="outside the output folder"):
+        write_atomically(img, root / "outer" / "b.png", "PNG", {}, root.resolve())
+    # A folder swapped for a link to elsewhere after it was resolved: not followed either.
+    (root / "sub").mkdir()
+    resolve = Path.resolve
+
+    def resolve_then_swap(self: Path, strict: bool = False) -> Path:
+        answer = resolve(self, strict)
+        if self == root / "sub":
+            (root / "sub").rmdir()
+            (root / "sub").symlink_to(elsewhere)
+        return answer
+
+    monkeypatch.setattr(Path, "resolve", resolve_then_swap)
+    with pytest.raises(OSError):
+        write_atomically(img, root / "sub" / "c.png", "PNG", {}, root.resolve())
+    assert list(elsewhere.iterdir()) == []

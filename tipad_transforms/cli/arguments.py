@@ -196,6 +196,12 @@ def _add_pad_parser(sub: argparse._SubParsersAction[argparse.ArgumentParser]) ->
         help="leave an output that already exists alone (resumes an interrupted run)",
     )
     pad.add_argument(
+        "--fsync",
+        action="store_true",
+        help="flush every output to disk before it is renamed into place, so that it survives "
+        "a power cut or a crash of the system too (slower: one disk flush per file)",
+    )
+    pad.add_argument(
         "--dry-run", action="store_true", help="check everything, list what would be written"
     )
     pad.add_argument(

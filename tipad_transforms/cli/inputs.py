@@ -16,10 +16,11 @@ to a folder elsewhere).
 
 from __future__ import annotations
 
+import contextlib
 import fnmatch
 import os
 import stat
-from collections.abc import Iterable, Iterator, Sequence
+from collections.abc import Callable, Iterable, Iterator, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -51,6 +52,7 @@ class FileJob:
     target: Path
     fmt: str | None
     root: Path
+    size: int = 0  # bytes of the source, when it was planned
 
 
 def _image_suffixes() -> frozenset[str]:
@@ -71,6 +73,21 @@ def _resolve(path: Path) -> Path:
         return path.resolve()
     except (OSError, RuntimeError) as e:  # RuntimeError: a link loop, before Python 3.13
         raise UsageError(f"cannot resolve {str(path)!r}: {e}") from None
+
+
+def _resolver() -> Callable[[Path], Path]:
+    """``_resolve`` for one pass over many files: each folder is resolved once, a file below it
+    is that and its name (a file that is itself a symbolic link is resolved whole)."""
+    folders: dict[Path, Path] = {}
+
+    def resolve(path: Path) -> Path:
+        if path.is_symlink():
+            return _resolve(path)
+        if path.parent not in folders:
+            folders[path.parent] = _resolve(path.parent)
+        return folders[path.parent] / path.name
+
+    return resolve
 
 
 def describe_non_regular(path: Path) -> str | None:
@@ -183,12 +200,6 @@ def _glob(pattern: str) -> Iterator[str]:
     return _expand("", parts)
 
 
-def _tree(folder: Path) -> Iterator[Path]:
-    """Every entry of ``folder`` and of its subfolders, hidden ones included."""
-    for current in _folders(str(folder), hidden=True):
-        yield from (Path(current, name) for name in _names(current))
-
-
 def _relative_inside(path: Path, base: Path) -> Path | None:
     """``path`` relative to ``base`` after normalising both lexically (``a/x/../b`` is
     ``a/b``), or None when it does not lie below ``base``."""
@@ -218,6 +229,7 @@ def find_inputs(
     """
     suffixes = _image_suffixes()
     skip = _resolve(skip) if skip is not None else None
+    skipped_folders: dict[str, bool] = {}  # a folder (as named) -> it lies in skip
     found: list[tuple[Path, Path]] = []
 
     def problem(message: str) -> None:
@@ -225,10 +237,21 @@ def find_inputs(
             raise UsageError(message)
         problems.append(message)
 
-    def images(paths: Iterable[Path]) -> tuple[list[Path], int]:
+    def in_skip(path: str) -> bool:
+        if skip is None:
+            return False
+        if os.path.islink(path):
+            return inside(_resolve(Path(path)), skip)
+        folder = os.path.dirname(path)
+        if folder not in skipped_folders:  # each folder resolved once: the files in it follow
+            skipped_folders[folder] = inside(_resolve(Path(folder or os.curdir)), skip)
+        return skipped_folders[folder]
+
+    def images(paths: Iterable[str]) -> tuple[list[str], int]:
         """The image files among ``paths``, and how many of them lie in ``skip``."""
-        files = sorted(p for p in paths if p.suffix.lower() in suffixes and p.is_file())
-        kept = [p for p in files if skip is None or not inside(_resolve(p), skip)]
+        split = os.path.splitext
+        files = sorted(p for p in paths if split(p)[1].lower() in suffixes and os.path.isfile(p))
+        kept = [p for p in files if not in_skip(p)]
         return kept, len(files) - len(kept)
 
     for spec in specs:
@@ -242,18 +265,21 @@ def find_inputs(
                     f"the input folder {spec!r} {where} the output folder; tipad never reads "
                     "its own outputs: choose another -o"
                 )
-            files, _ = images(_tree(path) if recursive else path.glob("*"))
+            top = str(path)
+            names = _folders(top, hidden=True) if recursive else (top,)
+            files, _ = images(os.path.join(f, n) for f in names for n in _names(f))
             if not files:
                 hint = "" if recursive else " (--recursive also searches its subfolders)"
                 problem(f"folder {spec!r} holds no image files{hint}")
-            found += [(f, f.relative_to(path)) for f in files]
+            cut = len(os.path.join(top, ""))  # the files' names start with the folder's
+            found += [(Path(f), Path(f[cut:])) for f in files]
         elif _GLOB_CHARS & set(spec) and describe_non_regular(path) is None:
             base = _fixed_prefix(spec)
-            files, skipped = images(Path(m) for m in _glob(spec))
+            files, skipped = images(_glob(spec))
             if not files:
                 inside_out = f" outside the output folder ({skipped} inside it)" if skipped else ""
                 problem(f"no image file matches {spec!r}{inside_out}")
-            for f in files:
+            for f in map(Path, files):
                 rel = _relative_inside(f, base)
                 if rel is None:
                     raise UsageError(
@@ -315,32 +341,37 @@ def plan_jobs(
     if out_dir.exists() and not out_dir.is_dir():
         raise UsageError(f"output {str(out_dir)!r} exists and is not a folder")
     root = _resolve(out_dir)
+    real = _resolver()
     inputs: dict[tuple[int, int], Path] = {}
+    sizes: dict[Path, int] = {}
     for path in [*(src for src, _ in found), *protect]:
-        identity = _identity(path)
-        if identity is not None:
-            inputs.setdefault(identity, path)
+        with contextlib.suppress(OSError):
+            st = os.stat(path)
+            inputs.setdefault((st.st_dev, st.st_ino), path)
+            sizes[path] = st.st_size
     jobs: list[FileJob] = []
-    seen: set[tuple[Path, Path]] = set()
-    writers: dict[Path, Path] = {}
-    folders: dict[Path, Path] = {}  # a target's folder -> where it really is
+    seen: set[tuple[str, str]] = set()  # paths as strings: they hash faster
+    writers: dict[str, Path] = {}
+    folders: dict[Path, Path] = {}  # a target's folder -> where it really is (inside root)
     for src, rel in found:
         rel = rel.with_suffix(_suffix(fmt)) if fmt is not None else rel
-        norm = _relative_inside(rel, Path(os.curdir))
-        if norm is None or not norm.name:
+        if rel.is_absolute() or os.pardir in rel.parts:
+            rel = _relative_inside(rel, Path(os.curdir)) or Path(os.pardir)
+        if rel.parts[:1] == (os.pardir,) or not rel.name:
             raise UsageError(f"{str(src)!r} would be written outside {str(out_dir)!r}")
-        target = out_dir / norm
-        if target.parent not in folders:
-            folders[target.parent] = _resolve(target.parent)
-        real_folder = folders[target.parent]
-        if not inside(real_folder, root):
-            raise UsageError(
-                f"{str(target)!r} would be written in {str(real_folder)!r}, outside the output "
-                f"folder {str(root)!r} (a symbolic link on the way): tipad writes only inside -o"
-            )
+        target = out_dir / rel
+        real_folder = folders.get(target.parent)
+        if real_folder is None:
+            real_folder = folders[target.parent] = _resolve(target.parent)
+            if not inside(real_folder, root):
+                raise UsageError(
+                    f"{str(target)!r} would be written in {str(real_folder)!r}, outside the "
+                    f"output folder {str(root)!r} (a symbolic link on the way): tipad writes "
+                    "only inside -o"
+                )
         # The directory entry that is replaced: a symbolic link there is replaced, not followed.
-        entry = real_folder / target.name
-        key = (_resolve(src), entry)
+        entry = os.path.join(real_folder, target.name)
+        key = (str(real(src)), entry)
         if key in seen:  # the same file named twice (a folder and a pattern): pad it once
             continue
         seen.add(key)
@@ -361,5 +392,5 @@ def plan_jobs(
                 f"{str(writers[entry])!r} and {str(src)!r} would both write {str(target)!r}"
             )
         writers[entry] = src
-        jobs.append(FileJob(src, target, fmt, root))
+        jobs.append(FileJob(src, target, fmt, root, sizes.get(src, 0)))
     return jobs

@@ -12,7 +12,7 @@ import time
 from pathlib import Path
 
 from .arguments import UsageError
-from .inputs import find_inputs, output_format, plan_jobs
+from .inputs import FileJob, find_inputs, output_format, plan_jobs
 from .painter import Outcome, PadSpec, max_output_pixels, read_texture
 from .progress import Progress
 from .workers import Workers, default_workers
@@ -54,6 +54,7 @@ def _pad_spec(args: argparse.Namespace) -> PadSpec:
         stagger=args.stagger,
         seed=0 if args.seed is None else args.seed,
         quality=args.quality,
+        fsync=args.fsync,
         verbose=args.verbose,
     )
 
@@ -77,22 +78,24 @@ def run(args: argparse.Namespace) -> int:
     skipped = len(jobs) - len(todo)
     show = sys.stderr.isatty() if args.progress is None else args.progress
     wanted = default_workers() if args.workers is None else args.workers
-    # A worker costs a process start and a Taichi start: not worth it for a handful of files.
-    workers = min(wanted, max(1, len(todo) // 16))
+    # A worker process costs a start (and a pickled job list where it is spawned): worth it
+    # for 16 small files or 2 MB of input (a photo or two) a worker.
+    work = max(len(todo) // 16, sum(j.size for j in todo) >> 21)
+    workers = min(wanted, max(1, work))
 
-    plans: list[Outcome] = []
-    done: list[Outcome] = []
+    plans: list[tuple[int, Outcome]] = []
+    done: list[tuple[int, Outcome]] = []
     not_written = 0  # inputs that failed while being padded or written
     stopped = False
     with contextlib.ExitStack() as stack:
-        pool = stack.enter_context(Workers(spec, workers)) if todo else None
+        pool = stack.enter_context(Workers(spec, todo, workers)) if todo else None
         progress = Progress(sys.stderr, len(todo), "checking", enabled=show and bool(todo))
         bad: list[str] = []
-        for result in pool.check(todo) if pool else ():
+        for i, result in pool.check(range(len(todo))) if pool else ():
             if isinstance(result, str):
                 bad.append(result)
             else:
-                plans.append(result)
+                plans.append((i, result))
             progress.advance()
         progress.finish()
         if bad and not keep_going:
@@ -106,9 +109,9 @@ def run(args: argparse.Namespace) -> int:
             print(f"tipad: error: {reason}", file=sys.stderr)
         failed += bad
         if args.dry_run:
-            for plan in plans:
-                print(_describe(plan, "would write"))
-            print(_summary(plans, spec.quality))
+            for i, plan in plans:
+                print(_describe(todo[i], plan, "would write"))
+            print(_summary([plan for _, plan in plans], spec.quality))
             _report(skipped, failed, out_dir)
             return 1 if failed else 0
         for stale in remove_stale_temporaries(j.target for j in jobs):
@@ -116,7 +119,7 @@ def run(args: argparse.Namespace) -> int:
                 print(f"removed {stale}, left by a run that was killed", file=sys.stderr)
         progress = Progress(sys.stderr, len(plans), "padding", enabled=show and bool(plans))
         start = time.perf_counter()
-        for result in pool.pad([plan.job for plan in plans]) if pool else ():
+        for i, result in pool.pad([i for i, _ in plans]) if pool else ():
             if isinstance(result, str):
                 failed.append(result)
                 not_written += 1
@@ -125,12 +128,16 @@ def run(args: argparse.Namespace) -> int:
                     stopped = True
                     pool.stop()
             else:
-                done.append(result)
+                done.append((i, result))
                 if args.verbose:
-                    print(_describe(result, "->"))
+                    print(_describe(todo[i], result, "->"))
             progress.advance()
         progress.finish()
-    print(_summary(done, spec.quality, seconds=time.perf_counter() - start, out_dir=out_dir))
+    print(
+        _summary(
+            [o for _, o in done], spec.quality, seconds=time.perf_counter() - start, out_dir=out_dir
+        )
+    )
     if stopped:
         _report(skipped, [], out_dir)
         left = len(plans) - len(done) - not_written
@@ -152,13 +159,12 @@ def _report(skipped: int, failed: list[str], out_dir: Path) -> None:
         print(f"tipad: {plural(len(failed), 'input')} not padded (listed above)", file=sys.stderr)
 
 
-def _describe(o: Outcome, verb: str) -> str:
+def _describe(job: FileJob, o: Outcome, verb: str) -> str:
     (w, h), (w1, h1) = o.size, o.out_size
     kind = "re-encoded with loss" if o.lossy else "interior bit-exact"
     note = f", {o.note}" if o.note else ""
     return (
-        f"{o.job.source} {verb} {o.job.target}  ({o.mode}, {w}x{h} -> {w1}x{h1}, {o.fmt}, "
-        f"{kind}{note})"
+        f"{job.source} {verb} {job.target}  ({o.mode}, {w}x{h} -> {w1}x{h1}, {o.fmt}, {kind}{note})"
     )
 
 

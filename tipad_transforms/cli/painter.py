@@ -19,13 +19,14 @@ import warnings
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, NamedTuple
 
 import PIL.Image
 
 from .arguments import UsageError
+from .borders import mirror_pad, on_wall
 from .inputs import FileJob
-from .writing import write_atomically
+from .writing import OutputFolders, write_atomically
 
 if TYPE_CHECKING:
     import torch
@@ -38,6 +39,9 @@ _QUALITY = frozenset({"JPEG", "WEBP"})
 _DEFAULT_QUALITY = {"JPEG": 95}  # Pillow's own default (75) visibly blurs photos
 _MAX_SIDE = {"JPEG": 65_535, "MPO": 65_535, "WEBP": 16_383, "GIF": 65_535, "ICO": 256}
 _PALETTE_MODES = ("P", "L", "1")  # what a GIF stores without quantizing
+#: Modes whose texture border depends on the image's pixels (``pil_texture``: the palette, or
+#: the value range of I and F): padded through the functional API, not on a wall.
+_PIXEL_TILES = frozenset({"P", "PA", "I", "F"})
 
 
 def max_output_pixels() -> int:
@@ -65,14 +69,13 @@ class PadSpec:
     stagger: int | None = None
     seed: int = 0
     quality: int | None = None
+    fsync: bool = False  # flush each output to disk before its rename (--fsync)
     verbose: bool = False  # -v: an unexpected error's reason carries its traceback
 
 
-@dataclass(frozen=True)
-class Outcome:
+class Outcome(NamedTuple):
     """What :meth:`Painter.check` plans or :meth:`Painter.pad_file` wrote for one job."""
 
-    job: FileJob
     fmt: str  # the format written
     mode: str
     size: tuple[int, int]  # input (w, h), after EXIF orientation
@@ -97,32 +100,66 @@ class Painter:
             if spec.stagger is None:
                 self._stagger = running_bond_stagger()
         self._checked: dict[tuple[Any, ...], str | None] = {}
-        self._textures: dict[tuple[str, bool], torch.Tensor] = {}
+        self._textures: dict[tuple[str, bool, str | None], torch.Tensor] = {}
+        self._walls: dict[tuple[str, tuple[int, int, int, int]], PIL.Image.Image] = {}
+        self._folders = OutputFolders()
+
+    def close(self) -> None:
+        """Close the output folders this painter holds open."""
+        self._folders.close()
 
     # -- the padding itself ------------------------------------------------------------------
 
     def pad(
         self, img: PIL.Image.Image, padding: tuple[int, int, int, int] | None = None
     ) -> PIL.Image.Image:
-        """``img`` padded by ``padding`` (default the spec's), same PIL mode.
+        """``img`` padded by ``padding`` (default the spec's): what the functional API returns
+        for it, built from PIL's own copies where they give exactly that (:mod:`.borders`).
 
         Raises TypeError/ValueError from the functional API (a fill that does not suit the
         mode, ...).
         """
-        spec = self.spec
-        padding = spec.padding if padding is None else padding
-        if spec.mode is not None:
-            fill = spec.fill or (0,)
-            from ..functional import pad  # lazily: the command line starts without torch
+        padding = self.spec.padding if padding is None else padding
+        mode = self.spec.mode
+        if mode is not None and mode != "constant":
+            out = mirror_pad(img, padding, mode)
+            return out if out is not None else self._pad_tensor(img, padding)
+        if mode == "constant" or img.mode not in _PIXEL_TILES:
+            left, top, right, bottom = padding
+            size = (img.width + left + right, img.height + top + bottom)
+            return on_wall(img, padding, self._wall(img.mode, padding, size))
+        return self._pad_tensor(img, padding)
 
-            return pad(img, padding, fill=fill, padding_mode=spec.mode)
-        from ..functional import texture_pad
+    def _wall(
+        self, mode: str, padding: tuple[int, int, int, int], size: tuple[int, int]
+    ) -> PIL.Image.Image:
+        """The border of a 1x1 ``mode`` image padded to at least ``size`` (see ``on_wall``),
+        grown when an image needs more."""
+        wall = self._walls.get((mode, padding))
+        if wall is None or wall.width < size[0] or wall.height < size[1]:
+            w, h = size if wall is None else (max(size[0], wall.width), max(size[1], wall.height))
+            left, top = padding[:2]
+            wall = self._pad_tensor(
+                PIL.Image.new(mode, (1, 1)), (left, top, w - left - 1, h - top - 1)
+            )
+            self._walls[(mode, padding)] = wall
+        return wall
+
+    def _pad_tensor(
+        self, img: PIL.Image.Image, padding: tuple[int, int, int, int]
+    ) -> PIL.Image.Image:
+        """``img`` padded through the functional API (a round trip through a tensor)."""
+        from ..functional import pad, texture_pad  # lazily: the command line starts without torch
+
+        if self.spec.mode is not None:
+            return pad(img, padding, fill=self.spec.fill or (0,), padding_mode=self.spec.mode)
         from ..functional._pil import pil_texture
 
         assert self._tile is not None
-        # The tile in the image's colour space, contiguous: converted once per mode, not once
-        # per image (I and F scale it to each image's own value range).
-        key = (img.mode, "transparency" in img.info)
+        # The tile in the image's colour space, converted once per kind of image, not once per
+        # image (I and F scale it to each image's own value range).
+        palette = img.palette.mode if img.palette is not None else None
+        key = (img.mode, "transparency" in img.info, palette)
         texture = self._textures.get(key)
         if texture is None:
             texture = pil_texture(img, self._tile).contiguous()
@@ -185,7 +222,7 @@ class Painter:
         frames = int(getattr(img, "n_frames", 1))
         note = f"{frames} frames, padded the first" if frames > 1 else ""
         lossy = is_lossy(fmt, img.mode)
-        return Outcome(job, fmt, img.mode, (w, h), out_size, lossy, note)
+        return Outcome(fmt, img.mode, (w, h), out_size, lossy, note)
 
     def _check_stand_in(self, img: PIL.Image.Image, fmt: str) -> str | None:
         """Pad and encode a 3x3 image of ``img``'s mode; the reason it fails, else None."""
@@ -209,15 +246,18 @@ class Painter:
 
     def pad_file(self, job: FileJob) -> Outcome | str:
         """Decode, pad and write ``job``; the outcome, or a one-line reason it failed."""
-        from PIL import ImageOps
-
         try:
             with _quiet_bombs(), PIL.Image.open(job.source) as img:
                 frames = int(getattr(img, "n_frames", 1))
                 img.load()
                 fmt = job.fmt or img.format or ""
-                # EXIF is not kept (its sizes would be wrong): bake its orientation in instead.
-                upright = ImageOps.exif_transpose(img)
+                # EXIF is not kept (its sizes would be wrong): bake its orientation in instead
+                # (exif_transpose copies an upright image too: not for nothing).
+                upright: PIL.Image.Image = img
+                if img.getexif().get(0x0112, 1) != 1:
+                    from PIL import ImageOps
+
+                    upright = ImageOps.exif_transpose(img)
         except Exception as e:  # a malformed file makes Pillow's plugins raise anything
             return f"cannot read {str(job.source)!r}: {self._reason(e)}"
         try:
@@ -225,12 +265,21 @@ class Painter:
         except Exception as e:  # a fill that does not suit the image, out of memory, ...
             return f"cannot pad {str(job.source)!r}: {self._reason(e)}"
         try:
-            write_atomically(result, job.target, fmt, self._save_options(fmt), job.root)
+            options = self._save_options(fmt)
+            write_atomically(
+                result,
+                job.target,
+                fmt,
+                options,
+                job.root,
+                folders=self._folders,
+                fsync=self.spec.fsync,
+            )
         except Exception as e:  # disk full, no permission, a folder in the way, ...
             return f"cannot write {str(job.target)!r}: {self._reason(e)}"
         note = f"{frames} frames, padded the first" if frames > 1 else ""
         lossy = is_lossy(fmt, result.mode)
-        return Outcome(job, fmt, result.mode, upright.size, result.size, lossy, note)
+        return Outcome(fmt, result.mode, upright.size, result.size, lossy, note)
 
 
 @contextlib.contextmanager

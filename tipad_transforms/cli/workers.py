@@ -1,11 +1,11 @@
 """Worker processes for ``tipad pad``: every core decodes, pads and encodes its own files.
 
 Decoding and encoding are most of the work and Pillow holds the GIL for much of it, so each
-worker process runs the whole path for a file (:class:`~.painter.Painter`), and the
-parent only hands out paths and counts. Each worker starts Taichi itself: the parent never
-launches a kernel, so on Linux the workers can be forked (fast; a process forked after Taichi
-started would hang, see ``_runtime``). Where Taichi or CUDA already run in this process, or
-``fork`` does not exist, the workers are spawned instead (each imports torch: seconds).
+worker process runs the whole path for a file (:class:`~.painter.Painter`); the parent hands out
+index ranges of the job list (which every worker got once, at its start) and counts the
+results. The parent never launches a kernel, so on Linux the workers can be forked (a process
+forked after Taichi started would hang, see ``_runtime``); where Taichi or CUDA already run in
+this process, or ``fork`` does not exist, they are spawned instead (each imports torch).
 
 A worker never outlives the run: SIGTERM (from the parent, which sends it when the run is
 interrupted or fails) removes the file the worker is writing and ends it at once; SIGINT and
@@ -22,7 +22,7 @@ import signal
 import sys
 import threading
 import time
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Iterator, Sequence
 from concurrent.futures import ProcessPoolExecutor
 from multiprocessing.process import BaseProcess
 from multiprocessing.synchronize import Event
@@ -36,11 +36,13 @@ from .writing import discard_temporary
 __all__ = ["Workers", "default_workers"]
 
 _painter: Painter | None = None  # the worker process's own
+_jobs: Sequence[FileJob] = ()  # the run's jobs: chunks name them by index
 _stopping: Event | None = None  # set by the parent's Workers.stop(): start no more files
 #: How often a worker looks whether its parent is still there, and how long an interrupted
 #: run waits for its workers to end on SIGTERM before it kills them.
 _PARENT_POLL_S = 0.2
 _TERMINATE_WAIT_S = 5.0
+Result = tuple[int, "Outcome | str"]  # a job's index, and its outcome or why it failed
 
 
 def default_workers() -> int:
@@ -80,9 +82,9 @@ def _watch_parent(parent: int) -> None:
     _end_worker(signal.SIGTERM)
 
 
-def _init_worker(spec: PadSpec, parent: int, stopping: Event) -> None:
-    global _painter, _stopping
-    _stopping = stopping
+def _init_worker(spec: PadSpec, jobs: Sequence[FileJob], parent: int, stopping: Event) -> None:
+    global _painter, _jobs, _stopping
+    _jobs, _stopping = jobs, stopping
     signal.signal(signal.SIGTERM, _end_worker)
     # Ctrl-C and a closed terminal signal the whole process group: the parent decides, and
     # ends the workers with SIGTERM (a KeyboardInterrupt here would print a traceback).
@@ -100,35 +102,32 @@ def _init_worker(spec: PadSpec, parent: int, stopping: Event) -> None:
     _painter = Painter(spec)
 
 
-def _check(job: FileJob) -> Outcome | str:
-    assert _painter is not None
-    return _painter.check(job)
-
-
-def _pad_file(job: FileJob) -> Outcome | str | None:
-    assert _painter is not None
-    if _stopping is not None and _stopping.is_set():
-        return None  # the run stopped: this file is not started
-    return _painter.pad_file(job)
-
-
-def _run_chunk(
-    fn: Callable[[FileJob], Outcome | str | None], jobs: Sequence[FileJob]
-) -> list[Outcome | str | None]:
-    return [fn(job) for job in jobs]
+def _run_chunk(phase: str, indices: Sequence[int]) -> list[Result]:
+    """Check (``phase`` "check") or pad the jobs at ``indices``; a pad stops early once the run
+    is stopped (the files not started are left out)."""
+    assert _painter is not None and _stopping is not None
+    if phase == "check":
+        return [(i, _painter.check(_jobs[i])) for i in indices]
+    results: list[Result] = []
+    for i in indices:
+        if _stopping.is_set():
+            break
+        results.append((i, _painter.pad_file(_jobs[i])))
+    return results
 
 
 class Workers:
-    """``workers`` processes (0 or 1: this process) that check and pad files for ``spec``.
+    """``workers`` processes (0 or 1: this process) that check and pad ``jobs`` for ``spec``.
 
-    Use as a context manager; :meth:`check` and :meth:`pad` yield one result per job, in
-    order; :meth:`stop` ends a :meth:`pad` early. Leaving the context on an exception
-    (an interrupting signal, a broken pipe, an error) ends the worker processes at once
-    (:meth:`terminate`); leaving it normally waits for them.
+    Use as a context manager; :meth:`check` and :meth:`pad` yield ``(index, result)`` for the
+    jobs at the given indices, in order; :meth:`stop` ends a :meth:`pad` early. Leaving the
+    context on an exception (an interrupting signal, a broken pipe, an error) ends the worker
+    processes at once (:meth:`terminate`); leaving it normally waits for them.
     """
 
-    def __init__(self, spec: PadSpec, workers: int) -> None:
+    def __init__(self, spec: PadSpec, jobs: Sequence[FileJob], workers: int) -> None:
         self.spec = spec
+        self.jobs = jobs
         self.workers = workers
         self._pool: ProcessPoolExecutor | None = None
         self._painter: Painter | None = None
@@ -142,24 +141,22 @@ class Workers:
         self._others = set(multiprocessing.active_children())
         if self.workers <= 1:
             self._painter = Painter(self.spec)
-        else:
-            method = _start_method()
-            if method == "fork":
-                # Import torch, the package and Taichi (without starting it) once, here: forked
-                # workers inherit them instead of each importing them again (seconds apiece).
-                from .. import _runtime, functional  # noqa: F401
-
-                _runtime.taichi_version()
-            context = multiprocessing.get_context(method)
-            self._stopping = context.Event()
-            # An executor, not multiprocessing.Pool: a worker that dies (killed, out of memory)
-            # raises BrokenProcessPool here instead of leaving the parent waiting forever.
-            self._pool = ProcessPoolExecutor(
-                self.workers,
-                mp_context=context,
-                initializer=_init_worker,
-                initargs=(self.spec, os.getpid(), self._stopping),
-            )
+            return self
+        method = _start_method()
+        if method == "fork":
+            # Import torch and the package once, here: forked workers inherit them instead of
+            # each importing them again.
+            from .. import functional  # noqa: F401
+        context = multiprocessing.get_context(method)
+        self._stopping = context.Event()
+        # An executor, not multiprocessing.Pool: a worker that dies (killed, out of memory)
+        # raises BrokenProcessPool here instead of leaving the parent waiting forever.
+        self._pool = ProcessPoolExecutor(
+            self.workers,
+            mp_context=context,
+            initializer=_init_worker,
+            initargs=(self.spec, self.jobs, os.getpid(), self._stopping),
+        )
         return self
 
     def __exit__(
@@ -168,6 +165,8 @@ class Workers:
         exc: BaseException | None,
         tb: TracebackType | None,
     ) -> None:
+        if self._painter is not None:
+            self._painter.close()
         if self._pool is not None:
             if exc_type is not None:
                 self.terminate()
@@ -200,45 +199,37 @@ class Workers:
         if self._stopping is not None:
             self._stopping.set()
 
-    def _map(
-        self,
-        jobs: Sequence[FileJob],
-        local: Callable[[FileJob], Outcome | str | None],
-        remote: Callable[[FileJob], Outcome | str | None],
-    ) -> Iterator[Outcome | str]:
+    def check(self, indices: Sequence[int]) -> Iterator[Result]:
+        """:meth:`Painter.check` of the jobs at ``indices``."""
+        return self._map("check", indices)
+
+    def pad(self, indices: Sequence[int]) -> Iterator[Result]:
+        """:meth:`Painter.pad_file` of the jobs at ``indices``."""
+        return self._map("pad", indices)
+
+    def _map(self, phase: str, indices: Sequence[int]) -> Iterator[Result]:
         self._stopped = False
-        if self._pool is None:
-            for job in jobs:
+        if self._painter is not None:
+            run = self._painter.check if phase == "check" else self._painter.pad_file
+            for i in indices:
                 if self._stopped:
                     return
-                result = local(job)
-                if result is not None:
-                    yield result
+                yield i, run(self.jobs[i])
             return
-        # Chunks small enough for a live progress count and a balanced end, large enough that
-        # the inter-process round trips do not dominate small images.
-        size = max(1, min(16, len(jobs) // (self.workers * 8)))
-        chunks = [jobs[i : i + size] for i in range(0, len(jobs), size)]
+        assert self._pool is not None
+        # Chunks large enough that the round trips between processes do not count, small
+        # enough for a live progress count and a balanced end (8 a worker).
+        size = max(1, min(64, len(indices) // (self.workers * 8)))
+        chunks = [indices[i : i + size] for i in range(0, len(indices), size)]
         # The workers start at the first submit (each inherits this thread's signal mask,
         # even through spawn's exec; _init_worker unblocks): no stop signal reaches a worker
         # half started.
         blocks = hasattr(signal, "pthread_sigmask")
         mask = signal.pthread_sigmask(signal.SIG_BLOCK, STOP_SIGNALS) if blocks else set()
         try:
-            futures = [self._pool.submit(_run_chunk, remote, chunk) for chunk in chunks]
+            futures = [self._pool.submit(_run_chunk, phase, chunk) for chunk in chunks]
         finally:
             if blocks:
                 signal.pthread_sigmask(signal.SIG_SETMASK, mask)
         for future in futures:
-            # None: a file not started after stop(); the chunks left finish at once.
-            yield from (r for r in future.result() if r is not None)
-
-    def check(self, jobs: Sequence[FileJob]) -> Iterator[Outcome | str]:
-        """:meth:`Painter.check` of every job."""
-        painter = self._painter
-        return self._map(jobs, painter.check if painter else _check, _check)
-
-    def pad(self, jobs: Sequence[FileJob]) -> Iterator[Outcome | str]:
-        """:meth:`Painter.pad_file` of every job."""
-        painter = self._painter
-        return self._map(jobs, painter.pad_file if painter else _pad_file, _pad_file)
+            yield from future.result()  # after stop(), the chunks left end at once

@@ -1,12 +1,16 @@
 """Atomic writes for the command line: a temporary file beside the target, renamed into place.
 
-:func:`write_atomically` saves into ``.NAME.tipad-PID-XXXXXXXX.tmp`` beside the target, flushes
-and fsyncs it, then renames it over the target (``os.replace``), so a reader (or a later run)
-sees the old file or the complete new one, never a part. The rename replaces the directory
-entry: a symbolic link at the target is replaced, its target never opened; a hard link is
-broken, the other name keeps its data. :func:`discard_temporary` is what a worker's signal
-handler calls to remove the file being written before the process ends;
-:func:`remove_stale_temporaries` removes those that a process killed outright (SIGKILL) left.
+:func:`write_atomically` saves into ``.NAME.tipad-PID-XXXXXXXX.tmp`` beside the target and
+renames it over the target (``os.replace``), so a reader (or a later run) sees the old file or
+the complete new one, never a part, whatever stops the process. The rename replaces the
+directory entry: a symbolic link at the target is replaced, its target never opened; a hard
+link is broken, the other name keeps its data. The folder is opened from the output root one
+component at a time without following a symbolic link (:class:`OutputFolders`), so a link put
+on the way, even while the run writes, cannot lead outside it. With ``fsync`` the file is
+flushed to disk before the rename and the folder after it: the output then survives a power
+cut too. :func:`discard_temporary` is what a worker's signal handler calls to remove the file
+being written before the process ends; :func:`remove_stale_temporaries` removes those that a
+process killed outright (SIGKILL) left.
 """
 
 from __future__ import annotations
@@ -24,66 +28,111 @@ import PIL.Image
 
 from .inputs import inside
 
-__all__ = ["discard_temporary", "remove_stale_temporaries", "write_atomically"]
+__all__ = ["OutputFolders", "discard_temporary", "remove_stale_temporaries", "write_atomically"]
 
 #: ``.NAME.tipad-PID-TOKEN.tmp``: hidden, not an image suffix (never an input or an output
 #: tipad would list), the writer's process id so that a later run can tell a stale one.
 _TEMP = re.compile(r"\.(?P<name>.+)\.tipad-(?P<pid>[0-9]+)-[0-9a-f]{8}\.tmp")
-# The temporary file this process is writing (None: none); the lock makes "name it, create
-# it" one step for discard_temporary called from another thread (reentrant: from a signal
-# handler in this thread it must not wait for itself).
-_writing: str | None = None
+_DIR = os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC
+_MAX_OPEN = 64  # folders kept open per process
+# The temporary file this process is writing, as (its folder's fd, its name); the lock makes
+# "name it, create it" one step for discard_temporary called from another thread (reentrant:
+# from a signal handler in this thread it must not wait for itself).
+_writing: tuple[int, str] | None = None
 _writing_lock = threading.RLock()
 
 
-def _temporary_name(target: Path) -> str:
-    return f".{target.name}.tipad-{os.getpid()}-{secrets.token_hex(4)}.tmp"
+class OutputFolders:
+    """Open folders below output roots: each is created if missing, and opened from its root
+    (resolved) one folder at a time with ``O_NOFOLLOW``. :meth:`close` closes them (a
+    folder deleted and made again is another folder: keep one of these per run)."""
+
+    def __init__(self) -> None:
+        self._fds: dict[tuple[Path, Path], int] = {}
+
+    def fd(self, folder: Path, root: Path) -> int:
+        """An open descriptor of ``folder``, which must lie inside ``root`` (OSError if not)."""
+        fd = self._fds.get((folder, root))
+        if fd is None:
+            if len(self._fds) >= _MAX_OPEN:
+                self.close()
+            fd = self._fds[(folder, root)] = _open_inside(folder, root)
+        return fd
+
+    def close(self) -> None:
+        for fd in self._fds.values():
+            os.close(fd)
+        self._fds.clear()
 
 
-def _check_inside(folder: Path, root: Path) -> None:
+def _open_inside(folder: Path, root: Path) -> int:
     real = folder.resolve()
     if not inside(real, root):
         raise OSError(f"its folder {str(real)!r} lies outside the output folder {str(root)!r}")
+    root.mkdir(parents=True, exist_ok=True)  # -o, created if missing
+    fd = os.open(root, _DIR)
+    try:
+        for part in real.relative_to(root).parts:  # resolved: a link here appeared meanwhile
+            with contextlib.suppress(FileExistsError):
+                os.mkdir(part, dir_fd=fd)
+            parent, fd = fd, os.open(part, _DIR | os.O_NOFOLLOW, dir_fd=fd)
+            os.close(parent)
+    except BaseException:
+        os.close(fd)
+        raise
+    return fd
 
 
 def write_atomically(
-    img: PIL.Image.Image, target: Path, fmt: str, options: dict[str, Any], root: Path
+    img: PIL.Image.Image,
+    target: Path,
+    fmt: str,
+    options: dict[str, Any],
+    root: Path,
+    *,
+    folders: OutputFolders | None = None,
+    fsync: bool = False,
 ) -> None:
     """Save ``img`` as ``fmt`` at ``target`` through a temporary file renamed into place.
 
-    ``target``'s folder is created if missing, after checking that it lies inside ``root``
-    (resolved: no symbolic link on the way leads elsewhere). Raises OSError (disk full, no
-    permission, a folder where the file should be, ...) and whatever ``img.save`` raises; on
-    any error or interruption the temporary file is removed and an earlier file at ``target``
-    is untouched.
+    ``target``'s folder (opened through ``folders``, else for this call) is created if missing
+    and must lie inside ``root`` (resolved). ``fsync``: flush the file, then its folder, to
+    disk. Raises OSError (disk full, no permission, a folder where the file should be, ...) and
+    whatever ``img.save`` raises; on any error or interruption the temporary file is removed
+    and an earlier file at ``target`` is untouched.
     """
     global _writing
-    folder = target.parent
-    _check_inside(folder, root)  # before creating folders: none is made outside root
-    folder.mkdir(parents=True, exist_ok=True)
-    _check_inside(folder, root)  # and after: a link put there meanwhile
-    flags = os.O_RDWR | os.O_CREAT | os.O_EXCL | getattr(os, "O_CLOEXEC", 0)
-    temporary: str | None = None
+    own = folders is None
+    folders = OutputFolders() if folders is None else folders
+    flags = os.O_RDWR | os.O_CREAT | os.O_EXCL | os.O_CLOEXEC
     try:
+        folder = folders.fd(target.parent, root)
+        temporary = None
         while temporary is None:
             with _writing_lock:  # named before it exists: an interruption finds it either way
-                _writing = str(folder / _temporary_name(target))
+                name = f".{target.name}.tipad-{os.getpid()}-{secrets.token_hex(4)}.tmp"
+                _writing = (folder, name)
                 try:  # 0o666 less the umask: the permissions a plain save would give
-                    fd = os.open(_writing, flags, 0o666)
+                    fd = os.open(name, flags, 0o666, dir_fd=folder)
                 except FileExistsError:  # this process id's and 32 random bits: draw again
                     continue
-                temporary = _writing
+                temporary = name
         with os.fdopen(fd, "w+b") as f:
             img.save(f, format=fmt, **options)
             f.flush()
-            os.fsync(f.fileno())
-        os.replace(temporary, target)
+            if fsync:
+                os.fsync(f.fileno())
+        os.replace(temporary, target.name, src_dir_fd=folder, dst_dir_fd=folder)
+        if fsync:
+            os.fsync(folder)
     except BaseException:  # an error, or a signal's exception: no temporary file is left
         discard_temporary()
         raise
     finally:
         with _writing_lock:
             _writing = None
+        if own:
+            folders.close()
 
 
 def discard_temporary() -> None:
@@ -92,7 +141,7 @@ def discard_temporary() -> None:
     with _writing_lock:
         if _writing is not None:
             with contextlib.suppress(OSError):
-                os.unlink(_writing)
+                os.unlink(_writing[1], dir_fd=_writing[0])
 
 
 def _running(pid: int) -> bool:
