@@ -9,7 +9,9 @@ from pathlib import Path
 import numpy as np
 import PIL.Image
 import pytest
+from PIL import ImageOps
 
+import tipad_transforms.functional as F
 from tipad_transforms import __version__
 from tipad_transforms.assets import SAMPLE_NAMES, load_sample, sample_image_paths
 from tipad_transforms.cli import main
@@ -297,3 +299,18 @@ def test_pad_refuses_to_overwrite(tmp_path: Path, capsys: pytest.CaptureFixture[
     _write(twin, "L")
     err = _error(capsys, ["pad", str(src), str(twin), "-o", str(tmp_path / "o")])
     assert "a.png" in err and "overwrite" in err
+
+
+def test_pad_turns_an_image_upright_as_its_exif_orientation_says(tmp_path: Path) -> None:
+    src = tmp_path / "turned.png"
+    exif = PIL.Image.Exif()
+    exif[0x0112] = 6  # stored turned on its side: shown rotated by 90 degrees
+    PIL.Image.fromarray(_write(tmp_path / "plain.png", "RGB", seed=7)).save(src, exif=exif)
+    argv = ["pad", str(src), str(tmp_path / "plain.png"), "-o", str(tmp_path / "o")]
+    assert main([*argv, "--mode", "edge", "--padding", "2", "--workers", "0"]) == 0
+    for name in ("turned.png", "plain.png"):
+        with PIL.Image.open(tmp_path / name) as a, PIL.Image.open(tmp_path / "o" / name) as b:
+            want = F.pad(ImageOps.exif_transpose(a), 2, padding_mode="edge")
+            assert b.size == want.size and b.tobytes() == want.tobytes(), name
+            assert b.getexif().get(0x0112, 1) == 1  # no orientation left to apply twice
+    assert want.size == (13 + 4, 9 + 4)  # the plain one; the turned one is 9 + 4 wide

@@ -3,11 +3,13 @@ one input cannot be padded as asked, progress when asked for, honest about lossy
 
 from __future__ import annotations
 
+import json
 import os
 import subprocess
 import sys
 from collections.abc import Callable
 from pathlib import Path
+from types import ModuleType
 
 import numpy as np
 import PIL.Image
@@ -217,3 +219,16 @@ def test_an_unknown_output_format_is_refused_with_the_choices(
     status, _, err = _run(capsys, [str(tree), "-r", "-o", str(tmp_path / "o"), "--format", "xyz"])
     assert status == 2 and "Pillow cannot write it" in err and "png" in err
     assert not (tmp_path / "o").exists()
+
+
+def test_the_benchmark_times_every_peer_on_both_trees(
+    tmp_path: Path, cli_pad_benchmark: ModuleType, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    argv = ["cli_pad.py", "--count", "16", "--photos", "2", "--photo-size", "64x48"]
+    argv += ["--repeats", "1", "--workers", "0", "--dir", str(tmp_path), "--out", str(tmp_path)]
+    monkeypatch.setattr(sys, "argv", argv)
+    cli_pad_benchmark.main()  # raises SystemExit if a peer writes the wrong number of files
+    report = json.loads((tmp_path / "cli-pad.json").read_text())
+    for tree in ("small", "photos"):
+        assert set(report["images_per_s"][tree]) == {"PIL loop", "tipad constant", "tipad reflect"}
+        assert report["ratio_to_pil_loop"][tree]["PIL loop"] == 1.0

@@ -1,20 +1,10 @@
-"""The ``tipad`` command line (also ``python -m tipad_transforms``).
+"""The ``tipad`` command line (also ``python -m tipad_transforms``): :func:`main`.
 
-=================  ============================================================================
-``arguments``      the parser, the exit statuses (``EXIT_CODES``), ``UsageError``
-``signals``        stop signals and a closed stdout
-``pad``            ``tipad pad``: options, the check-then-write run, the summary
-``inputs``         files, folders and patterns -> jobs under the output folder, links refused
-``painter``        one file: checked from its header, then decoded, padded and written
-``writing``        atomic writes: a temporary file renamed into place
-``workers``        the processes that check and pad, ended with the run
-``progress``       the count, rate and ETA line
-``demo``           ``tipad demo`` and its gallery
-``timing``         the demo's timing table
-=================  ============================================================================
-
-Every error is one ``tipad: error: ...`` line, no traceback (``-v`` adds one to an unexpected
-error).
+One module per part: ``arguments`` (the parser, the exit statuses, ``UsageError``), ``signals``,
+the commands ``pad`` and ``demo``, and for ``tipad pad`` its ``inputs`` (files, folders and
+patterns to jobs), ``painter`` (one file checked, then padded, with ``borders``), ``writing``
+(atomic writes), ``workers`` and ``progress``; ``timing`` is the demo's table. Every error is
+one ``tipad: error: ...`` line, no traceback (``-v`` adds one to an unexpected error).
 """
 
 from __future__ import annotations

@@ -28,14 +28,7 @@ import PIL.Image
 
 from .arguments import UsageError
 
-__all__ = [
-    "FileJob",
-    "describe_non_regular",
-    "find_inputs",
-    "inside",
-    "output_format",
-    "plan_jobs",
-]
+__all__ = ["FileJob", "describe_non_regular", "find_inputs", "inside", "output_format", "plan_jobs"]
 
 _GLOB_CHARS = frozenset("*?[")
 # The suffix written for a format chosen with --format (others: Pillow's first registered one).
