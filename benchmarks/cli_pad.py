@@ -25,8 +25,10 @@ the input's format (JPEG at quality 95):
 
 After one untimed round of every peer, ``--repeats`` rounds time each peer once, in an order
 rotated by one place per round. Printed and written to ``<out>/cli-pad.json``: each peer's
-median images/s, the spread (slowest and fastest round) and the ratio of medians to the PIL
-loop, per tree. The machine this runs on may be shared: read the spread, not one number.
+median images/s, the spread (slowest and fastest round), the ratio of medians to the PIL loop
+and the median CPU time per image of all its processes, per tree. The machine this runs on may
+be shared: read the spread, not one number; where other jobs hold the cores, the workers
+cannot run side by side and the CPU time says more than the wall time.
 """
 
 from __future__ import annotations
@@ -34,6 +36,7 @@ from __future__ import annotations
 import argparse
 import io
 import json
+import resource
 import shutil
 import statistics
 import sys
@@ -143,14 +146,24 @@ def tipad_cli(
     return sum(1 for p in dst.rglob("*") if p.is_file())
 
 
-def _run(peer: str, src: Path, dst: Path, padding: int, workers: int) -> tuple[float, int]:
+def _cpu() -> float:
+    """CPU seconds of this process and of its children that have ended (the workers)."""
+    own, children = (
+        resource.getrusage(resource.RUSAGE_SELF),
+        resource.getrusage(resource.RUSAGE_CHILDREN),
+    )
+    return own.ru_utime + own.ru_stime + children.ru_utime + children.ru_stime
+
+
+def _run(peer: str, src: Path, dst: Path, padding: int, workers: int) -> tuple[float, float, int]:
+    """Wall seconds, CPU seconds (all processes) and files written of one round of ``peer``."""
     shutil.rmtree(dst, ignore_errors=True)
-    start = time.perf_counter()
+    start, cpu = time.perf_counter(), _cpu()
     if peer == "PIL loop":
         n = pil_loop(src, dst, padding)
     else:  # "tipad MODE [OPTION]"
         n = tipad_cli(src, dst, padding, workers, *peer.split()[1:])
-    return time.perf_counter() - start, n
+    return time.perf_counter() - start, _cpu() - cpu, n
 
 
 def main() -> None:
@@ -175,6 +188,7 @@ def main() -> None:
     photo_size = tuple(int(v) for v in args.photo_size.lower().split("x"))
     info = _common.machine_info()
     seconds: dict[str, dict[str, list[float]]] = {}
+    cpu_seconds: dict[str, dict[str, list[float]]] = {}
     with tempfile.TemporaryDirectory(dir=args.dir) as tmp:
         trees = {"small": (Path(tmp) / "small", args.count)}
         make_image_tree(trees["small"][0], args.count)
@@ -183,14 +197,16 @@ def main() -> None:
             make_photo_tree(trees["photos"][0], args.photos, photo_size)  # type: ignore[arg-type]
         for name, (src, count) in trees.items():
             seconds[name] = {peer: [] for peer in peers}
+            cpu_seconds[name] = {peer: [] for peer in peers}
             for r in range(-1, args.repeats):  # round -1: untimed
                 for k in range(len(peers)):
                     peer = peers[(k + r) % len(peers)]
-                    took, n = _run(peer, src, Path(tmp) / "out", args.padding, workers)
+                    took, cpu, n = _run(peer, src, Path(tmp) / "out", args.padding, workers)
                     if n != count:
                         raise SystemExit(f"{peer} wrote {n} files of {name}, expected {count}")
                     if r >= 0:
                         seconds[name][peer].append(took)
+                        cpu_seconds[name][peer].append(cpu)
                         print(f"{name} round {r + 1}: {peer} {count / took:,.1f} images/s")
     print(
         f"\npadding {args.padding} px, {workers} workers, {info['cpu_count']} CPUs, load at "
@@ -204,13 +220,18 @@ def main() -> None:
         for peer, times in per_peer.items():
             spread = f"{count / max(times):,.1f}-{count / min(times):,.1f}"
             ratio = rates[name][peer] / rates[name]["PIL loop"]
-            print(f"  {peer:23s} {rates[name][peer]:9,.1f} images/s ({spread})  {ratio:.2f}x")
+            cpu_ms = statistics.median(cpu_seconds[name][peer]) / count * 1e3
+            print(
+                f"  {peer:23s} {rates[name][peer]:9,.1f} images/s ({spread})  {ratio:.2f}x  "
+                f"CPU {cpu_ms:.3f} ms/image"
+            )
     args.out.mkdir(parents=True, exist_ok=True)
     payload = {
         "schema": "tipad-bench-cli-pad/2",
         "machine": info,
         "settings": {**vars(args), "out": str(args.out), "dir": str(args.dir), "workers": workers},
         "seconds": seconds,
+        "cpu_seconds": cpu_seconds,
         "images_per_s": rates,
         "ratio_to_pil_loop": {
             name: {p: r / per["PIL loop"] for p, r in per.items()} for name, per in rates.items()

@@ -10,12 +10,12 @@ import PIL.Image
 import pytest
 
 import tipad_transforms.functional as F
+from tipad_transforms.cli import borders
 from tipad_transforms.cli.borders import mirror_pad
 from tipad_transforms.cli.painter import PadSpec, Painter, brick_image
 from tipad_transforms.functional._pil import pil_texture
 
-MODES = ("1", "L", "LA", "La", "P", "PA", "RGB", "RGBA", "RGBa", "RGBX", "CMYK", "YCbCr",
-         "LAB", "HSV", "I", "I;16", "I;16L", "I;16B", "F")  # fmt: skip
+MODES = sorted(borders.MODES)
 PADDINGS = ((3, 1, 2, 4), (0, 0, 0, 0), (0, 5, 1, 0), (17, 9, 30, 11))  # the last: > the image
 
 
@@ -29,7 +29,7 @@ def image(mode: str, size: tuple[int, int], seed: int) -> PIL.Image.Image:
         dtype = np.int32 if mode == "I" else np.float32
         img = PIL.Image.fromarray(rng.integers(-5000, 60000, (h, w)).astype(dtype))
     elif mode.startswith("I;16"):
-        order = ">u2" if mode == "I;16B" else "<u2"
+        order = ">u2" if mode == "I;16B" else "=u2" if mode == "I;16N" else "<u2"
         img = PIL.Image.frombytes(
             mode, size, rng.integers(0, 65536, (h, w)).astype(order).tobytes()
         )

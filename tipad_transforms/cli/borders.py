@@ -12,7 +12,14 @@ from __future__ import annotations
 
 import PIL.Image
 
-__all__ = ["KEPT_INFO", "finish", "mirror_pad", "on_wall"]
+__all__ = ["KEPT_INFO", "MODES", "finish", "mirror_pad", "on_wall"]
+
+#: The PIL modes padded here (each compared with the functional API by the tests); the others
+#: go through the functional API, which refuses those without an array form.
+MODES = frozenset(
+    ("1", "L", "LA", "La", "P", "PA", "RGB", "RGBA", "RGBa", "RGBX", "CMYK", "YCbCr", "LAB",
+     "HSV", "I", "I;16", "I;16L", "I;16B", "I;16N", "F")
+)  # fmt: skip
 
 #: The metadata ``functional.pad`` keeps on a padded PIL image (the rest, EXIF included, is
 #: bound to the input's size).

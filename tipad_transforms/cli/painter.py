@@ -24,7 +24,7 @@ from typing import TYPE_CHECKING, Any, NamedTuple
 import PIL.Image
 
 from .arguments import UsageError
-from .borders import mirror_pad, on_wall
+from .borders import MODES, mirror_pad, on_wall
 from .inputs import FileJob
 from .writing import OutputFolders, write_atomically
 
@@ -121,6 +121,8 @@ class Painter:
         """
         padding = self.spec.padding if padding is None else padding
         mode = self.spec.mode
+        if img.mode not in MODES:
+            return self._pad_tensor(img, padding)
         if mode is not None and mode != "constant":
             out = mirror_pad(img, padding, mode)
             return out if out is not None else self._pad_tensor(img, padding)

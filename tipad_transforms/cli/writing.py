@@ -48,15 +48,16 @@ class OutputFolders:
     folder deleted and made again is another folder: keep one of these per run)."""
 
     def __init__(self) -> None:
-        self._fds: dict[tuple[Path, Path], int] = {}
+        self._fds: dict[tuple[str, str], int] = {}
 
     def fd(self, folder: Path, root: Path) -> int:
         """An open descriptor of ``folder``, which must lie inside ``root`` (OSError if not)."""
-        fd = self._fds.get((folder, root))
+        key = (str(folder), str(root))  # strings: they hash faster than paths
+        fd = self._fds.get(key)
         if fd is None:
             if len(self._fds) >= _MAX_OPEN:
                 self.close()
-            fd = self._fds[(folder, root)] = _open_inside(folder, root)
+            fd = self._fds[key] = _open_inside(folder, root)
         return fd
 
     def close(self) -> None:
