@@ -92,11 +92,6 @@ def build_parser() -> argparse.ArgumentParser:
     demo.add_argument(
         "--device", default="cpu", help="device for the timings, e.g. cpu or cuda (default cpu)"
     )
-    _add_pad_parser(sub)
-    return parser
-
-
-def _add_pad_parser(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     pad = sub.add_parser(
         "pad",
         help="pad image files, folders and glob patterns, keeping their mode",
@@ -118,6 +113,11 @@ def _add_pad_parser(sub: argparse._SubParsersAction[argparse.ArgumentParser]) ->
         "Without --keep-going, an input that cannot be padded stops the run before anything is "
         "written, and a failure while writing stops it after the files in progress. " + EXIT_CODES,
     )
+    _add_pad_arguments(pad)
+    return parser
+
+
+def _add_pad_arguments(pad: argparse.ArgumentParser) -> None:
     pad.add_argument(
         "inputs", nargs="+", metavar="IN", help="image files, folders or glob patterns"
     )

@@ -141,9 +141,12 @@ class Painter:
         if wall is None or wall.width < size[0] or wall.height < size[1]:
             w, h = size if wall is None else (max(size[0], wall.width), max(size[1], wall.height))
             left, top = padding[:2]
-            wall = self._pad_tensor(
-                PIL.Image.new(mode, (1, 1)), (left, top, w - left - 1, h - top - 1)
-            )
+            if self.spec.mode == "constant":  # the fill's pixel, copied everywhere
+                pixel = self._pad_tensor(PIL.Image.new(mode, (1, 1)), (1, 0, 0, 0))
+                wall = pixel.crop((0, 0, 1, 1)).resize((w, h), PIL.Image.Resampling.NEAREST)
+            else:
+                blank = PIL.Image.new(mode, (1, 1))
+                wall = self._pad_tensor(blank, (left, top, w - left - 1, h - top - 1))
             self._walls[(mode, padding)] = wall
         return wall
 
