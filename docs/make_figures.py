@@ -640,6 +640,11 @@ def md_table(header: Sequence[str], rows: Sequence[Sequence[str]], right: str = 
     return "\n".join([line(header), line(align), *(line(r) for r in rows)])
 
 
+def blocks(*parts: str) -> str:
+    """Markdown blocks (a sentence, a table, a list), one blank line apart."""
+    return "\n\n".join(part for part in parts if part)
+
+
 def provenance(name: str, rec: dict[str, Any]) -> str:
     """Which command made the record, when, on which code and machine, under which load."""
     m = rec["machine"]
@@ -806,13 +811,10 @@ def table_rwkv(rec: dict[str, Any]) -> str:
                 )
     header = ["workload", "tipad", "torch peer", "speed-up", "tipad GFLOP/s", "target"]
     matmul = rec["matmul"]
-    return "\n".join(
-        [
-            md_table(header, rows, right="134"),
-            "",
-            f"A float32 matmul ({matmul['n']}²) ran at {matmul['gflops_median']:.0f} GFLOP/s in "
-            "the same process.",
-        ]
+    return blocks(
+        md_table(header, rows, right="134"),
+        f"A float32 matmul ({matmul['n']}²) ran at {matmul['gflops_median']:.0f} GFLOP/s in "
+        "the same process.",
     )
 
 
@@ -861,14 +863,10 @@ def table_cli_pad(rec: dict[str, Any]) -> str:
         ]
         for peer, rate in rec["images_per_s"].items()
     ]
-    return "\n".join(
-        [
-            f"{s['count']:,} images padded by {s['padding']} px, {s['repeats']} rounds:",
-            "",
-            md_table(["peer", "images/s (median)", "seconds per round"], rows, right="12"),
-            "",
-            f"tipad / PIL loop: **{rec['ratio_tipad_to_pil']:.2f}x** the images per second.",
-        ]
+    return blocks(
+        f"{s['count']:,} images padded by {s['padding']} px, {s['repeats']} rounds:",
+        md_table(["peer", "images/s (median)", "seconds per round"], rows, right="12"),
+        f"tipad / PIL loop: **{rec['ratio_tipad_to_pil']:.2f}x** the images per second.",
     )
 
 
@@ -896,15 +894,11 @@ def table_backends(rec: dict[str, Any]) -> str:
         ]
     )
     header = ["workload (median)", up["backend"], fo["backend"], "forge / upstream", "outputs"]
-    return "\n".join(
-        [
-            f"{rec['args']['repeats']} rounds.",
-            "",
-            md_table(header, rows, right="123"),
-            "",
-            f"Geometric mean over the {len(rec['results'])} workloads: forge takes "
-            f"**{rec['geomean_forge_over_upstream']:.2f}x** upstream's time.",
-        ]
+    return blocks(
+        f"{rec['args']['repeats']} rounds.",
+        md_table(header, rows, right="123"),
+        f"Geometric mean over the {len(rec['results'])} workloads: forge takes "
+        f"**{rec['geomean_forge_over_upstream']:.2f}x** upstream's time.",
     )
 
 
@@ -913,15 +907,11 @@ def table_rwkv7_generate(rec: dict[str, Any]) -> str:
     m = rec["model"]
     rows = [[p["label"], f"{ms(p['median_s'])} ms", f"{ms(p['min_s'])} ms"] for p in rec["peers"]]
     tipad, package = (p["median_s"] for p in rec["peers"])
-    return "\n".join(
-        [
-            f"{m['n_layer']} layers x {m['n_embd']}, vocabulary {m['vocab']:,}, "
-            f"{threads(rec['threads'])}, per token:",
-            "",
-            md_table(["peer", "median", "min"], rows, right="12"),
-            "",
-            f"tipad / package: **{tipad / package:.2f}x** the time per token; {rec['check']}.",
-        ]
+    return blocks(
+        f"{m['n_layer']} layers x {m['n_embd']}, vocabulary {m['vocab']:,}, "
+        f"{threads(rec['threads'])}, per token:",
+        md_table(["peer", "median", "min"], rows, right="12"),
+        f"tipad / package: **{tipad / package:.2f}x** the time per token; {rec['check']}.",
     )
 
 
@@ -941,13 +931,10 @@ def table_scaling(rec: dict[str, Any]) -> str:
     ]
     header = ["engine", "workers / actors", "pass", "first batch", "img/s end to end",
               "steady img/s (2nd half)"]  # fmt: skip
-    return "\n".join(
-        [
-            f"{s['images']} generated PNGs of sides {s['sides'][0]}-{s['sides'][1]}, batches of "
-            f"{s['batch']}, one pass per row:",
-            "",
-            md_table(header, rows, right="12345"),
-        ]
+    return blocks(
+        f"{s['images']} generated PNGs of sides {s['sides'][0]}-{s['sides'][1]}, batches of "
+        f"{s['batch']}, one pass per row:",
+        md_table(header, rows, right="12345"),
     )
 
 
