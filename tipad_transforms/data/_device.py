@@ -11,7 +11,7 @@ from torch.utils.data import get_worker_info
 from torchvision import tv_tensors
 from torchvision.transforms import v2
 
-from .._compat.torch import in_bad_fork
+from .._compat import torch as ctorch
 from ._regions import Regions
 from ._tree import (
     apply_to_image,
@@ -167,7 +167,7 @@ def cuda_guard(device: torch.device, who: str) -> None:
     """
     if device.type != "cuda":
         return
-    forked = in_bad_fork()
+    forked = ctorch.in_bad_fork()
     if get_worker_info() is None and not forked:
         return
     where = "a DataLoader worker process" if get_worker_info() is not None else "a process"
