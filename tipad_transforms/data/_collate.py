@@ -9,74 +9,26 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import dataclass
+from operator import attrgetter
 from typing import Any
 
 import torch
 from torchvision import tv_tensors
 
 from .. import functional as F
-from .._checks import (
-    INT32_MAX,
-    Number,
-    check_flag,
-    check_generator,
-    check_int,
-    check_number,
-    is_int,
-)
+from .._checks import Number, check_flag, check_generator, check_int, check_number
 from .._geometry import check_mode
-from .._seeding import GeneratorsPickleAsBytes, worker_generator
-from ..functional._brick import brick_channels, brick_tile_size
+from .._seeding import GeneratorsPickleAsBytes
+from ..functional._brick import brick_tile_size
 from ..functional._convert import Fill, as_bank
 from ..functional._pad import brick_tile
 from ._device import Transforms, apply_transforms, check_device, check_transforms, cuda_guard
 from ._regions import Regions
+from ._sampler import CanvasSampler, check_params, generator_draw
 from ._samples import REGION_KEY, read_samples
 from ._targets import Canvas, collate_field
 
 __all__ = ["GPUCollate", "PadCollate"]
-
-PLACEMENTS = ("top_left", "center", "random")
-
-
-def _check_pair(value: Any, name: str) -> tuple[int, int] | None:
-    """None, an int ``s`` (``(s, s)``) or a pair of ints, each in ``[1, 2**31 - 1]``."""
-    if value is None:
-        return None
-    pair = [value, value] if is_int(value) else value
-    if (
-        isinstance(pair, (str, bytes))
-        or not isinstance(pair, Sequence)
-        or len(pair) != 2
-        or not all(is_int(v) for v in pair)
-    ):
-        raise TypeError(f"{name} must be None, an int or a pair of ints (H, W), got {value!r}")
-    if min(pair) < 1:
-        raise ValueError(f"{name} must be >= 1, got {value!r}")
-    if max(pair) > INT32_MAX:
-        raise ValueError(f"{name} must be at most {INT32_MAX} pixels per side, got {value!r}")
-    return int(pair[0]), int(pair[1])
-
-
-def _check_sizes(sizes: Any) -> list[tuple[int, int]]:
-    """``sizes``: a non-empty sequence of ``(h, w)`` pairs of ints >= 0."""
-    if isinstance(sizes, (str, bytes, torch.Tensor)) or not isinstance(sizes, Sequence):
-        raise TypeError(f"sizes must be a sequence of (h, w) pairs, got {type(sizes).__name__}")
-    if len(sizes) == 0:
-        raise ValueError("got an empty batch: sizes must hold at least one (h, w)")
-    out = []
-    for i, size in enumerate(sizes):
-        if (
-            isinstance(size, (str, bytes))
-            or not isinstance(size, Sequence)
-            or len(size) != 2
-            or not all(is_int(v) for v in size)
-        ):
-            raise TypeError(f"sizes[{i}] must be a pair of ints (h, w), got {size!r}")
-        if min(size) < 0:
-            raise ValueError(f"sizes[{i}] must be >= 0, got {tuple(size)}")
-        out.append((int(size[0]), int(size[1])))
-    return out
 
 
 def _check_fill(fill: Any) -> Fill:
@@ -232,15 +184,6 @@ class PadCollate(GeneratorsPickleAsBytes):
         return_regions: bool = False,
         generator: torch.Generator | None = None,
     ) -> None:
-        self.size = _check_pair(size, "size")
-        self.multiple = _check_pair(multiple, "multiple")
-        if self.size is not None and self.multiple is not None:
-            raise ValueError(
-                f"give size or multiple, not both: got size={size!r}, multiple={multiple!r}"
-            )
-        if not isinstance(placement, str) or placement not in PLACEMENTS:
-            raise ValueError(f"placement must be one of {PLACEMENTS}, got {placement!r}")
-        self.placement = placement
         self.padding_mode = "texture" if padding_mode == "texture" else check_mode(padding_mode)
         if texture is not None:
             if self.padding_mode != "texture":
@@ -273,12 +216,15 @@ class PadCollate(GeneratorsPickleAsBytes):
             if texture is None
             else (int(texture.shape[-2]), int(texture.shape[-1]))
         )
+        drawn = self.tile_size if textured and self.random_offset else None
+        #: The batch's parameter sampler (canvas, placements, lattice offsets).
+        self.sampler = CanvasSampler(size, multiple, placement, drawn)
         # Where the batch is built: None keeps the samples' device (GPUCollate sets its own).
         self._device: torch.device | None = None
 
-    # -- pickling (spawn and forkserver workers get a copy) -----------------------------------
-
-    # -- parameters -----------------------------------------------------------------------
+    size = property(attrgetter("sampler.size"))
+    multiple = property(attrgetter("sampler.multiple"))
+    placement = property(attrgetter("sampler.placement"))
 
     def canvas_size(self, sizes: Sequence[tuple[int, int]]) -> tuple[int, int]:
         """The canvas ``(H, W)`` for images of ``sizes`` ``[(h, w), ...]``.
@@ -286,20 +232,7 @@ class PadCollate(GeneratorsPickleAsBytes):
         Raises ValueError naming the first sample larger than a fixed ``size``; TypeError /
         ValueError naming ``sizes`` when it is not a non-empty list of ``(h, w)`` int pairs.
         """
-        sizes = _check_sizes(sizes)
-        if self.size is not None:
-            for i, (h, w) in enumerate(sizes):
-                if h > self.size[0] or w > self.size[1]:
-                    raise ValueError(
-                        f"samples[{i}]: the image is {h}x{w}, larger than size={self.size}"
-                    )
-            return self.size
-        out_h = max(h for h, _ in sizes)
-        out_w = max(w for _, w in sizes)
-        if self.multiple is not None:
-            out_h = -(-out_h // self.multiple[0]) * self.multiple[0]
-            out_w = -(-out_w // self.multiple[1]) * self.multiple[1]
-        return out_h, out_w
+        return self.sampler.canvas_size(sizes)
 
     def make_params(self, sizes: Sequence[tuple[int, int]]) -> dict[str, Any]:
         """Draw one batch's parameters for images of ``sizes`` ``[(h, w), ...]``.
@@ -308,28 +241,7 @@ class PadCollate(GeneratorsPickleAsBytes):
         (B, 2) (oy, ox)}``, on the CPU. Draws, in this order: the placements (``"random"``),
         then the lattice offsets (texture mode with ``random_offset``).
         """
-        sizes = _check_sizes(sizes)
-        n = len(sizes)
-        out_h, out_w = self.canvas_size(sizes)
-        slack = torch.tensor([(out_h - h, out_w - w) for h, w in sizes], dtype=torch.int64)
-        gen = worker_generator(self.generator)
-        if self.placement == "top_left":
-            placement = torch.zeros(n, 2, dtype=torch.int64)
-        elif self.placement == "center":
-            placement = slack // 2
-        else:
-            placement = self._draw(gen, n) % (slack + 1)
-        if self.padding_mode == "texture" and self.random_offset:
-            offset = self._draw(gen, n) % torch.tensor(self.tile_size)
-        else:
-            offset = torch.zeros(n, 2, dtype=torch.int64)
-        return {"size": (out_h, out_w), "placement": placement, "offset": offset}
-
-    @staticmethod
-    def _draw(gen: torch.Generator | None, n: int) -> torch.Tensor:
-        # 62-bit draws reduced per sample: the bias of the modulo is below 2**-40 for any canvas.
-        device = gen.device if gen is not None else None
-        return torch.randint(0, 2**62, (n, 2), generator=gen, device=device).cpu()
+        return self.sampler.sample(sizes, generator_draw(self.generator))
 
     # -- collation ------------------------------------------------------------------------
 
@@ -342,7 +254,7 @@ class PadCollate(GeneratorsPickleAsBytes):
         sizes = read.sizes
         if params is None:
             params = self.make_params(sizes)
-        size, placement, offset = _check_params(params, len(sizes))
+        size, placement, offset = check_params(params, len(sizes))
         images = read.images
         if self._device is not None:
             # One host-to-device copy per sample; everything after runs on the device.
@@ -385,7 +297,7 @@ class PadCollate(GeneratorsPickleAsBytes):
         or ``brick_pad``'s brick tile for the image's dtype, device and channels."""
         if self.texture is not None:
             return self.texture.detach()
-        channels = brick_channels(int(image.shape[0]))
+        channels = F.brick_channels(int(image.shape[0]))
         return brick_tile(image.dtype, image.device, channels=channels)
 
     def _repr_parts(self) -> list[str]:
@@ -414,31 +326,6 @@ class PadCollate(GeneratorsPickleAsBytes):
 
     def __repr__(self) -> str:
         return f"{type(self).__name__}({', '.join(self._repr_parts())})"
-
-
-def _check_params(params: Any, n: int) -> tuple[tuple[int, int], torch.Tensor, torch.Tensor]:
-    if not isinstance(params, dict) or not {"size", "placement", "offset"} <= set(params):
-        raise ValueError("params must be make_params's dict of 'size', 'placement', 'offset'")
-    size = _check_pair(params["size"], "params['size']")
-    assert size is not None
-    out = []
-    for name in ("placement", "offset"):
-        value = params[name]
-        if (
-            not isinstance(value, torch.Tensor)
-            or tuple(value.shape) != (n, 2)
-            or value.dtype == torch.bool
-            or value.is_floating_point()
-            or value.is_complex()
-        ):
-            got = (
-                f"{value.dtype} {tuple(value.shape)}"
-                if isinstance(value, torch.Tensor)
-                else type(value).__name__
-            )
-            raise ValueError(f"params[{name!r}] must be an int tensor of shape ({n}, 2), got {got}")
-        out.append(value.to("cpu", torch.int64))
-    return size, out[0], out[1]
 
 
 class GPUCollate(PadCollate):
