@@ -13,6 +13,7 @@ from torchvision.transforms import v2
 
 from .._compat import torch as ctorch
 from ._regions import Regions
+from ._targets import on_canvas
 from ._tree import (
     apply_to_image,
     image_slot,
@@ -251,7 +252,6 @@ class PerSample(v2.Transform):
         return "" if isinstance(self.inner, torch.nn.Module) else repr(self.inner)
 
 
-_POINTS = (tv_tensors.BoundingBoxes, tv_tensors.KeyPoints)
 # How one element of a batch was split: rows of a tensor, the elements of a per-sample list,
 # or a container split element by element.
 _Plan = tuple[str, Any, list[Any]]
@@ -261,14 +261,14 @@ def _is_per_sample_list(value: Sequence[Any], n: int) -> bool:
     # A collated tuple field holds tensors of the whole batch; PadCollate's per-sample lists
     # hold boxes, keypoints, dicts (or strings, numbers).
     return len(value) == n and not all(
-        isinstance(v, torch.Tensor) and not isinstance(v, _POINTS) for v in value
+        isinstance(v, torch.Tensor) and not on_canvas(v) for v in value
     )
 
 
 def _split(value: Any, n: int, path: str, *, top: bool = False) -> tuple[_Plan, list[Any]]:
     """``value`` as ``n`` per-sample values, and how to put them back (``_join``). The batch
     itself (``top``) is always a container of fields, whatever its length."""
-    if isinstance(value, _POINTS):
+    if on_canvas(value) and not isinstance(value, Regions):
         raise ValueError(
             f"PerSample cannot split {path}: a {type(value).__name__} tensor holds one image's "
             "objects; give them per sample (a list of one per image, as PadCollate does)"
