@@ -356,12 +356,7 @@ class GPUCollate(PadCollate):
         **kwargs: Any,
     ) -> None:
         super().__init__(**kwargs)
-        self.device = check_device(device)
-        if self.device.type == "cuda" and not torch.cuda.is_available():
-            raise RuntimeError(
-                f"device {self.device} was requested but CUDA is not available; pass "
-                "device='cpu' on this machine (the same code runs on the CPU)"
-            )
+        self.device = check_device(device, available=True)
         self.transforms = check_transforms(transforms)
         self._device = self.device
 

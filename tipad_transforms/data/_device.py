@@ -16,6 +16,7 @@ from ._regions import Regions
 from ._targets import on_canvas
 from ._tree import (
     apply_to_image,
+    find_image,
     image_slot,
     is_container,
     is_plain_tensor,
@@ -36,16 +37,21 @@ __all__ = [
 Transforms = Callable[[Any], Any] | Sequence[Callable[[Any], Any]] | None
 
 
-def check_device(device: Any) -> torch.device:
-    """``device`` as a ``torch.device``, or TypeError/ValueError naming ``device``."""
-    if isinstance(device, torch.device):
-        return device
-    if not isinstance(device, str):
+def check_device(device: Any, *, available: bool = False) -> torch.device:
+    """``device`` as a ``torch.device``, or TypeError/ValueError naming ``device``; with
+    ``available``, RuntimeError for a CUDA device on a machine without CUDA."""
+    if not isinstance(device, (str, torch.device)):
         raise TypeError(f"device must be a torch.device or a str, got {type(device).__name__}")
     try:
-        return torch.device(device)
+        device = torch.device(device)
     except RuntimeError as exc:
         raise ValueError(f"device must name a torch device, got {device!r}") from exc
+    if available and device.type == "cuda" and not torch.cuda.is_available():
+        raise RuntimeError(
+            f"device {device} was requested but CUDA is not available; pass device='cpu' on "
+            "this machine (the same code runs on the CPU, without streams)"
+        )
+    return device
 
 
 def check_transforms(transforms: Transforms) -> tuple[Callable[[Any], Any], ...]:
@@ -136,12 +142,7 @@ def _transform_structure(batch: Any, t: v2.Transform) -> Any:
         images = tv_tensors.Image(batch) if plain else batch
         out = t(images)
         return _unwrap(out) if plain else out
-    slot = image_slot(batch)
-    if slot is None:
-        raise TypeError(
-            f"found no image in the batch ({type(batch).__name__}): give a tensor, or a "
-            "tuple/list/dict holding a tv_tensors.Image, an 'image' key or a plain tensor"
-        )
+    slot = find_image(batch)
     image = batch[slot]
     wrapped = is_plain_tensor(image)
     out = t(replace(batch, slot, tv_tensors.Image(image) if wrapped else image))

@@ -18,6 +18,7 @@ from typing import Any
 import torch
 
 from .. import _runtime
+from .._checks import check_flag, check_int
 from ._device import Transforms, apply_transforms, check_device, check_transforms
 from ._tree import iter_tensors, to_device
 
@@ -127,17 +128,10 @@ class DeviceLoader:
     ) -> None:
         if not isinstance(loader, Iterable):
             raise TypeError(f"loader must be iterable (a DataLoader), got {type(loader).__name__}")
-        if not isinstance(prefetch, bool):
-            raise TypeError(f"prefetch must be a bool, got {type(prefetch).__name__}")
         self.loader = loader
-        self.device = check_device(device)
-        if self.device.type == "cuda" and not torch.cuda.is_available():
-            raise RuntimeError(
-                f"device {self.device} was requested but CUDA is not available; pass "
-                "device='cpu' on this machine (the same API runs without streams)"
-            )
+        self.device = check_device(device, available=True)
         self.transforms = check_transforms(transforms)
-        self.prefetch = prefetch
+        self.prefetch = check_flag(prefetch, "prefetch")
 
     def __len__(self) -> int:
         if not hasattr(self.loader, "__len__"):
@@ -166,10 +160,7 @@ class DeviceLoader:
         """Pass ``epoch`` on to the loader (if it has ``set_epoch``) or else to its sampler and
         batch sampler (``DistributedSampler`` reshuffles per epoch); no-op where none has one.
         TypeError if ``epoch`` is not an int, ValueError if it is negative."""
-        if isinstance(epoch, bool) or not isinstance(epoch, int):
-            raise TypeError(f"epoch must be an int, got {type(epoch).__name__}")
-        if epoch < 0:
-            raise ValueError(f"epoch must be >= 0, got {epoch}")
+        check_int(epoch, "epoch", minimum=0)
         own = getattr(self.loader, "set_epoch", None)
         if callable(own):
             own(epoch)

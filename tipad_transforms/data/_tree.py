@@ -22,6 +22,7 @@ from torchvision import tv_tensors
 __all__ = [
     "IMAGE_KEY",
     "apply_to_image",
+    "find_image",
     "image_slot",
     "iter_tensors",
     "rebuild",
@@ -86,19 +87,23 @@ def replace(container: Any, slot: Any, value: Any) -> Any:
     return rebuild(container, values)
 
 
-def apply_to_image(batch: Any, fn: Callable[[Any], Any]) -> Any:
-    """``batch`` with its image replaced by ``fn(image)``: a bare tensor is the image itself.
-
-    Raises TypeError naming the batch's type when it holds no image (see the module's rule).
-    """
-    if isinstance(batch, torch.Tensor):
-        return fn(batch)
+def find_image(batch: Any) -> Any:
+    """Key or position of the image in the container ``batch``; TypeError naming the batch's
+    type when it holds none (see the module's rule)."""
     slot = image_slot(batch) if is_container(batch) else None
     if slot is None:
         raise TypeError(
             f"found no image in the batch ({type(batch).__name__}): give a tensor, or a "
             "tuple/list/dict holding a tv_tensors.Image, an 'image' key or a plain tensor"
         )
+    return slot
+
+
+def apply_to_image(batch: Any, fn: Callable[[Any], Any]) -> Any:
+    """``batch`` with its image replaced by ``fn(image)``: a bare tensor is the image itself."""
+    if isinstance(batch, torch.Tensor):
+        return fn(batch)
+    slot = find_image(batch)
     return replace(batch, slot, fn(batch[slot]))
 
 
