@@ -252,13 +252,13 @@ def _elastic_regions(regions: Regions, displacement: torch.Tensor, *args: Any, *
     return regions.clone()
 
 
+@F.register_kernel(F.texture_pad, Regions, wrap=False)
+@F.register_kernel(F.brick_pad, Regions, wrap=False)
+@F.register_kernel(F.pad, Regions, wrap=False)
 @tvF.register_kernel(tvF.pad, Regions)
-def _torchvision_pad_regions(regions: Regions, padding: Any, *args: Any, **kw: Any) -> Regions:
+def _pad_regions(regions: Regions, padding: Any, *args: Any, **kw: Any) -> Regions:
     # Every padding mode puts the image at the same place; only the border differs.
-    return _padded(regions, parse_padding(padding))
-
-
-def _padded(regions: Regions, padding: tuple[int, int, int, int]) -> Regions:
+    padding = parse_padding(padding)
     if regions.canvas_size is None:  # the rows move; the canvas stays unknown
         left, top, _, _ = padding
         shifted = regions.as_subclass(torch.Tensor) + regions.new_tensor([top, left, 0, 0])
@@ -290,22 +290,10 @@ def _five(regions: Regions, size: Any) -> tuple[Regions, ...]:
     return tuple(_from_boxes(c, regions) for c in crops)
 
 
-@tvF.register_kernel(tvF.five_crop, Regions)
-def _five_crop_regions(regions: Regions, size: Any) -> tuple[Regions, ...]:
-    return _five(regions, size)
+tvF.register_kernel(tvF.five_crop, Regions)(_five)
 
 
 @tvF.register_kernel(tvF.ten_crop, Regions)
 def _ten_crop_regions(regions: Regions, size: Any, vertical_flip: bool = False) -> Any:
     flip = tvF.vertical_flip if vertical_flip else tvF.horizontal_flip
     return _five(regions, size) + _five(flip(regions), size)
-
-
-# -- tipad's padding functionals ----------------------------------------------------------------
-
-
-@F.register_kernel(F.texture_pad, Regions, wrap=False)
-@F.register_kernel(F.brick_pad, Regions, wrap=False)
-@F.register_kernel(F.pad, Regions, wrap=False)
-def _pad_regions(regions: Regions, padding: Any, *args: Any, **kw: Any) -> Regions:
-    return _padded(regions, parse_padding(padding))

@@ -19,7 +19,7 @@ import torch
 from torchvision import tv_tensors
 from torchvision.transforms.v2 import functional as tvF
 
-from ._tree import image_slot, is_plain_image
+from ._tree import check_alike, image_slot, is_plain_image
 
 __all__ = ["REGION_KEY", "Samples", "read_samples"]
 
@@ -136,16 +136,7 @@ def read_samples(samples: Any) -> Samples:
                 f"samples[{i}] is a {type(sample).__name__}, samples[0] a "
                 f"{type(first).__name__}: every sample of a batch needs the same structure"
             )
-        if kind == "mapping" and set(sample) != set(first):
-            raise ValueError(
-                f"samples[{i}] has keys {sorted(map(str, sample))}, samples[0] "
-                f"{sorted(map(str, first))}: every sample needs the same keys"
-            )
-        if kind == "sequence" and len(sample) != len(first):
-            raise ValueError(
-                f"samples[{i}] has {len(sample)} elements, samples[0] {len(first)}: every "
-                "sample needs the same length"
-            )
+        check_alike(sample, first, f"samples[{i}]", "samples[0]")
         image = _as_tensor(sample if kind == "image" else sample[slot], i, where)
         _check_like(image, images[0] if images else image, i, where)
         images.append(image)

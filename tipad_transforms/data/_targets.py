@@ -25,7 +25,7 @@ from torch.utils.data import default_collate
 from torchvision import tv_tensors
 
 from .. import functional as F
-from ._tree import rebuild, to_device
+from ._tree import check_alike, rebuild, to_device
 
 __all__ = ["Canvas", "collate_field", "on_canvas"]
 
@@ -74,6 +74,7 @@ def collate_field(values: list[Any], canvas: Canvas, path: str, *, stack: bool =
                         f"samples[{i}]{path} is a {type(v).__name__}, samples[0]{path} a "
                         f"{type(first).__name__}: every sample needs the same structure"
                     )
+                check_alike(v, first, f"samples[{i}]{path}", f"samples[0]{path}")
             break
     if on_canvas(first):
         return [_moved(v, canvas, i, path) for i, v in enumerate(values)]
@@ -83,11 +84,6 @@ def collate_field(values: list[Any], canvas: Canvas, path: str, *, stack: bool =
     if isinstance(first, Mapping):
         return _collate_mappings(values, canvas, path, stack)
     if isinstance(first, (tuple, list)):
-        for i, v in enumerate(values):
-            if len(v) != len(first):
-                raise ValueError(
-                    f"samples[{i}]{path} has {len(v)} elements, samples[0]{path} {len(first)}"
-                )
         fields = [
             collate_field([v[j] for v in values], canvas, f"{path}[{j}]", stack=stack)
             for j in range(len(first))
@@ -132,12 +128,6 @@ def _check_stackable(values: list[Any], canvas: Canvas, path: str) -> None:
 
 def _collate_mappings(values: list[Any], canvas: Canvas, path: str, stack: bool) -> Any:
     keys = list(values[0])
-    for i, v in enumerate(values):
-        if set(v) != set(keys):
-            raise ValueError(
-                f"samples[{i}]{path} has keys {sorted(map(str, v))}, samples[0]{path} "
-                f"{sorted(map(str, keys))}"
-            )
     # A dict holding boxes or keypoints is one sample's annotations: keep it per sample.
     per_sample = not stack or any(on_canvas(x) for v in values for x in v.values())
     fields = {

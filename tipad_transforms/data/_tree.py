@@ -22,6 +22,7 @@ from torchvision import tv_tensors
 __all__ = [
     "IMAGE_KEY",
     "apply_to_image",
+    "check_alike",
     "find_image",
     "image_slot",
     "iter_tensors",
@@ -65,6 +66,21 @@ def image_slot(container: Mapping[Any, Any] | Sequence[Any]) -> Any:
         if is_plain_image(value):
             return key
     return None
+
+
+def check_alike(value: Any, first: Any, name: str, first_name: str) -> None:
+    """ValueError naming ``name`` where ``value`` (a sample's dict, tuple or list) has other
+    keys or another length than ``first`` (sample 0's, named ``first_name``)."""
+    if isinstance(first, Mapping) and set(value) != set(first):
+        raise ValueError(
+            f"{name} has keys {sorted(map(str, value))}, {first_name} {sorted(map(str, first))}: "
+            "every sample needs the same keys"
+        )
+    if isinstance(first, (tuple, list)) and len(value) != len(first):
+        raise ValueError(
+            f"{name} has {len(value)} elements, {first_name} {len(first)}: every sample needs "
+            "the same length"
+        )
 
 
 def rebuild(like: Any, values: list[Any]) -> Any:
