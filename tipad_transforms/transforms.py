@@ -240,12 +240,10 @@ class TexturePad(_TexturedPad):
         padding: ``p``, ``(lr, tb)`` or ``(left, top, right, bottom)`` pixels (negative
             values crop).
         texture: a tile ``(th, tw)`` (broadcast to every channel) or ``(C, th, tw)``, or a bank
-            ``(K, C, th, tw)`` of same-size tiles; any real dtype, any device. Stored by
-            reference (like a module stores its tensors, so a learned texture keeps its
-            gradient); converted per call to the image's dtype and device, with torchvision's
-            scaling: a float texture for an integer image holds values in ``[0, 1]``.
-            Conversions are cached (``functional.texture_pad``'s cache) while the texture is not
-            modified.
+            ``(K, C, th, tw)`` of same-size tiles; any real dtype and device. Stored by reference
+            (a learned texture keeps its gradient), converted per call to the image's dtype and
+            device with torchvision's scaling (a float texture for an integer image holds
+            ``[0, 1]``), the conversion cached while the texture is unchanged.
         stagger: horizontal shift, in pixels, of each successive row of tiles.
         offset: fixed ``(oy, ox)`` shift of the tile lattice (an int shifts both).
         random_offset: draw an ``(oy, ox)`` in ``[0, th) x [0, tw)`` for every sample (every
@@ -255,19 +253,15 @@ class TexturePad(_TexturedPad):
             ``[0, K)``, or ``"random"`` (one drawn per sample, uniformly).
         same_on_batch: one draw (offset, random texture index) for the whole call instead of
             one per sample, as Kornia's flag.
-        fill: the border of what the texture does not pad, as ``v2.Pad`` takes it: a number,
-            one per channel, or a dict per input type (``{tv_tensors.Mask: 255}`` for an
-            "ignore" label, ``"others"`` as the default): masks, and any type registered with
-            a kernel that reads it. Images and videos get the texture. Converted to each
-            input's dtype as ``functional.pad`` converts it (a mask fill must be representable
-            in the mask's dtype).
+        fill: the border of what the texture does not pad (masks, and types whose kernel reads
+            it), as ``v2.Pad`` takes it: a number, one per channel, or a dict per input type
+            (``{tv_tensors.Mask: 255}``, ``"others"`` the default), converted to each input's
+            dtype as ``functional.pad`` converts it.
         mask_fill: the older spelling of ``fill={tv_tensors.Mask: value}``, kept as an alias
             (no warning): where given, masks get it whatever ``fill`` says.
-        generator: ``torch.Generator`` for the draws (default: torch's global RNG, so
-            ``torch.manual_seed`` makes them reproducible). Inside a DataLoader worker the draws
-            come from a generator derived from this one and the worker's seed, so workers and
-            epochs differ and the same seeds repeat them (the global RNG behaves the same way:
-            the DataLoader seeds it per worker).
+        generator: ``torch.Generator`` for the draws (default: torch's global RNG). In a
+            DataLoader worker they come from a generator derived from it and the worker's seed:
+            workers and epochs differ, the same seeds repeat them.
 
     Shapes: images ``(..., C, H, W)`` or ``(H, W)`` become ``(..., C, H + top + bottom, W +
     left + right)``, same dtype and device, the image bit-exact in the middle; the texture
@@ -280,13 +274,11 @@ class TexturePad(_TexturedPad):
     params)`` with stored params replays it exactly, on any input.
 
     Raises:
-        TypeError / ValueError: at construction, naming the argument: bad ``padding``,
-            ``texture`` (not a tensor, complex, wrong rank, empty), ``stagger``, ``offset``,
-            ``random_offset`` with a non-zero ``offset``, ``texture_index`` (not None/int/
-            "random", outside the bank, "random" without a bank), ``fill``, ``mask_fill``,
-            ``generator``.
-            At call time, the functional's errors (channel mismatch, values that the image's
-            dtype cannot hold, images of different batch shapes under ``random_offset``).
+        TypeError / ValueError: at construction, naming the argument (``random_offset`` with
+            a non-zero ``offset``, ``texture_index`` outside the bank or ``"random"`` without
+            one included); at call time the functional's (a channel mismatch, a value the
+            image's dtype cannot hold) and images of different batch shapes under
+            ``random_offset``.
 
     Examples:
         >>> import torch
@@ -381,12 +373,10 @@ _BRICK_PAD_ARGS = ("padding", "stagger", "offset", "random_offset", "same_on_bat
 class BrickPad(_TexturedPad):
     """Pad images with a procedural brick wall; shift boxes and keypoints; pad masks.
 
-    ``TexturePad`` with the tile of ``tipad_transforms.functional.make_brick_texture(**brick)``;
-    the output equals ``tipad_transforms.functional.brick_pad(x, padding, **brick)``. Like
-    ``brick_pad``, the tile's channels follow ``functional.brick_channels`` (grey, grey + alpha,
-    RGB, RGB + alpha for 1-4 channel images; grey broadcast otherwise) unless ``brick`` sets
-    ``channels``. The transform calls ``brick_pad`` itself, whose tiles are rendered and converted
-    once per options, dtype and device, so a call costs one kernel launch.
+    ``TexturePad`` with the tile of ``functional.make_brick_texture(**brick)``: the output
+    equals ``functional.brick_pad(x, padding, **brick)``, which the transform calls (tiles
+    rendered and converted once per options, dtype and device; one launch per call). The tile's
+    channels follow ``functional.brick_channels`` unless ``brick`` sets ``channels``.
 
     Args:
         padding: ``p``, ``(lr, tb)`` or ``(left, top, right, bottom)`` pixels (negative values
@@ -401,10 +391,9 @@ class BrickPad(_TexturedPad):
             ``v2.Pad`` takes it).
         mask_fill: as in ``TexturePad`` (the alias of ``fill`` for masks).
         generator: as in ``TexturePad``.
-        **brick: keyword arguments of ``make_brick_texture`` (``brick_size``, ``mortar``,
-            ``bricks_per_tile``, ``courses``, colours, ``seed``, ...); their errors (TypeError /
-            ValueError naming the option) are raised at construction; an unknown keyword is a
-            TypeError that lists the options.
+        **brick: ``make_brick_texture``'s options (``brick_size``, ``mortar``,
+            ``bricks_per_tile``, ``courses``, colours, ``seed``, ...), checked at construction
+            (an unknown one: TypeError listing them).
 
     Params: ``{"offset": int64 tensor (2,) or (*S, 2)}``, replayable as in ``TexturePad``.
 

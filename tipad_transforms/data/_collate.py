@@ -16,7 +16,7 @@ import torch
 from torchvision import tv_tensors
 
 from .. import functional as F
-from .._checks import Number, check_flag, check_generator, check_int, check_number
+from .._checks import Number, check_flag, check_generator, check_int, check_number, unreadable
 from .._geometry import check_mode
 from .._seeding import GeneratorsPickleAsBytes
 from ..functional._brick import brick_tile_size
@@ -43,15 +43,12 @@ def _check_fill(fill: Any) -> Fill:
 
 
 def _check_texture(texture: Any) -> None:
-    """A real tensor with data: the tile is read on every call."""
-    if isinstance(texture, torch.Tensor) and (
-        texture.layout != torch.strided or texture.is_quantized or texture.device.type == "meta"
-    ):
-        kind = "quantized" if texture.is_quantized else f"{texture.layout} on {texture.device}"
-        raise TypeError(
-            f"texture must be a dense tensor with data (strided, not quantized, not on meta), "
-            f"got a {kind} tensor"
-        )
+    """A dense tensor with data (the tile is read on every call); ``as_bank`` checks the rest."""
+    if not isinstance(texture, torch.Tensor):
+        return
+    kind = unreadable(texture) or ("a meta tensor" if texture.is_meta else None)
+    if kind is not None:
+        raise TypeError(f"texture must be a dense tensor with data, got {kind}")
 
 
 @dataclass
@@ -110,11 +107,9 @@ class PadCollate(GeneratorsPickleAsBytes):
             per sample, as ``BrickPad(random_offset=True)`` does. Ignored by standard modes.
         return_regions: also return where each real image lies (see below).
         generator: ``torch.Generator`` for the draws (placement, offsets); default torch's
-            global RNG. Inside DataLoader workers the draws come from a generator derived from it
-            and the worker's seed, so they differ between workers and epochs and repeat with the
-            same seeds (``tipad_transforms._seeding``). It travels to ``spawn`` and
-            ``forkserver`` workers as its state's bytes, so every start
-            method draws what a ``fork`` worker would.
+            global RNG. In a DataLoader worker they come from a generator derived from it and
+            the worker's seed: workers and epochs differ, the same seeds repeat them, with every
+            start method (the generator reaches ``spawn`` workers as its state's bytes).
 
     Samples and what comes back (``B`` samples, canvas ``(H, W)``): each sample is an image
     (tensor ``(C, h, w)``, or ``(h, w)`` for all samples, becoming ``C = 1``; ``tv_tensors.Image``;
@@ -127,8 +122,9 @@ class PadCollate(GeneratorsPickleAsBytes):
 
     * the image replaced by the padded batch ``(B, C, H, W)`` (a ``tv_tensors.Image`` if the
       samples held ``tv_tensors.Image``), same dtype and device as the images;
-    * ``tv_tensors.BoundingBoxes``/``KeyPoints``: a list per sample, each shifted by its own
-      sample's ``(left, top)`` with ``canvas_size`` ``(H, W)``;
+    * tv_tensors with a ``canvas_size`` (``BoundingBoxes``, ``KeyPoints``, ``Regions``, any
+      type with a ``functional.pad`` kernel): a list per sample, each moved by its kernel by
+      its own sample's ``(left, top)`` onto ``canvas_size`` ``(H, W)``;
     * ``tv_tensors.Mask``: padded with ``mask_fill`` at its sample's placement and stacked; a
       dict holding boxes or keypoints (torchvision's detection target) stays a list of
       per-sample dicts, its masks padded but not stacked;
@@ -143,17 +139,15 @@ class PadCollate(GeneratorsPickleAsBytes):
     under the key ``"region"``. ``Regions`` follow every geometric transform applied later
     (``DeviceLoader``, ``GPUCollate`` transforms, ``v2.Compose``) as boxes do.
 
-    ``make_params(sizes)`` draws a batch's parameters; ``collate(samples, params=...)``
-    replays them exactly.
+    ``make_params(sizes)`` draws a batch's parameters (``sampler``, shared with
+    ``RayPadBatch``); ``collate(samples, params=...)`` replays them exactly.
 
     Raises:
-        TypeError / ValueError: at construction, naming the argument. At call time ValueError /
-            TypeError naming the sample index: an empty batch; a sample of another structure; an
-            image of another rank (a 2-D image among 3-D ones), channel count, dtype or device
-            than ``samples[0]``'s; a sample larger than a fixed ``size``; boxes whose
-            ``canvas_size`` or masks whose size differ from their image's; fields that
-            ``default_collate`` cannot stack; a numpy image of another rank than 2 or 3 or of
-            a non-real dtype.
+        TypeError / ValueError: at construction, naming the argument; at call time, naming the
+            sample: an empty batch, samples of different structure, images of another rank,
+            channel count, dtype or device than ``samples[0]``'s, larger than a fixed
+            ``size``, or not images; targets whose ``canvas_size`` or size is not their
+            image's; fields that ``default_collate`` cannot stack.
 
     Examples:
         >>> import torch
