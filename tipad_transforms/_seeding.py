@@ -28,13 +28,11 @@ __all__ = ["GeneratorState", "GeneratorsPickleAsBytes", "uniform", "worker_gener
 class GeneratorState:
     """A ``torch.Generator`` as plain data (its device and its state's bytes), for pickling.
 
-    A DataLoader sends its ``collate_fn`` (and a Dataset its transforms) to each
-    ``spawn``/``forkserver`` worker by pickling it. torch pickles a generator as its device and
-    its state *tensor*, which ``torch.multiprocessing`` sends through shared memory, and a
-    spawned process fails to map that one (torch 2.14: "unable to resize file <filename not
-    specified> to the right size"): the worker dies before its first batch. As bytes, the
-    worker's copy starts in exactly the parent's state, so its draws are those a ``fork``
-    worker would make.
+    A DataLoader pickles its ``collate_fn`` (and a Dataset its transforms) into each
+    ``spawn``/``forkserver`` worker. torch pickles a generator's state as a *tensor*, sent through
+    shared memory, which a spawned process fails to map ("unable to resize file"): the worker
+    dies before its first batch. As bytes, the worker's copy starts in the parent's state, so its
+    draws are those a ``fork`` worker would make.
     """
 
     device: str

@@ -193,13 +193,10 @@ class PerSample(v2.Transform):
     """Apply ``transform`` to each sample of a batch on its own: one random draw per sample.
 
     A torchvision v2 transform draws its random parameters once per call, so on a batch
-    ``(B, C, H, W)`` every image flips, or none does, and all get the same crop. Wrapped in
-    ``PerSample`` it is called once per sample instead (Kornia's default,
-    ``same_on_batch=False``): ``DeviceLoader(loader, "cuda", [PerSample(v2.RandomHorizontalFlip()),
-    v2.Normalize(...)])``. It works anywhere a v2 transform does (``DeviceLoader``,
-    ``GPUCollate``, ``v2.Compose``, a direct call) and costs one call of ``transform`` per sample.
-    tipad's padding transforms (``BrickPad``, ``TexturePad``) draw per sample already, in one
-    launch: do not wrap them.
+    ``(B, C, H, W)`` every image flips, or none does. Wrapped in ``PerSample`` it is called once
+    per sample (Kornia's default, ``same_on_batch=False``), anywhere a v2 transform goes
+    (``DeviceLoader``, ``GPUCollate``, ``v2.Compose``), at one call of ``transform`` per sample.
+    tipad's ``BrickPad`` and ``TexturePad`` draw per sample already, in one launch.
 
     How the batch is split (``B``: the image batch's first size; the image found by the rule of
     ``DeviceLoader``): the images ``(B, C, H, W)``, masks ``(B, ...)``, labels and any tensor of

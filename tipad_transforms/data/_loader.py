@@ -69,17 +69,14 @@ class DeviceLoader:
     """Wrap a DataLoader: yield its batches on ``device``, with ``transforms`` applied there.
 
     Each batch has every tensor moved to ``device`` (through tuples, lists and dicts; tv_tensors
-    keep their type and metadata), then ``transforms`` applied in order. The image batch is the
-    batch itself if it is a tensor, else the first ``tv_tensors.Image``, else a dict's
-    ``"image"`` key, else the first plain tensor (for ``PadCollate``'s batches: the padded
-    images). A v2 transform (torchvision's or tipad's) gets the whole batch, the image batch as
-    a ``tv_tensors.Image``, so everything in it follows the transform as torchvision moves it:
-    after a flip, resize, crop, pad or translate/scale affine, boxes and keypoints move (with
-    their ``canvas_size``), masks are transformed with the images, and ``Regions`` still say
-    where each image's pixels are (a rotation or shear that leaves no rectangle raises
-    ``ValueError`` naming the regions); labels pass through. Any other callable gets the image
-    batch alone. A v2 transform draws its random parameters once per call, so once per batch
-    (every image flips or none does); ``PerSample(t)`` draws per sample.
+    keep their type and metadata), then ``transforms`` applied in order. A v2 transform
+    (torchvision's or tipad's) gets the whole batch with the image batch (the batch itself if it
+    is a tensor, else the first ``tv_tensors.Image``, a dict's ``"image"`` key, the first plain
+    tensor) as a ``tv_tensors.Image``, so everything in it follows as torchvision moves it: boxes
+    and keypoints (with their ``canvas_size``), masks, and ``Regions`` (a rotation or shear that
+    leaves no rectangle raises ``ValueError`` naming them); labels pass through. Any other
+    callable gets the image batch alone. A v2 transform draws once per call, so once per batch;
+    ``PerSample(t)`` draws per sample.
 
     On CUDA with ``prefetch=True``, batch ``k + 1`` is copied on a side stream
     (``non_blocking=True``, which overlaps with compute when the DataLoader pins memory:

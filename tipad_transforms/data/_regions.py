@@ -13,8 +13,8 @@ edges to the nearest pixel boundary (halves up): a region is where torchvision w
 around the image. Where the image's pixels stop being an axis-aligned rectangle (a rotation by
 other than a multiple of 90 degrees, a shear, a perspective, an elastic displacement), no
 ``(top, left, height, width)`` row can say where they lie: the kernel raises ``ValueError``
-naming the regions instead of returning the enclosing box. This file is the whole of the type: a
-new input type is one file of registrations like it.
+naming the regions instead of returning the enclosing box. This file is the whole of the type:
+a new input type is one file of registrations like it.
 """
 
 from __future__ import annotations
@@ -29,6 +29,7 @@ from torchvision.transforms.v2 import functional as tvF
 from .. import functional as F
 from .._checks import INT32_MAX, is_int
 from .._geometry import parse_padding
+from ._sampler import check_pair
 
 __all__ = ["Regions"]
 
@@ -38,16 +39,10 @@ Canvas = tuple[int, int]
 def _check_canvas(canvas_size: Any) -> Canvas | None:
     if canvas_size is None:
         return None
-    if (
-        isinstance(canvas_size, (str, bytes))
-        or not isinstance(canvas_size, Sequence)
-        or len(canvas_size) != 2
-        or not all(is_int(v) for v in canvas_size)
-    ):
-        raise TypeError(f"canvas_size must be None or a pair of ints (H, W), got {canvas_size!r}")
-    if min(canvas_size) < 0 or max(canvas_size) > INT32_MAX:
-        raise ValueError(f"canvas_size must lie in [0, {INT32_MAX}], got {tuple(canvas_size)}")
-    return int(canvas_size[0]), int(canvas_size[1])
+    try:
+        return check_pair(canvas_size, "canvas_size")
+    except ValueError:
+        raise ValueError(f"canvas_size must lie in [0, {INT32_MAX}], got {canvas_size!r}") from None
 
 
 class Regions(tv_tensors.TVTensor):
