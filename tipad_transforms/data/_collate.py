@@ -8,7 +8,6 @@ for the whole batch); targets follow their own sample's placement (``_targets``)
 from __future__ import annotations
 
 from collections.abc import Sequence
-from dataclasses import dataclass
 from operator import attrgetter
 from typing import Any
 
@@ -49,32 +48,6 @@ def _check_texture(texture: Any) -> None:
     kind = unreadable(texture) or ("a meta tensor" if texture.is_meta else None)
     if kind is not None:
         raise TypeError(f"texture must be a dense tensor with data, got {kind}")
-
-
-@dataclass
-class _Batch:
-    """A collated batch before it is put back into the samples' structure."""
-
-    kind: str
-    slot: Any
-    like: Any
-    images: torch.Tensor
-    regions: Regions | None
-    fields: dict[Any, Any]
-
-    def assemble(self) -> Any:
-        """``default_collate``'s structure; the regions added (last, or under ``"region"``)
-        when they were asked for."""
-        extra = [] if self.regions is None else [self.regions]
-        if self.kind == "image":
-            return (self.images, *extra) if extra else self.images
-        if self.kind == "mapping":
-            out = {k: self.images if k == self.slot else self.fields[k] for k in self.like}
-            if extra:
-                out[REGION_KEY] = extra[0]
-            return out
-        values = [self.images if j == self.slot else self.fields[j] for j in range(len(self.like))]
-        return [*values, *extra]
 
 
 class PadCollate(GeneratorsPickleAsBytes):
@@ -241,9 +214,11 @@ class PadCollate(GeneratorsPickleAsBytes):
 
     def __call__(self, samples: Sequence[Any], *, params: dict[str, Any] | None = None) -> Any:
         """Collate ``samples`` (see the class docstring); ``params`` replays ``make_params``."""
-        return self._collate(samples, params).assemble()
+        return self._collate(samples, params)
 
-    def _collate(self, samples: Sequence[Any], params: dict[str, Any] | None) -> _Batch:
+    def _collate(self, samples: Sequence[Any], params: dict[str, Any] | None) -> Any:
+        """The batch in ``default_collate``'s structure, the regions added (last, or under
+        ``"region"``) when they were asked for."""
         read = read_samples(samples)
         sizes = read.sizes
         if params is None:
@@ -253,38 +228,32 @@ class PadCollate(GeneratorsPickleAsBytes):
         if self._device is not None:
             # One host-to-device copy per sample; everything after runs on the device.
             images = [im.to(self._device, non_blocking=True) for im in images]
-        if self.padding_mode == "texture":
-            padded = F.pad_stack(
-                images,
-                size,
-                placement,
-                padding_mode="texture",
-                texture=self._texture_for(images[0]),
-                stagger=self.stagger,
-                offset=offset,
-            )
-        else:
-            padded = F.pad_stack(
-                images, size, placement, fill=self.fill, padding_mode=self.padding_mode
-            )
+        textured = self.padding_mode == "texture"
+        padded = F.pad_stack(
+            images, size, placement, self.fill, self.padding_mode, stagger=self.stagger,
+            texture=self._texture_for(images[0]) if textured else None, offset=offset,
+        )  # fmt: skip
         if read.tv_image:
             padded = tv_tensors.Image(padded)
-        regions = None
+        extra = []  # the regions, where asked for
         if self.return_regions:
             table = torch.cat([placement, torch.tensor(sizes, dtype=torch.int64)], dim=1)
             # Built (and checked) on the CPU, then one copy to the batch's device.
-            regions = Regions(table, canvas_size=size).to(padded.device)
+            extra.append(Regions(table, canvas_size=size).to(padded.device))
+        if read.kind == "image":
+            return (padded, *extra) if extra else padded
         canvas = Canvas(size, placement, sizes, self.mask_fill, self._device)
         like = read.containers[0]
-        if read.kind == "image":
-            slots = []
-        else:
-            keys = list(like) if read.kind == "mapping" else list(range(len(like)))
-            slots = [k for k in keys if k != read.slot]
+        keys = list(like) if read.kind == "mapping" else range(len(like))
         fields = {
-            k: collate_field([c[k] for c in read.containers], canvas, f"[{k!r}]") for k in slots
+            k: padded
+            if k == read.slot
+            else collate_field([c[k] for c in read.containers], canvas, f"[{k!r}]")
+            for k in keys
         }
-        return _Batch(read.kind, read.slot, like, padded, regions, fields)
+        if read.kind == "mapping":
+            return {**fields, REGION_KEY: extra[0]} if extra else fields
+        return [*fields.values(), *extra]
 
     def _texture_for(self, image: torch.Tensor) -> torch.Tensor:
         """The texture for ``image``'s batch: the given one (``pad_stack`` converts it, cached)
@@ -357,7 +326,7 @@ class GPUCollate(PadCollate):
     def __call__(self, samples: Sequence[Any], *, params: dict[str, Any] | None = None) -> Any:
         cuda_guard(self.device, type(self).__name__)
         # Transforms run on the assembled batch, so a padding transform's targets follow it.
-        return apply_transforms(self._collate(samples, params).assemble(), self.transforms)
+        return apply_transforms(self._collate(samples, params), self.transforms)
 
     def _repr_parts(self) -> list[str]:
         parts = [f"device={str(self.device)!r}", *super()._repr_parts()]
