@@ -56,3 +56,15 @@ def test_transforms_draw_through_uniform(same_on_batch: bool) -> None:
     th, tw = brick.tile_size
     want = torch.randint(0, 2**62, (4, 2), generator=torch.Generator().manual_seed(2))
     assert torch.equal(brick.make_params([x])["offset"], want % torch.tensor([th, tw]))
+
+
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA device")
+def test_a_cuda_generator_draws_on_its_device() -> None:
+    high = torch.tensor([[4, 9]]).expand(8, 2)
+    got = uniform(torch.Generator("cuda").manual_seed(3), high)
+    want = torch.randint(
+        0, 2**62, (8, 2), generator=torch.Generator("cuda").manual_seed(3), device="cuda"
+    )
+    assert got.device.type == "cuda" and torch.equal(got, want % high.cuda())
+    t = BrickPad(1, random_offset=True, generator=torch.Generator("cuda").manual_seed(3))
+    assert t.make_params([torch.zeros(8, 3, 4, 4)])["offset"].device.type == "cuda"

@@ -113,3 +113,15 @@ def test_the_sampler_draws_for_the_whole_batch_from_any_source() -> None:
 def test_ray_refuses_what_a_ray_batch_cannot_use(name: str, value: Any, why: str) -> None:
     with pytest.raises(TypeError, match=rf"RayPadBatch\(\).*'{name}' \(.*{why}.*placement"):
         RayPadBatch(**{name: value})
+
+
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA device")
+def test_a_cuda_generator_gives_cpu_parameters() -> None:
+    params = PadCollate(
+        multiple=4, placement="random", generator=torch.Generator("cuda").manual_seed(5)
+    ).make_params(SIZES)
+    g = torch.Generator("cuda").manual_seed(5)
+    want = torch.randint(0, 2**62, (4, 2), generator=g, device="cuda").cpu() % (
+        _slack((12, 12)) + 1
+    )
+    assert params["placement"].device.type == "cpu" and torch.equal(params["placement"], want)
