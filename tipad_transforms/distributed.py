@@ -96,24 +96,16 @@ def bind_device(index: int | None = None) -> torch.device:
     """Make this process see one GPU, its rank's, as ``cuda:0``; return the device to use.
 
     Call it first thing in every process (before anything asks torch about CUDA), then use the
-    returned device everywhere (model, ``DeviceLoader``, ``GPUCollate``, NCCL's
-    ``init_process_group``) and never ``torch.cuda.set_device``.
-
-    The rank's GPU is entry ``index`` (default: ``LOCAL_RANK``) of the visible devices: of
-    ``CUDA_VISIBLE_DEVICES`` if a scheduler already narrowed it (indices or UUIDs, kept as
-    written), else of all the machine's GPUs. ``CUDA_VISIBLE_DEVICES`` is then set to that one
-    entry in ``os.environ`` (which child processes inherit). When
-    ``CUDA_VISIBLE_DEVICES`` already names exactly one device and ``index`` is not given, the
-    process is taken as bound already (a Ray task or actor with ``num_gpus=1``, SLURM's
-    ``--gpus-per-task=1``) and it is kept, whatever ``LOCAL_RANK`` says. Calling it again for
-    the same rank (``bind_device(1); bind_device(1)``, or ``bind_device()`` twice) is a no-op
-    that returns the same device, as long as ``CUDA_VISIBLE_DEVICES`` was left as the first
-    call set it. Without ``index`` and without ``LOCAL_RANK`` (a plain ``python script.py``)
-    the rank is 0.
-
-    Works the same under ``torchrun`` (LOCAL_RANK), ``torch.multiprocessing.spawn`` (pass the
-    process index), SLURM-style launchers that export ``LOCAL_RANK``, Ray Train, and on
-    machines without a GPU (the variable is still set; the result is ``cpu``).
+    returned device everywhere (model, ``DeviceLoader``, ``GPUCollate``, NCCL) and never
+    ``torch.cuda.set_device``. The rank's GPU is entry ``index`` (default: ``LOCAL_RANK``, else
+    0) of the visible devices: of ``CUDA_VISIBLE_DEVICES`` if a scheduler narrowed it (indices or
+    UUIDs, kept as written), else of the machine's GPUs; ``os.environ[CUDA_VISIBLE_DEVICES]``
+    (inherited by child processes) is set to that one entry. A process whose
+    ``CUDA_VISIBLE_DEVICES`` names one device is bound already (a Ray actor with
+    ``num_gpus=1``, SLURM's ``--gpus-per-task=1``) and kept unless ``index`` is given. A repeat
+    for the same rank, with ``CUDA_VISIBLE_DEVICES`` as the first call left it, is a no-op.
+    Works under ``torchrun``, ``torch.multiprocessing.spawn`` (pass the process index),
+    SLURM-style launchers that export ``LOCAL_RANK``, Ray Train, and without a GPU.
 
     Returns:
         ``torch.device("cuda", 0)`` when CUDA sees the bound GPU, else ``torch.device("cpu")``

@@ -67,19 +67,17 @@ class RayPadBatch:
 
     Args:
         size: as in ``PadCollate``.
-        seed: the random placements and lattice offsets of a row are drawn from a hash of
-            ``seed`` and the row's key, so they do not depend on the actor, its history or the
-            batch the row landed in (the placement within a batch-sized canvas, ``size=None``,
-            depends on the batch's canvas, as in ``PadCollate``).
+        seed: a row's random placement and lattice offset are drawn from a hash of ``seed``
+            and its key, whatever the actor, its history or the row's batch (with
+            ``size=None`` the canvas, so the placement in it, is the batch's).
         image_column: the column of images: ``(h, w, C)`` (``channels_last=True``, what
             ``read_images`` gives), ``(C, h, w)`` (``channels_last=False``) or ``(h, w)``
             arrays, one dtype and channel count per batch.
         key_column: the column that identifies a row (``read_images(..., include_paths=True)``
             gives ``"path"``); needed for random draws, and names the row in errors.
         region_column: the column added for the regions.
-        device: where to pad: ``"cpu"``, or ``"cuda"`` in a GPU actor
-            (``map_batches(..., num_gpus=1)``: Ray sets ``CUDA_VISIBLE_DEVICES`` to the actor's
-            GPU, which is then ``cuda:0``, the only one Taichi runs on).
+        device: ``"cpu"``, or ``"cuda"`` in a GPU actor (``map_batches(..., num_gpus=1)``: Ray
+            narrows ``CUDA_VISIBLE_DEVICES`` to the actor's GPU, ``cuda:0``, Taichi's).
         channels_last: layout of the input images (see ``image_column``).
         **collate: ``PadCollate``'s other arguments (``multiple``, ``placement``, ``texture``,
             ``padding_mode``, ``stagger``, ``fill``, ``random_offset``); not ``generator``,
