@@ -34,6 +34,7 @@ import pytest
 import torch
 
 from tipad_transforms import _runtime, distributed
+from tipad_transforms._compat import torch as ctorch
 from tipad_transforms.distributed import bind_device, rank_generator, visible_devices
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -61,8 +62,8 @@ def cuda_state(monkeypatch: pytest.MonkeyPatch) -> dict[str, Any]:
         visible = visible_devices(os.environ.get("CUDA_VISIBLE_DEVICES"))
         return state["physical"] if visible is None else min(len(visible), state["physical"])
 
-    monkeypatch.setattr(distributed, "_physical_count", lambda: state["physical"])
-    monkeypatch.setattr(distributed, "_runtime_count", runtime_count)
+    monkeypatch.setattr(ctorch, "nvml_device_count", lambda: state["physical"])
+    monkeypatch.setattr(ctorch, "cuda_device_count", runtime_count)
     monkeypatch.setattr(torch.cuda, "is_initialized", lambda: state["initialized"])
     monkeypatch.setattr(torch.cuda, "device_count", lambda: state["count"])
     return state

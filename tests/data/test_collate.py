@@ -25,6 +25,7 @@ from torchvision.transforms.v2 import functional as tvF
 
 import tipad_transforms.functional as F
 from tipad_transforms import BrickPad
+from tipad_transforms._compat import torch as ctorch
 from tipad_transforms.data import DeviceLoader, GPUCollate, PadCollate, _loader
 
 SIZES = [(5, 7), (9, 4), (6, 11), (3, 3), (9, 11)]
@@ -603,7 +604,7 @@ def test_gpu_collate_in_forked_worker_names_the_fix(monkeypatch: pytest.MonkeyPa
 
 
 def test_gpu_collate_after_cuda_fork_names_the_fix(monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setattr(torch.cuda, "_is_in_bad_fork", lambda: True)
+    monkeypatch.setattr(ctorch, "in_bad_fork", lambda: True)
     with pytest.raises(RuntimeError, match=r"forked after CUDA started.*DeviceLoader"):
         _cuda_collate(monkeypatch)(_images())
     # A CPU device never needs CUDA: no error.

@@ -29,7 +29,7 @@ from tipad_transforms import BrickPad, TexturePad
 from tipad_transforms._seeding import GeneratorState
 from tipad_transforms.data import GPUCollate, PadCollate, RayPadBatch
 
-ROOT = Path(__file__).resolve().parent.parent
+ROOT = Path(__file__).resolve().parents[2]
 TIMEOUT = 240  # seconds: the child starts three worker processes, each imports torch
 
 

@@ -33,7 +33,7 @@ except ImportError:  # the cluster tests skip; the callable's own tests need no 
 # Ray Data's own configuration warns of its deprecated settings when a pipeline starts.
 pytestmark = pytest.mark.filterwarnings("ignore::DeprecationWarning:ray.*")
 
-ROOT = Path(__file__).resolve().parent.parent
+ROOT = Path(__file__).resolve().parents[2]
 N_IMAGES = 10
 BATCH = 4
 
