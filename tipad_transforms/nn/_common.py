@@ -320,11 +320,13 @@ class Stateful(nn.Module, Generic[S]):
             t if shape is None else check_part(f"state.{name}", t, shape, x)
             for name, t, shape in zip(fields, parts, shapes, strict=True)
         ]
-        if "wkv" in fields and checked[1].dtype != state_dtype(x.dtype):
+        result: S = self.State(*checked)
+        wkv = getattr(result, "wkv", None)
+        if wkv is not None and wkv.dtype != state_dtype(x.dtype):
             raise TypeError(
-                f"state.wkv must be {state_dtype(x.dtype)} for {x.dtype} x, got {checked[1].dtype}"
+                f"state.wkv must be {state_dtype(x.dtype)} for {x.dtype} x, got {wkv.dtype}"
             )
-        return self.State(*checked)
+        return result
 
     def _begin(self, x: object, state: object) -> tuple[torch.Tensor, S | None]:
         """The checked ``x`` and the state to start from (``None``: no state given)."""
@@ -335,7 +337,7 @@ class Stateful(nn.Module, Generic[S]):
             return x, self.init_state(x.shape[0], device=x.device, dtype=x.dtype)
         return x, self._check_state(state, x)
 
-    def _blocks_children(self, att: nn.Module, ffn: nn.Module) -> None:
+    def _add_block_children(self, att: nn.Module, ffn: nn.Module) -> None:
         """A block's children in the checkpoints' order: ``ln1``, ``ln2``, ``ln0`` (layer 0's
         layer norm of the embeddings; ``None`` on the others), ``att``, ``ffn``."""
         self.ln1 = nn.LayerNorm(self.n_embd)
@@ -393,7 +395,7 @@ class ValueLayer(Stateful[S]):
         v_first: torch.Tensor | None = None,
         state: S | Stateless | None = STATELESS,
     ) -> tuple[torch.Tensor, torch.Tensor] | tuple[torch.Tensor, torch.Tensor, S]:
-        """Mix ``x`` ``(B, T, n_embd)``; returns ``(y, v_first)``, or ``(y, v_first,
+        """Run ``x`` ``(B, T, n_embd)``; returns ``(y, v_first)``, or ``(y, v_first,
         new_state)`` when ``state`` is given (``None``: the zero state).
 
         ``y`` has ``x``'s shape and dtype; ``v_first`` ``(B, T, n_embd)`` is layer 0's ``v``

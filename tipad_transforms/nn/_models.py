@@ -130,11 +130,10 @@ class _RWKV(nn.Module, Generic[S]):
         return logits if new_state is None else (logits, new_state)
 
     def recurrent(self) -> Recurrent[S]:
-        """A snapshot of this model for generation, one token at a time: ``rec(idx, state)``
-        gives ``model(idx, state)``'s logits and states (to float rounding) faster, on plain
-        tensors. It is not updated when the model's weights change: call ``rec.rebuild()``
-        (or ``model.recurrent()`` again) after training steps, loads or ``.to()``. See
-        ``Recurrent``."""
+        """This model's recurrent form, for generation one token at a time: ``rec(idx,
+        state)`` gives ``model(idx, state)``'s logits and states (to float rounding) on a
+        snapshot of the weights, without module calls. A snapshot: after the weights change
+        (training steps, loads, ``.to()``), call ``rec.rebuild()``. See ``Recurrent``."""
         return Recurrent(self)
 
     @classmethod
@@ -227,9 +226,9 @@ class RWKV7(_RWKV[RWKV7BlockState]):
     model's dtype; ``model(idx, state)`` -> ``(logits, new_state)``: ``state`` a list of
     ``RWKV7BlockState`` (``model.init_state(B)``, or ``None`` for that zero state). A sequence
     run whole, in chunks or one token at a time gives the same logits to float rounding, not
-    the same bits (float32, relative to the logits' largest magnitude: measured at most 8.2e-7
-    at 2 layers of width 32, 4.2e-6 at 4 of 128, 6.9e-6 at 6 of 256; see docs/rwkv.md); the
-    state passed in is never modified.
+    the same bits (docs/rwkv.md states the bound); the state passed in is never modified.
+    For generation, ``model.recurrent()`` runs the same calls on a snapshot of the weights
+    laid out for one-token steps (``Recurrent``).
 
     Under ``torch.autocast`` (bfloat16 or float16, CPU or CUDA) the linear maps run in the
     autocast dtype and the WKV-7 recurrence and its state in float32 (``ops.wkv7`` promotes its
@@ -328,7 +327,7 @@ class RWKV4(_RWKV[BlockState]):
         dim_att, dim_ffn: widths of the time and channel mixes (default ``n_embd``,
             ``4 * n_embd``).
 
-    Calls as ``RWKV7``; the state is a list of ``BlockState``.
+    Calls as ``RWKV7`` (``recurrent()`` too); the state is a list of ``BlockState``.
     """
 
     @sizes_checked

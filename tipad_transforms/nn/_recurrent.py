@@ -37,7 +37,7 @@ __all__ = ["Recurrent", "snapshot"]
 S = TypeVar("S", bound=tuple)
 
 
-class _Layer:
+class _Snapshot:
     """A layer's snapshot: the parts its math reads (``_recurrent``), under the module's
     names; called as the module is with a state, ``(x, [v_first,] state)``, the state checked
     as the module checks it."""
@@ -73,7 +73,7 @@ def snapshot(part: Any) -> Any:
     """``part`` (a parameter, buffer, child module or plain value of a module) as the
     recurrent step uses it: a tensor detached, a plain ``nn.Linear`` / ``nn.LayerNorm`` /
     ``nn.GroupNorm`` / ``nn.Embedding`` as a ``partial`` of its functional form, a layer of
-    this package as a ``_Layer``; any other module as itself, a plain value as is."""
+    this package as a ``_Snapshot``; any other module as itself, a plain value as is."""
     if isinstance(part, torch.Tensor):
         return part.detach()
     if not isinstance(part, nn.Module) or not _plain(part):
@@ -92,7 +92,7 @@ def snapshot(part: Any) -> Any:
     if kind is nn.Embedding and cast(nn.Embedding, part).max_norm is None:
         return partial(F.embedding, weight=cast(nn.Embedding, part).weight.detach())
     if "_recurrent" in vars(kind):  # one of the layers, not a subclass of one
-        return _Layer(part)
+        return _Snapshot(part)
     return part
 
 

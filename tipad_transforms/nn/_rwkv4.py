@@ -219,7 +219,25 @@ class RWKVTimeMix(Layer[TimeMixState]):
         return f"n_embd={self.n_embd}, dim_att={self.dim_att}, layer_id={self.layer_id}"
 
 
-class RWKVChannelMix(Layer[ChannelMixState]):
+class ChannelMix(Layer[ChannelMixState]):
+    """What the RWKV-4 and RWKV-7 channel mixes share: a state of one shift."""
+
+    State = ChannelMixState
+    dim_ffn: int
+
+    def _zeros(
+        self, batch_size: int, device: torch.device | str, dtype: torch.dtype
+    ) -> ChannelMixState:
+        return ChannelMixState(torch.zeros(batch_size, self.n_embd, device=device, dtype=dtype))
+
+    def _state_shapes(self, batch_size: int) -> tuple[tuple[int, ...], ...]:
+        return ((batch_size, self.n_embd),)
+
+    def extra_repr(self) -> str:
+        return f"n_embd={self.n_embd}, dim_ffn={self.dim_ffn}, layer_id={self.layer_id}"
+
+
+class RWKVChannelMix(ChannelMix):
     """RWKV-4 channel mixing: ``sigmoid(receptance(xr)) * value(relu(key(xk)) ** 2)``.
 
     ``xk``, ``xr`` mix the input with the previous token's (``time_mix_k``, ``time_mix_r``).
@@ -237,7 +255,6 @@ class RWKVChannelMix(Layer[ChannelMixState]):
     Call ``m(x)`` or ``m(x, state)`` with a ``ChannelMixState``: see ``forward``.
     """
 
-    State = ChannelMixState
     _math = staticmethod(channel_mix)
     _recurrent = ("time_mix_k", "time_mix_r", "key", "receptance", "value")
 
@@ -258,17 +275,6 @@ class RWKVChannelMix(Layer[ChannelMixState]):
 
     def _like(self) -> torch.Tensor:
         return self.time_mix_k
-
-    def _zeros(
-        self, batch_size: int, device: torch.device | str, dtype: torch.dtype
-    ) -> ChannelMixState:
-        return ChannelMixState(torch.zeros(batch_size, self.n_embd, device=device, dtype=dtype))
-
-    def _state_shapes(self, batch_size: int) -> tuple[tuple[int, ...], ...]:
-        return ((batch_size, self.n_embd),)
-
-    def extra_repr(self) -> str:
-        return f"n_embd={self.n_embd}, dim_ffn={self.dim_ffn}, layer_id={self.layer_id}"
 
 
 class RWKVBlock(Layer[BlockState]):
@@ -304,7 +310,7 @@ class RWKVBlock(Layer[BlockState]):
         n_layer: int = 1,
     ) -> None:
         super().__init__(n_embd, layer_id, n_layer)
-        self._blocks_children(
+        self._add_block_children(
             RWKVTimeMix(n_embd, dim_att, layer_id, n_layer),
             RWKVChannelMix(n_embd, dim_ffn, layer_id, n_layer),
         )

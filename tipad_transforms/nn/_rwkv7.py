@@ -33,7 +33,6 @@ from torch import nn
 
 from ..ops import wkv7
 from ._common import (
-    Layer,
     ValueLayer,
     channel_ramp,
     check_part,
@@ -44,7 +43,7 @@ from ._common import (
     sizes_checked,
     state_dtype,
 )
-from ._rwkv4 import ChannelMixState
+from ._rwkv4 import ChannelMix, ChannelMixState
 
 __all__ = [
     "RWKV7Block",
@@ -372,7 +371,7 @@ class RWKV7TimeMix(ValueLayer[RWKV7TimeMixState]):
         )
 
 
-class RWKV7ChannelMix(Layer[ChannelMixState]):
+class RWKV7ChannelMix(ChannelMix):
     """RWKV-7 channel mixing (RWKV-LM ``RWKV_CMix_x070``): ``value(relu(key(x_k)) ** 2)``.
 
     ``x_k = x + xx * x_k``, ``xx`` the previous token's input minus this one's; no receptance.
@@ -390,7 +389,6 @@ class RWKV7ChannelMix(Layer[ChannelMixState]):
     (``None``: the zero state), as ``RWKVChannelMix``.
     """
 
-    State = ChannelMixState
     _math = staticmethod(channel_mix)
     _recurrent = ("x_k", "key", "value")
 
@@ -408,17 +406,6 @@ class RWKV7ChannelMix(Layer[ChannelMixState]):
 
     def _like(self) -> torch.Tensor:
         return self.x_k
-
-    def _zeros(
-        self, batch_size: int, device: torch.device | str, dtype: torch.dtype
-    ) -> ChannelMixState:
-        return ChannelMixState(torch.zeros(batch_size, self.n_embd, device=device, dtype=dtype))
-
-    def _state_shapes(self, batch_size: int) -> tuple[tuple[int, ...], ...]:
-        return ((batch_size, self.n_embd),)
-
-    def extra_repr(self) -> str:
-        return f"n_embd={self.n_embd}, dim_ffn={self.dim_ffn}, layer_id={self.layer_id}"
 
 
 class RWKV7Block(ValueLayer[RWKV7BlockState]):
@@ -458,7 +445,7 @@ class RWKV7Block(ValueLayer[RWKV7BlockState]):
         g_lora: int | None = None,
     ) -> None:
         super().__init__(n_embd, layer_id, n_layer)
-        self._blocks_children(
+        self._add_block_children(
             RWKV7TimeMix(
                 n_embd, layer_id, n_layer, head_size=head_size,
                 w_lora=w_lora, a_lora=a_lora, v_lora=v_lora, g_lora=g_lora,
