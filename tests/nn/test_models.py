@@ -298,6 +298,14 @@ def test_generation_runs_the_recurrent_form(kind: str, monkeypatch: pytest.Monke
     assert calls == []  # every step on the snapshot, no module called
 
 
+@pytest.mark.parametrize("kind", ["rwkv7", "rwkv4"])
+def test_a_list_prompt_goes_to_the_device_of_the_model_or_its_snapshot(kind: str) -> None:
+    model = MODELS[kind]().to("meta")  # a device other than the CPU a list would land on
+    for runs in (model, model.recurrent()):
+        out = generate(runs, [1, 2], 3)
+        assert out.is_meta and out.shape == (1, 3)
+
+
 def test_sampling_is_reproducible_and_top_p_keeps_the_nucleus() -> None:
     model = rwkv7()
     prompt = tokens(1, 3)

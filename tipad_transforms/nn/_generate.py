@@ -12,6 +12,7 @@ from torch import nn
 
 from ._common import allocation_failure, check_dense
 from ._models import _RWKV
+from ._recurrent import Recurrent
 
 __all__ = ["generate", "sample_logits"]
 
@@ -99,9 +100,11 @@ def _prompt(prompt: object, model: object) -> torch.Tensor:
         if not all(isinstance(i, int) and not isinstance(i, bool) for i in prompt):
             kinds = sorted({type(i).__name__ for i in prompt if not isinstance(i, int)} or {"bool"})
             raise TypeError(f"prompt must be a list of int token ids, got items of {kinds}")
-        # A list goes to the model's device (a module's parameters tell it).
+        # A list goes to the model's device (a module's parameters, a snapshot's tensors).
         device = None
-        if isinstance(model, nn.Module):
+        if isinstance(model, Recurrent):
+            device = model.device
+        elif isinstance(model, nn.Module):
             device = next((q.device for q in model.parameters()), None)
         try:
             idx = torch.tensor([list(prompt)], dtype=torch.int64, device=device)

@@ -138,6 +138,11 @@ class Recurrent(Generic[S]):
         self.head = snapshot(model.head)
         return self
 
+    @property
+    def device(self) -> torch.device:
+        """The device of the snapshot's tensors (the model's when it was taken)."""
+        return self._device
+
     def init_state(
         self,
         batch_size: int,
