@@ -17,7 +17,7 @@ import io
 import pickle
 import weakref
 from collections import OrderedDict
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from typing import Any
 
 import pytest
@@ -63,20 +63,6 @@ def assert_same(got: tuple[torch.Tensor, Any], want: tuple[torch.Tensor, Any]) -
     assert got[0].shape == want[0].shape
     for a, b in zip(leaves(got[1]), leaves(want[1]), strict=True):
         assert torch.equal(a, b) and a.shape == b.shape and a.dtype == b.dtype
-
-
-@pytest.fixture
-def module_calls(monkeypatch: pytest.MonkeyPatch) -> Iterator[list[str]]:
-    """The class names of the modules called while it is active (``nn.Module.__call__``)."""
-    calls: list[str] = []
-    real = nn.Module.__call__
-
-    def counting(self: nn.Module, *args: Any, **kwargs: Any) -> Any:
-        calls.append(type(self).__name__)
-        return real(self, *args, **kwargs)
-
-    monkeypatch.setattr(nn.Module, "__call__", counting)
-    yield calls
 
 
 @pytest.mark.parametrize("dtype", [torch.float32, torch.float64, torch.bfloat16, torch.float16])
