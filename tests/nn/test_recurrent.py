@@ -1,12 +1,12 @@
-"""RWKV4's RNN mode (``nn/_rnn.py``): one-token eager steps over a plan of parameter views.
+"""``model.recurrent()`` (``nn/_recurrent.py``): RWKV4's and RWKV7's snapshot for one-token steps.
 
-The plan must give the module path's bits, be reused while the modules stay what it was made
-of, and give way (then be made again) whenever anything that changes what the modules compute
-changes: parameters replaced or moved, classes swapped, hooks, grad, a layer added. Every test
-compares against the module path, which a forward hook on the blocks forces. The models here
-store their widening weights in the step's layout (``rwkv7_reference.step_layout``), so the two
-paths read the same memory; test_rwkv_layout.py covers the default contiguous weights, whose
-row-major copies the plan holds.
+It must give the module path's bits, call no module where the model's parts are plain, call
+as modules whatever is not (hooks, instance forwards, other classes), and, rebuilt after any
+change to the model, compute what the changed model computes; ``model(idx, state)`` runs the
+module path and sees every change at once. Every test compares against the module path by
+blocks. The models here store their widening weights in the step's layout
+(``rwkv7_reference.step_layout``), so the two paths read the same memory; test_layout.py covers
+the default contiguous weights, whose row-major copies the snapshot holds.
 """
 
 from __future__ import annotations
@@ -14,6 +14,7 @@ from __future__ import annotations
 import copy
 import gc
 import io
+import pickle
 import weakref
 from collections import OrderedDict
 from collections.abc import Callable
@@ -24,7 +25,7 @@ import rwkv7_reference as ref
 import torch
 from torch import nn
 
-from tipad_transforms.nn import RWKV4, BlockState, RWKVBlock, _rnn
+from tipad_transforms.nn import RWKV4, RWKV7, BlockState, Recurrent, RWKVBlock
 
 pytestmark = pytest.mark.usefixtures("one_torch_thread")
 
@@ -40,7 +41,7 @@ def model_and_state(
         for p in model.parameters():  # away from the init's zeros and ones
             p.add_(0.1 * torch.randn_like(p))
         _, state = model(torch.randint(0, V, (b, 4)), None)
-    return model, state
+    return model, state  # type: ignore[return-value]
 
 
 def leaves(tree: Any) -> list[torch.Tensor]:
@@ -48,16 +49,11 @@ def leaves(tree: Any) -> list[torch.Tensor]:
 
 
 def by_blocks(model: RWKV4, idx: torch.Tensor, state: list[Any]) -> tuple[torch.Tensor, Any]:
-    """``model(idx, state)`` with each block called in turn, its children as modules (a hook
-    on each block's time mix turns the blocks' eager step off): never the model's plan."""
+    """``model(idx, state)`` with each block called in turn, its children as modules."""
     x = model.emb(idx)
     new_state = []
     for block, s in zip(model.blocks, state, strict=True):
-        hook = block.att.register_forward_hook(lambda *args: None)
-        try:
-            x, s = block(x, s)
-        finally:
-            hook.remove()
+        x, s = block(x, s)
         new_state.append(s)
     return model.head(model.ln_out(x)), new_state
 
@@ -69,40 +65,11 @@ def assert_same(got: tuple[torch.Tensor, Any], want: tuple[torch.Tensor, Any]) -
         assert torch.equal(a, b) and a.shape == b.shape and a.dtype == b.dtype
 
 
-@pytest.fixture
-def plans_made(monkeypatch: pytest.MonkeyPatch) -> list[_rnn.Plan]:
-    made: list[_rnn.Plan] = []
-    real = _rnn.Plan.__init__
-
-    def counting(self: _rnn.Plan, blocks: nn.ModuleList) -> None:
-        real(self, blocks)
-        made.append(self)
-
-    monkeypatch.setattr(_rnn.Plan, "__init__", counting)
-    return made
-
-
-@pytest.fixture
-def steps(monkeypatch: pytest.MonkeyPatch) -> list[int]:
-    taken: list[int] = []
-    real = _rnn.step
-
-    def counting(plan: _rnn.Plan, x: torch.Tensor, states: list[Any]) -> Any:
-        taken.append(1)
-        return real(plan, x, states)
-
-    monkeypatch.setattr(_rnn, "step", counting)
-    import tipad_transforms.nn._models as models
-
-    monkeypatch.setattr(models, "step", counting)
-    return taken
-
-
 @pytest.mark.parametrize("dtype", [torch.float32, torch.float64, torch.bfloat16, torch.float16])
 @pytest.mark.parametrize(("b", "sizes"), [(1, {}), (3, {"dim_att": 24, "dim_ffn": 40})])
 @pytest.mark.parametrize("grad_mode", ["no_grad", "inference", "frozen"])
 def test_one_token_step_is_the_module_path_bit_for_bit(
-    dtype: torch.dtype, b: int, sizes: dict[str, int], grad_mode: str, steps: list[int]
+    dtype: torch.dtype, b: int, sizes: dict[str, int], grad_mode: str, module_calls: list[str]
 ) -> None:
     model, state = model_and_state(b + len(sizes), dtype=dtype, b=b, **sizes)
     if grad_mode == "frozen":  # grad on, nothing requiring it: the mixes round as autograd's
@@ -111,34 +78,42 @@ def test_one_token_step_is_the_module_path_bit_for_bit(
         grad_mode, torch.enable_grad
     )
     idx = torch.randint(0, V, (b, 1), generator=torch.Generator().manual_seed(7))
+    rec = model.recurrent()
     with mode():
         want = by_blocks(model, idx, state)
-        before = [t.clone() for t in leaves(state)]
-        got = model(idx, state)
-        again = model(idx, got[1])  # its own state goes on
+        assert_same(model(idx, state), want)  # the model's own call: the module path
         want_again = by_blocks(model, idx, want[1])
-    assert steps == [1, 1]
+        before = [t.clone() for t in leaves(state)]
+        module_calls.clear()
+        got = rec(idx, state)
+        again = rec(idx, got[1])  # its own state goes on
+    assert module_calls == []  # two steps, no module called
     assert_same(got, want)
     assert_same(again, want_again)
     assert all(torch.equal(x, y) for x, y in zip(before, leaves(state), strict=True))
     assert isinstance(got[1][0], BlockState) and got[1][0].att.shift.shape == (b, C)
 
 
-def test_the_plan_is_made_once_and_follows_in_place_updates(plans_made: list[Any]) -> None:
+def test_a_snapshot_is_rebuilt_on_request_and_views_follow_in_place_updates() -> None:
     model, state = model_and_state(1)
     idx = torch.tensor([[3], [5]])
+    rec = model.recurrent()
+    assert isinstance(rec, Recurrent) and rec.model is model
     with torch.no_grad():
-        model(idx, state)
-        model(idx, state)
-        assert len(plans_made) == 1
-        for p in model.parameters():  # an optimizer step: the views see it
+        first = rec(idx, state)
+        assert_same(rec(idx, state), first)  # the same snapshot, the same step
+        for p in model.parameters():  # an optimizer step, in place
             p.mul_(1.1)
-        got = model(idx, state)
         want = by_blocks(model, idx, state)
-        model.load_state_dict(model.state_dict())  # in-place copies, but the plan is dropped
-        model(idx, state)
-    assert_same(got, want)
-    assert len(plans_made) == 2
+        assert_same(model(idx, state), want)  # the module path sees it at once
+        # In the step's layout every part is a view: the snapshot sees in-place updates too
+        # (test_layout.py: the copies of contiguous widening weights need the rebuild).
+        assert_same(rec(idx, state), want)
+        model.load_state_dict({k: v * 0.5 for k, v in model.state_dict().items()})
+        assert rec.rebuild() is rec
+        want = by_blocks(model, idx, state)
+        assert_same(rec(idx, state), want)
+        assert_same(model.recurrent()(idx, state), want)
 
 
 def change_key_weight(model: RWKV4) -> None:
@@ -169,7 +144,7 @@ def new_norm(model: RWKV4) -> None:
 
 
 def eps_changed(model: RWKV4) -> None:
-    model.blocks[2].ln1.eps = 0.5  # a plain attribute: read on every step
+    model.blocks[2].ln1.eps = 0.5
 
 
 class Doubled(nn.Linear):
@@ -238,7 +213,8 @@ def test_every_change_to_the_modules_is_seen(change: str) -> None:
     model, state = model_and_state(2)
     idx = torch.tensor([[1], [2]])
     with torch.no_grad():
-        model(idx, state)  # a plan made before the change
+        model(idx, state)
+        rec = model.recurrent()  # a snapshot taken before the change
         CHANGES[change](model)
         if change == ".double()":
             state = [
@@ -249,30 +225,43 @@ def test_every_change_to_the_modules_is_seen(change: str) -> None:
         got = model(idx, state)
         want = by_blocks(model, idx, state)
         before = model(idx, state)  # and the step after that
+        rebuilt = rec.rebuild()(idx, state)
     assert_same(got, want)
     assert_same(before, want)
+    assert_same(rebuilt, want)
 
 
-def test_hooks_grad_and_new_layers_take_the_module_path(steps: list[int]) -> None:
+def test_hooks_grad_and_new_layers(module_calls: list[str]) -> None:
     model, state = model_and_state(3)
     idx = torch.tensor([[1], [2]])
     calls: list[str] = []
     with torch.no_grad():
         hook = model.blocks[1].ffn.key.register_forward_hook(lambda *a: calls.append("hook"))
         model(idx, state)
+        assert calls == ["hook"]
+        rec = model.recurrent()  # built with the hook on: that linear map stays a module
+        module_calls.clear()
+        rec(idx, state)
+        assert calls == ["hook", "hook"] and module_calls == ["Linear"]
         hook.remove()
-        assert calls == ["hook"] and steps == []
-        model(idx, state)
-        assert steps == [1]
-    logits, _ = model(idx, state)  # grad on, parameters require it: a graph, not the plan
-    assert logits.requires_grad and steps == [1]
+        rec.rebuild()
+        module_calls.clear()
+        rec(idx, state)
+        assert calls == ["hook", "hook"] and module_calls == []
+    logits, _ = model(idx, state)  # grad on, parameters require it: a graph
+    assert logits.requires_grad
     logits.sum().backward()
     assert model.blocks[0].att.key.weight.grad is not None
+    logits, _ = rec(idx, state)  # the snapshot's tensors are detached: no graph to them
+    assert not logits.requires_grad
     with torch.no_grad():
         model.blocks.append(ref.step_layout(RWKVBlock(C, layer_id=2, n_layer=4)))
         longer = [*state, model.blocks[3].init_state(2)]
         got = model(idx, longer)
         want = by_blocks(model, idx, longer)
+        with pytest.raises(ValueError, match=r"one block state per layer \(3\), got 4"):
+            rec(idx, longer)  # a snapshot of the three layers it was built from
+        assert_same(rec.rebuild()(idx, longer), want)
     assert_same(got, want)
 
 
@@ -280,37 +269,43 @@ def test_bad_states_raise_as_the_blocks_do() -> None:
     model, state = model_and_state(4)
     idx = torch.tensor([[1], [2]])
     with torch.no_grad():
-        with pytest.raises(TypeError, match="state must be a BlockState"):
-            model(idx, [state[0], "nope", state[2]])
-        with pytest.raises(
-            ValueError, match=r"state.shift must be \(1, 16\) for x of shape \(1, 1"
-        ):
-            model(idx[:1], state)
-        bad = list(state)
-        bad[1] = BlockState(type(state[1].att)(state[1].att.shift, state[1].att.wkv.double()),
-                            state[1].ffn)  # fmt: skip
-        with pytest.raises(TypeError, match=r"state\.wkv must be torch\.float32"):
-            model(idx, bad)
+        for run in (model, model.recurrent()):
+            with pytest.raises(TypeError, match="state must be a BlockState"):
+                run(idx, [state[0], "nope", state[2]])
+            with pytest.raises(
+                ValueError, match=r"state.shift must be \(1, 16\) for x of shape \(1, 1"
+            ):
+                run(idx[:1], state)
+            bad = list(state)
+            bad[1] = BlockState(type(state[1].att)(state[1].att.shift,
+                                                   state[1].att.wkv.double()),
+                                state[1].ffn)  # fmt: skip
+            with pytest.raises(TypeError, match=r"state\.wkv must be torch\.float32"):
+                run(idx, bad)
+            with pytest.raises(ValueError, match=r"idx must hold token ids in \[0, vocab_size"):
+                run(torch.tensor([[V]]), None)
 
 
-def test_moving_the_model_drops_its_plan_and_the_model_can_be_freed() -> None:
+def test_the_model_holds_nothing_for_the_step_and_can_be_freed() -> None:
     model, state = model_and_state(5)
     idx = torch.tensor([[1], [2]])
+    attributes = set(vars(model))
+    size = len(pickle.dumps(model))
     with torch.no_grad():
         model(idx, state)
-    assert _rnn.PLAN_ATTRIBUTE in model.__dict__
-    model.float()
-    assert _rnn.PLAN_ATTRIBUTE not in model.__dict__
+        model.recurrent()(idx, state)
+    assert set(vars(model)) == attributes
+    assert len(pickle.dumps(model)) == size
 
     def used_with_a_hook_on_it() -> weakref.ref[RWKV4]:
-        # A hook whose closure refers to the model: its plan must not pin it.
+        # A hook whose closure refers to the model, and a snapshot of it: neither pins it.
         hooked, state = model_and_state(5)
         hooked.blocks[0].register_forward_pre_hook(lambda m, a: hooked.n_layer and None)
         with torch.no_grad():
-            hooked(idx, state)
+            rec = hooked.recurrent()
+            rec(idx, state)
             hooked.blocks[0]._forward_pre_hooks.clear()
-            hooked(idx, state)  # and with the plan in use
-        assert _rnn.PLAN_ATTRIBUTE in hooked.__dict__
+            rec.rebuild()(idx, state)  # and with the plain step
         return weakref.ref(hooked)
 
     alive = used_with_a_hook_on_it()
@@ -318,51 +313,56 @@ def test_moving_the_model_drops_its_plan_and_the_model_can_be_freed() -> None:
     assert alive() is None
 
 
-def test_pickles_and_copies_leave_the_plan_out() -> None:
+def test_pickles_and_copies_of_the_model_run_as_it_does() -> None:
     model, state = model_and_state(7)
     idx = torch.tensor([[4], [9]])
     with torch.no_grad():
-        model(idx, state)
-        assert _rnn.PLAN_ATTRIBUTE not in model.__getstate__()
+        rec = model.recurrent()
+        rec(idx, state)
         twin = copy.deepcopy(model)
-        assert _rnn.PLAN_ATTRIBUTE not in twin.__dict__
         buffer = io.BytesIO()
         torch.save(model, buffer)
         buffer.seek(0)
         loaded = torch.load(buffer, weights_only=False)
+        want = by_blocks(model, idx, state)
         for other in (twin, loaded):
-            want = by_blocks(model, idx, state)
             assert_same(other(idx, state), want)
+            assert_same(other.recurrent()(idx, state), want)
+        assert_same(copy.deepcopy(rec)(idx, state), want)
 
 
-def test_a_deleted_child_is_not_served_from_the_plan() -> None:
+def test_a_deleted_child_is_not_served_from_a_snapshot() -> None:
     model, state = model_and_state(6)
     idx = torch.tensor([[1], [2]])
     with torch.no_grad():
         model(idx, state)
         del model.blocks[1].att.value
-        # The blocks' path reads children by key (KeyError), the modules' by attribute.
-        with pytest.raises((AttributeError, KeyError), match="value"):
+        with pytest.raises(AttributeError, match="value"):
             model(idx, state)
+        with pytest.raises(AttributeError, match="value"):
+            model.recurrent()
 
 
-def test_instance_forwards_and_output_hooks_see_the_module_path() -> None:
+def test_instance_forwards_and_output_hooks_are_honoured(module_calls: list[str]) -> None:
     model, state = model_and_state(8)
     idx = torch.tensor([[1], [2]])
     seen: list[tuple[int, ...]] = []
     with torch.no_grad():
-        model(idx, state)
         # accelerate-style: a forward set on an instance must run.
         lin = model.blocks[2].ffn.value
         lin.forward = lambda x: nn.Linear.forward(lin, x) * 0.5  # type: ignore[method-assign]
-        got = model(idx, state)
         want = by_blocks(model, idx, state)
-        assert_same(got, want)
+        assert_same(model(idx, state), want)
+        module_calls.clear()
+        assert_same(model.recurrent()(idx, state), want)
+        assert module_calls == ["Linear"]
         del lin.forward
         model.ln_out.register_forward_hook(lambda m, a, out: seen.append(tuple(out.shape)))
         model.head.register_forward_hook(lambda m, a, out: seen.append(tuple(out.shape)))
         model(idx, state)
-    assert seen == [(2, 1, C), (2, 1, V)]
+        assert seen == [(2, 1, C), (2, 1, V)]
+        model.recurrent()(idx, state)
+    assert seen == [(2, 1, C), (2, 1, V)] * 2
 
 
 def test_a_data_parallel_replica_runs() -> None:
@@ -387,4 +387,26 @@ def test_a_data_parallel_replica_runs() -> None:
     with torch.no_grad():
         got = twin(idx, state)
         want = by_blocks(model, idx, state)
+        from_snapshot = twin.recurrent()(idx, state)  # type: ignore[operator]
+    assert_same(got, want)
+    assert_same(from_snapshot, want)
+
+
+@pytest.mark.parametrize("grad_mode", ["no_grad", "frozen"])
+def test_rwkv7_one_token_step_is_the_module_path_bit_for_bit(
+    grad_mode: str, module_calls: list[str]
+) -> None:
+    torch.manual_seed(10)
+    model = ref.step_layout(ref.randomise(RWKV7(V, 32, 3, head_size=8), scale=0.2))
+    if grad_mode == "frozen":
+        model.requires_grad_(False)
+    idx = torch.randint(0, V, (2, 1), generator=torch.Generator().manual_seed(11))
+    context = torch.no_grad() if grad_mode == "no_grad" else torch.enable_grad()
+    with context:
+        _, state = model(torch.randint(0, V, (2, 5)), None)
+        want = model(idx, state)
+        rec = model.recurrent()
+        module_calls.clear()
+        got = rec(idx, state)
+    assert module_calls == []
     assert_same(got, want)

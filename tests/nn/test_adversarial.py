@@ -248,6 +248,14 @@ def model_cases() -> list[Case]:
         for label, spoil, error, key in bad_state:
             run = with_state(make, spoil)
             cases.append(case(f"{name}-state-{label}", run, raises(error, key)))
+        # The recurrent form checks what the model checks, with the same errors.
+        recurrent = lambda m=make: m().recurrent()  # noqa: E731
+        for label, idx, error in bad_idx:
+            cases.append(case(f"{name}.recurrent-idx-{label}", lambda r=recurrent, i=idx: r()(i),
+                              raises(error, "idx")))  # fmt: skip
+        for label, spoil, error, key in bad_state:
+            run = with_state(recurrent, spoil)  # type: ignore[arg-type]
+            cases.append(case(f"{name}.recurrent-state-{label}", run, raises(error, key)))
         bad_init: list[tuple[str, dict[str, object], type[Exception], str]] = [
             ("batch 0", {"batch_size": 0}, ValueError, "batch_size"),
             ("batch str", {"batch_size": "2"}, TypeError, "batch_size"),

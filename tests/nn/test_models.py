@@ -113,13 +113,19 @@ def test_rnn_mode_chunks_and_whole_runs_agree_to_the_documented_bound(
         whole = model(idx)
         scale = whole.abs().max().item()
         runs = {}
-        for grad in (False, True):  # the eager inference step, and the module path
+        for grad in (False, True):  # the module path without and with a graph
             with torch.set_grad_enabled(grad):
                 state, steps = None, []
                 for t in range(idx.shape[1]):
                     out, state = model(idx[:, t : t + 1], state)
                     steps.append(out)
                 runs[f"rnn grad={grad}"] = torch.cat(steps, 1)
+        with torch.no_grad():  # the recurrent form (generation), its own weight copies
+            rec, state, steps = model.recurrent(), None, []
+            for t in range(idx.shape[1]):
+                out, state = rec(idx[:, t : t + 1], state)
+                steps.append(out)
+            runs["recurrent"] = torch.cat(steps, 1)
         with torch.no_grad():
             state, chunks = None, []
             for start in range(0, idx.shape[1], 7):
@@ -271,6 +277,28 @@ def test_greedy_generation_equals_rerunning_the_whole_sequence() -> None:
                        generate(model, torch.tensor([[1, 2, 3]]), 3, temperature=0)[0])  # fmt: skip
 
 
+@pytest.mark.parametrize("kind", ["rwkv7", "rwkv4"])
+def test_generation_runs_the_recurrent_form(kind: str, module_calls: list[str]) -> None:
+    # The widening weights in the step's layout: the recurrent form then gives the module
+    # path's bits, so the tokens agree whatever the margin between the top two logits.
+    model = ref.step_layout(MODELS[kind]())
+    prompt = tokens(2, 4)
+    by_modules = generate(lambda idx, s: model(idx, s), prompt, 6, temperature=0)
+    rec = model.recurrent()
+    module_calls.clear()
+    assert torch.equal(generate(model, prompt, 6, temperature=0), by_modules)
+    assert torch.equal(generate(rec, prompt, 6, temperature=0), by_modules)  # built once
+    assert module_calls == []  # every step on the snapshot, no module called
+
+
+@pytest.mark.parametrize("kind", ["rwkv7", "rwkv4"])
+def test_a_list_prompt_goes_to_the_device_of_the_model_or_its_snapshot(kind: str) -> None:
+    model = MODELS[kind]().to("meta")  # a device other than the CPU a list would land on
+    for runs in (model, model.recurrent()):
+        out = generate(runs, [1, 2], 3)
+        assert out.is_meta and out.shape == (1, 3)
+
+
 def test_sampling_is_reproducible_and_top_p_keeps_the_nucleus() -> None:
     model = rwkv7()
     prompt = tokens(1, 3)
@@ -336,14 +364,18 @@ def test_same_logits_as_the_rwkv_package(kind: str, rwkv_package, tmp_path: Path
     # Sequence mode: the prompt in one call.
     seq_logits, _ = theirs.forward(seq, None, full_output=True)
     torch.testing.assert_close(seq_logits, ours, rtol=1e-5, atol=1e-5 * scale)
-    # One-token mode: their state carried from token to token, against ours.
-    state, ours_state = None, model.init_state(1)
+    # One-token mode: their state carried from token to token, against ours (the module path
+    # and the recurrent form).
+    state, ours_state, rec_state = None, model.init_state(1), None
+    rec = model.recurrent()
     for i, token in enumerate(seq):
         one, state = theirs.forward([token], state)
         with torch.no_grad():
             mine, ours_state = model(torch.tensor([[token]]), ours_state)
+            fast, rec_state = rec(torch.tensor([[token]]), rec_state)
         torch.testing.assert_close(one, ours[i], rtol=1e-5, atol=1e-5 * scale)
         torch.testing.assert_close(mine[0, 0], ours[i], rtol=1e-5, atol=1e-5 * scale)
+        torch.testing.assert_close(fast[0, 0], ours[i], rtol=1e-5, atol=1e-5 * scale)
     if kind == "rwkv7":  # the state layouts agree too: [att x_prev, S (H, N, N), ffn x_prev]
         for i, s in enumerate(ours_state):
             for theirs_part, ours_part in zip(state[3 * i : 3 * i + 3], leaves(s), strict=True):
@@ -355,8 +387,8 @@ def test_same_logits_as_the_rwkv_package(kind: str, rwkv_package, tmp_path: Path
 def test_a_one_token_step_compiles_to_one_graph(name: str) -> None:
     # The token-id range check reads values on the host; under torch.compile it is skipped,
     # so a generation step is one graph (fullgraph=True fails on any break).
-    # The widening weights in the step's layout: the traced module path then reads the memory
-    # the eager step reads (test_rwkv_layout.py: the default layout, to rounding).
+    # The widening weights in the step's layout: the recurrent form then reads the memory the
+    # traced module path reads (test_layout.py: the default layout, to rounding).
     model = ref.step_layout(MODELS[name]().eval())
     seen: list[str] = []
 
@@ -369,6 +401,9 @@ def test_a_one_token_step_compiles_to_one_graph(name: str) -> None:
         step = tokens(1, 1, seed=5)
         logits, new_state = torch.compile(model, fullgraph=True, backend=backend)(step, state)
         want, want_state = model(step, state)
+        fast, fast_state = model.recurrent()(step, state)
     assert any("wkv" in name for name in seen)  # the custom op, traced, not a break
     torch.testing.assert_close(logits, want, rtol=0, atol=0)  # the same ops: the same bits
     torch.testing.assert_close(new_state, want_state, rtol=0, atol=0)
+    torch.testing.assert_close(fast, want, rtol=0, atol=0)
+    torch.testing.assert_close(fast_state, want_state, rtol=0, atol=0)

@@ -1,7 +1,7 @@
 """RWKV-7 trained the way RWKV-LM users train it (issue 21): autocast, the value-residual
 parameters of layer 0 (DDP), activation checkpointing and torch.compile, alone and together.
 
-The 2-process DDP runs are in test_rwkv_e2e.py; here, in one process, what DDP's reducer
+The 2-process DDP runs are in test_e2e.py; here, in one process, what DDP's reducer
 needs (every parameter gets a gradient) and everything else.
 """
 
@@ -55,9 +55,10 @@ def test_autocast_runs_the_model_in_parallel_and_rnn_mode(dtype: torch.dtype) ->
         for t in range(idx.shape[1]):  # RNN mode: one token at a time, the state carried
             out, state = m(idx[:, t : t + 1], state)
             steps.append(out)
-        with torch.no_grad():  # the eager inference step (generation)
-            _, fast_state = m(idx[:, :4], None)
-            fast, _ = m(idx[:, 4:5], fast_state)
+        with torch.no_grad():  # the recurrent form (generation)
+            rec = m.recurrent()
+            _, fast_state = rec(idx[:, :4])
+            fast, _ = rec(idx[:, 4:5], fast_state)
     tol = AUTOCAST_TOL[dtype] * scale
     assert whole.dtype == dtype  # the head runs in the autocast dtype
     torch.testing.assert_close(whole.float(), want, rtol=0, atol=tol)

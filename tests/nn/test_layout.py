@@ -1,6 +1,6 @@
-"""Contiguous parameters everywhere (issue 21), and the eager one-token step's own row-major
-copies of the widening weights (``ffn.key``, ``head``): made by the step, never stale, dropped
-by training, ``.to()`` and pickles.
+"""Contiguous parameters everywhere (issue 21), and the one-token step's own row-major copies
+of the widening weights (``ffn.key``, ``head``): held by the recurrent snapshot
+(``model.recurrent()``) alone, never by the model, and taken again by ``rebuild()``.
 
 0.5.2 stored those weights transposed in memory, in the parameters themselves;
 ``parameters_to_vector``, ``w.view(-1)`` and safetensors failed on them.
@@ -71,9 +71,10 @@ def test_every_parameter_is_contiguous(kind: str) -> None:
     assert_contiguous(copy.deepcopy(m).to(torch.bfloat16))
     if kind in MODELS:
         idx = torch.randint(0, V, (2, 5), generator=torch.Generator().manual_seed(3))
-        with torch.no_grad():  # the steps that make the row-major copies
+        with torch.no_grad():  # the steps, and the snapshot that makes the row-major copies
             _, state = m(idx, None)
             m(idx[:, :1], state)
+            m.recurrent()(idx[:, :1], state)  # type: ignore[operator]
         assert_contiguous(m)
         built = type(m).from_state_dict(m.state_dict())  # type: ignore[attr-defined]
         assert_contiguous(built)
@@ -92,19 +93,35 @@ def test_a_safetensors_round_trip() -> None:
 
 
 def rows_keys(m: nn.Module) -> list[str]:
+    """What the model's modules hold beside their parameters for the step: nothing, ever (0.6.0
+    kept the row-major copies in the modules' dicts, under ``_rows_<name>``)."""
     return [f"{name}.{k}" for name, mod in m.named_modules() for k in mod.__dict__
             if k.startswith("_rows_")]  # fmt: skip
 
 
+def copies(rec: Any) -> dict[str, torch.Tensor]:
+    """The row-major ``(in, out)`` copies ``rec`` reads the widening weights through (views of
+    the parameters' memory left out), by the name of the linear map."""
+    maps = {"head": rec.head}
+    for i, block in enumerate(rec.blocks):
+        maps |= {f"blocks.{i}.{part}.{name}": getattr(getattr(block, part), name)
+                 for part in ("att", "ffn") for name in ("key", "value", "receptance", "output")
+                 if hasattr(getattr(block, part), name)}  # fmt: skip
+    model = rec.model
+    found = {}
+    for name, f in maps.items():
+        weight = f.keywords["weight"]
+        if weight.shape[0] > weight.shape[1]:  # (out, in), widening
+            rows = weight.t()
+            assert rows.is_contiguous(), name
+            if rows.data_ptr() != model.get_parameter(name + ".weight").data_ptr():
+                found[name] = rows
+    return found
+
+
 def module_path(m: nn.Module, idx: torch.Tensor, state: Any) -> tuple[torch.Tensor, Any]:
-    """``m(idx, state)`` with every eager shortcut off (a hook on each block and the head)."""
-    hooks = [b.register_forward_hook(lambda *a: None) for b in m.blocks]  # type: ignore[attr-defined]
-    hooks.append(m.head.register_forward_hook(lambda *a: None))  # type: ignore[union-attr]
-    try:
-        return m(idx, state)
-    finally:
-        for h in hooks:
-            h.remove()
+    """``m(idx, state)``: the modules, reading the contiguous weights."""
+    return m(idx, state)  # type: ignore[no-any-return]
 
 
 def edit_in_place(m: nn.Module) -> None:
@@ -150,55 +167,66 @@ UPDATES: dict[str, Callable[[nn.Module], None]] = {
 
 @pytest.mark.parametrize("update", list(UPDATES))
 @pytest.mark.parametrize("kind", list(MODELS))
-def test_the_step_reads_its_copies_and_sees_every_update(kind: str, update: str) -> None:
+def test_the_step_reads_its_copies_and_a_rebuild_sees_every_update(kind: str, update: str) -> None:
     m = MODELS[kind]()
     g = torch.Generator().manual_seed(4)
     prompt, token = (
         torch.randint(0, V, (2, 5), generator=g),
         torch.randint(0, V, (2, 1), generator=g),
     )
+    rec = m.recurrent()  # type: ignore[operator]
     with torch.no_grad():
         _, state = m(prompt, None)
-        before = m(token, state)[0]
-        copies = rows_keys(m)
-        assert copies  # the step made its row-major copies (of ffn.key and head)
+        before = rec(token, state)[0]
+        assert sorted(copies(rec)) == sorted(
+            ["head", *(f"blocks.{i}.ffn.key" for i in range(2))]
+            + (["blocks.0.att.key", "blocks.0.att.value", "blocks.0.att.receptance",
+                "blocks.1.att.key", "blocks.1.att.value", "blocks.1.att.receptance"]
+               if kind == "rwkv4" else [])
+        )  # fmt: skip
         want = module_path(m, token, state)[0]
     # To float rounding: the module path reads the contiguous weights, the step its copies.
     torch.testing.assert_close(before, want, rtol=1e-5, atol=1e-5)
     UPDATES[update](m)
     with torch.no_grad():
-        got = m(token, state)[0]
+        got = rec.rebuild()(token, state)[0]
         want = module_path(m, token, state)[0]
     assert not torch.allclose(want, before, rtol=1e-3, atol=1e-3)  # the update matters...
-    torch.testing.assert_close(got, want, rtol=1e-5, atol=1e-5)  # ...and the step sees it
+    torch.testing.assert_close(got, want, rtol=1e-5, atol=1e-5)  # ...and the rebuild sees it
 
 
 @pytest.mark.parametrize("kind", list(MODELS))
-def test_copies_are_dropped_by_training_and_moves_and_left_out_of_pickles(kind: str) -> None:
+def test_the_model_never_holds_copies_and_pickles_carry_none(kind: str) -> None:
     m = MODELS[kind]()
     idx = torch.tensor([[3, 4, 5]])
+    size = len(pickle.dumps(m))
 
-    def step() -> None:
+    def step() -> Any:
+        rec = m.recurrent()  # type: ignore[operator]
         with torch.no_grad():
             _, state = m(idx, None)
             m(idx[:, :1], state)
+            rec(idx[:, :1], state)
+        return rec
 
-    step()
-    assert rows_keys(m)
+    rec = step()
+    assert copies(rec)  # the snapshot holds its row-major copies...
+    assert rows_keys(m) == []  # ...the model none
     assert not rows_keys(copy.deepcopy(m))
     assert not rows_keys(pickle.loads(pickle.dumps(m)))
+    assert len(pickle.dumps(m)) == size
     buffer = io.BytesIO()
     torch.save(m, buffer)
     buffer.seek(0)
     assert not rows_keys(torch.load(buffer, weights_only=False))
-    m(idx).sum().backward()  # a training call: no copy kept beside the weights
+    m(idx).sum().backward()  # a training call
     assert rows_keys(m) == []
     step()
     m.double()
     assert rows_keys(m) == []
     block = RWKV7Block(C, 0, 1, head_size=8)
     with torch.no_grad():
-        block(torch.randn(1, 1, C), None, None)  # a block alone keeps its copy too...
-    assert rows_keys(block) == ["ffn._rows_key"]
+        block(torch.randn(1, 1, C), None, None)  # a block alone keeps no copy either
+    assert rows_keys(block) == []
     block(torch.randn(1, 1, C, requires_grad=True))[0].sum().backward()
-    assert rows_keys(block) == []  # ...until it trains
+    assert rows_keys(block) == []

@@ -353,3 +353,21 @@ def test_bad_input_names_the_argument() -> None:
         RWKV7Block(32, 2, 2, head_size=8)
     with pytest.raises(ValueError, match="batch_size must be a positive int"):
         m.init_state(0)
+
+
+def test_the_head_size_limit_is_ops_wkv7s() -> None:
+    # nn keeps its own copy of ops.wkv7's limit, to refuse a head size at construction
+    # rather than on every forward: the op takes that size and refuses one more.
+    from tipad_transforms.nn._rwkv7 import MAX_HEAD_SIZE
+    from tipad_transforms.ops import wkv7
+
+    def run(n: int) -> torch.Tensor:
+        r, w, k, v, a, b = (torch.full((1, 1, 1, n), -0.1) for _ in range(6))
+        return wkv7(r, w, k, v, a, b)  # type: ignore[no-any-return]
+
+    assert run(MAX_HEAD_SIZE).shape == (1, 1, 1, MAX_HEAD_SIZE)
+    with pytest.raises(ValueError, match=f"at most {MAX_HEAD_SIZE}"):
+        run(MAX_HEAD_SIZE + 1)
+    RWKV7TimeMix(MAX_HEAD_SIZE, head_size=MAX_HEAD_SIZE)
+    with pytest.raises(ValueError, match=f"head_size must be at most {MAX_HEAD_SIZE}"):
+        RWKV7TimeMix(2 * MAX_HEAD_SIZE + 2, head_size=MAX_HEAD_SIZE + 1)
