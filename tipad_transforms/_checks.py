@@ -16,16 +16,19 @@ __all__ = [
     "FLOATS",
     "INT32_MAX",
     "INT64_MAX",
+    "PADDING_MODES",
     "Number",
     "check_dense",
     "check_flag",
     "check_float",
     "check_generator",
     "check_int",
+    "check_mode",
     "check_number",
     "check_offset",
     "check_tensor",
     "is_int",
+    "parse_padding",
     "unreadable",
 ]
 
@@ -150,3 +153,61 @@ def check_float(name: str, t: object) -> torch.Tensor:
     if t.dtype not in FLOATS:
         raise TypeError(f"{name} must be float16, bfloat16, float32 or float64, got {t.dtype}")
     return t
+
+
+#: The standard padding modes (``functional.pad``), canonical names.
+PADDING_MODES = ("constant", "edge", "reflect", "symmetric", "circular")
+_ALIASES = {"replicate": "edge", "wrap": "circular"}
+# One side's padding: what the kernel's 32-bit index arithmetic can place.
+_MAX_PAD = 2**31 - 1
+# Sequences of characters or bytes: never a padding (bytes iterate as ints).
+_TEXT = (str, bytes, bytearray, memoryview)
+
+
+def check_mode(mode: Any, name: str = "padding_mode") -> str:
+    """Canonical name of a standard padding mode (``replicate`` -> ``edge``, ``wrap`` ->
+    ``circular``), else a TypeError/ValueError naming ``name``."""
+    if not isinstance(mode, str):
+        raise TypeError(f"{name} must be a str, got {type(mode).__name__}")
+    canonical = _ALIASES.get(mode, mode)
+    if canonical not in PADDING_MODES:
+        allowed = ", ".join([*PADDING_MODES, *_ALIASES])
+        raise ValueError(f"{name} must be one of {allowed}; got {mode!r}")
+    return canonical
+
+
+def _as_int(value: Any) -> int:
+    if isinstance(value, bool) or not isinstance(value, (int, torch.SymInt)):
+        if isinstance(value, torch.Tensor) and value.numel() == 1 and not value.is_floating_point():
+            return int(value.item())
+        raise TypeError(f"padding must contain ints, got {value!r} ({type(value).__name__})")
+    return int(value)
+
+
+def parse_padding(padding: int | Sequence[int]) -> tuple[int, int, int, int]:
+    """Normalise torchvision's padding forms to ``(left, top, right, bottom)``.
+
+    ``p`` pads every side by ``p``; ``(lr, tb)`` pads left/right by ``lr`` and top/bottom by
+    ``tb``; ``(left, top, right, bottom)`` is taken as is. Negative values crop (torchvision's
+    and ``torch.nn.functional.pad``'s meaning). Raises ``TypeError`` for non-integers and
+    ``ValueError`` for a sequence of another length or a value beyond ``2**31 - 1`` pixels.
+    """
+    if isinstance(padding, (int, torch.SymInt)) and not isinstance(padding, bool):
+        values: list[int] = [int(padding)] * 4
+    elif isinstance(padding, Sequence) and not isinstance(padding, _TEXT):
+        ints = [_as_int(p) for p in padding]
+        if len(ints) not in (1, 2, 4):
+            raise ValueError(
+                f"padding must be an int or a sequence of 1, 2 or 4 ints, got {len(ints)} values"
+            )
+        values = ints * 4 if len(ints) == 1 else ints * 2 if len(ints) == 2 else ints
+    else:
+        raise TypeError(
+            f"padding must be an int or a sequence of ints, got {type(padding).__name__}"
+        )
+    if not all(-_MAX_PAD <= v <= _MAX_PAD for v in values):
+        raise ValueError(
+            f"padding must lie in [-{_MAX_PAD}, {_MAX_PAD}] pixels per side, got {tuple(values)}"
+        )
+    left, top, right, bottom = values
+    return left, top, right, bottom

@@ -1,8 +1,9 @@
 """What the package caches across calls: values derived from a tensor (a texture's dtype
 conversion, its word table), reused while the tensor holds the same bits (``ValueCache``);
-constants of a call's signature (``KeyedCache``); and the rule that a cached tensor is never an
-inference tensor (``normal_tensors``). Nothing is read from or stored in a cache while
-``_tracing.tracing()``."""
+the read-only constants of a call's signature, in one cache for the whole package
+(``constant``: stand-in tensors, default lattices, converted fills, brick tiles, kernel
+metadata); and the rule that a cached tensor is never an inference tensor (``normal_tensors``).
+Nothing is read from or stored in a cache while ``_tracing.tracing()``."""
 
 from __future__ import annotations
 
@@ -138,3 +139,14 @@ class ValueCache(Generic[V]):
 
     def clear(self) -> None:
         self._entries.clear()
+
+
+# The constants of the signatures in use: a few per padding call, one per RWKV shape.
+_CONSTANTS: KeyedCache[Any] = KeyedCache(256)
+
+
+def constant(key: Hashable, make: Callable[[], V]) -> V:
+    """The read-only constant ``make()`` for ``key`` (a tuple led by a name of what it is),
+    made once (``KeyedCache``'s rules: made afresh under a tracer, started over when full)."""
+    value: V = _CONSTANTS.get(key, make)
+    return value

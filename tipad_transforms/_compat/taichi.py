@@ -1,55 +1,103 @@
-"""A lean launcher for our Taichi kernels: the per-call work that never changes, done once.
+"""Taichi's private APIs, each behind a function with a safe default (see ``_compat``), and
+the lean launcher, which is made of them.
 
-Taichi 1.7.4's public call (``Kernel.__call__``) redoes on every launch what only depends on
-the argument *types*: it extracts a template key from every argument (``extract_arg``: dtype,
-ndim, grad), looks the compiled kernel up, walks ``recursive_set_args`` through isinstance
-chains per argument, asks the program for the compiled code (``compile_kernel``: a cache
-lookup) and only then launches. For a small image that Python costs more than the kernel.
+What the Taichi backend reads of a Taichi module ``ti`` (upstream ``taichi`` or the
+``taichi_forge`` fork, which shares these): whether a runtime is initialised and on which arch
+(``ti.lang.impl.get_runtime().prog``, ``current_cfg().arch``), its default integer type
+(``current_cfg().default_ip``) and which objects are kernels (``_is_wrapped_kernel``).
 
-``LeanKernel`` wraps one of our kernels. The first call of a signature (the template values
-and each tensor's dtype and ndim) goes through the public call (which compiles), and records
-the compiled kernel, its compiled code and, per argument slot, which launch-context setter
-to use. Later calls of that signature build the launch context directly and launch.
-
-This relies on internals of one Taichi version (``KNOWN``), checked by
-``tests/test_lean_launch.py``: ``Kernel.arguments``/``template_slot_locations``/
-``ensure_compiled``/``compiled_kernels``/``return_type``/``has_print``, the C++ kernel's
-``make_launch_context``, the launch context's ``set_arg_external_array_with_shape``/
-``set_arg_int``/``set_arg_float``, and the program's ``compile_kernel``/``launch_kernel``.
-Any other Taichi (another version, the ``taichi_forge`` fork), a kernel those attributes do not
-describe, an argument it does not know (a tensor with ``requires_grad``, a non-contiguous one,
-a value of an unexpected type), a user's ``ti.ad.Tape`` or forward-mode manager, or
-``TIPAD_LEAN_LAUNCH=0`` in the environment: the public call, always correct.
-
-Callers hold the runtime lock (``_runtime.session``), as for the public call.
+The lean launcher: Taichi 1.7.4's public call (``Kernel.__call__``) redoes on every launch
+what only depends on the argument *types*: a template key from every argument, a lookup of the
+compiled kernel, ``recursive_set_args`` through isinstance chains, ``compile_kernel`` (a cache
+lookup), then the launch. For a small image that Python costs more than the kernel.
+``LeanKernel`` wraps one kernel: the first call of a signature (template values, each tensor's
+dtype and ndim) goes through the public call (which compiles) and records the compiled kernel,
+its code and each slot's setter; later calls build the launch context directly. It relies on
+the internals of the versions in ``KNOWN`` (``tests/backends/test_compat_taichi.py`` fails
+loudly when one moves): ``Kernel.arguments``/``ensure_compiled``/``compiled_kernels``/
+``return_type``/``has_print``, ``make_launch_context`` and its ``set_arg_*`` setters, the
+program's ``compile_kernel``/``launch_kernel``, the runtime's ``target_tape``/
+``fwd_mode_manager``. Any other Taichi, a kernel or argument it does not know (a tensor with
+``requires_grad``, a non-contiguous one), an autodiff tape, or ``TIPAD_LEAN_LAUNCH=0``: the
+public call, always correct. Callers hold the Taichi backend's lock, as for the public call.
 """
 
-# No `from __future__ import annotations`: nothing here is a Taichi kernel, but keep the
-# convention of this package.
+from __future__ import annotations
+
 import os
 from typing import Any
 
 import torch
 
-__all__ = ["KNOWN", "Bound", "LeanKernel", "Step", "Steps", "lean_supported"]
+__all__ = [
+    "KNOWN",
+    "LEAN_ENV",
+    "MISSING",
+    "Bound",
+    "LeanKernel",
+    "Steps",
+    "default_ip",
+    "is_kernel",
+    "lean_supported",
+    "runtime_arch",
+]
 
-#: The (module name, version) pairs whose internals the lean path was written and tested for.
+#: The private names the Taichi in use lacks (``tests/backends/test_compat_taichi.py``
+#: requires it to be empty).
+MISSING: list[str] = []
+#: The (module name, version) pairs whose internals the lean launcher was written for.
 KNOWN = {("taichi", (1, 7, 4))}
+#: ``TIPAD_LEAN_LAUNCH=0``: always the public call.
+LEAN_ENV = "TIPAD_LEAN_LAUNCH"
 
 # Argument kinds of a kernel slot.
 _TEMPLATE, _ARRAY, _INT, _FLOAT = range(4)
 
 
+def _missing(name: str) -> None:
+    if name not in MISSING:
+        MISSING.append(name)
+
+
+def _impl(ti: Any) -> Any:
+    impl = getattr(getattr(ti, "lang", None), "impl", None)
+    if impl is None or not hasattr(impl, "get_runtime") or not hasattr(impl, "current_cfg"):
+        _missing("ti.lang.impl.get_runtime/current_cfg")
+        return None
+    return impl
+
+
+def runtime_arch(ti: Any) -> str | None:
+    """``"cpu"``/``"cuda"`` (else Taichi's own name) of the runtime initialised in ``ti`` (by
+    anyone), or None when none is (default: None, as for a module not initialised)."""
+    impl = _impl(ti)
+    if impl is None or getattr(impl.get_runtime(), "prog", None) is None:
+        return None
+    arch = impl.current_cfg().arch
+    return "cuda" if arch == ti.cuda else ("cpu" if arch in (ti.x64, ti.arm64) else str(arch))
+
+
+def default_ip(ti: Any) -> Any:
+    """The default integer type of ``ti``'s initialised runtime (default: ``ti.i32``, what the
+    kernels need)."""
+    impl = _impl(ti)
+    return ti.i32 if impl is None else impl.current_cfg().default_ip
+
+
+def is_kernel(value: Any) -> bool:
+    """Whether ``value`` is a ``@ti.kernel`` (default: False: the lean launcher is not used)."""
+    return bool(getattr(value, "_is_wrapped_kernel", False))
+
+
 def lean_supported(ti: Any) -> bool:
     """Whether the lean path may be used with Taichi module ``ti`` in this process."""
-    if os.environ.get("TIPAD_LEAN_LAUNCH", "1") == "0":
+    if os.environ.get(LEAN_ENV, "1") == "0":
         return False
-    version = tuple(getattr(ti, "__version__", ()))
-    return (getattr(ti, "__name__", ""), version) in KNOWN
+    return (getattr(ti, "__name__", ""), tuple(getattr(ti, "__version__", ()))) in KNOWN
 
 
 class _Plan:
-    """One signature's compiled kernel, compiled code and argument setters."""
+    """One signature's compiled kernel and compiled code, and the program they belong to."""
 
     __slots__ = ("code", "kernel", "prog")
 
@@ -60,9 +108,9 @@ class _Plan:
 
 
 def _runnable(plan: _Plan, runtime: Any) -> bool:
-    """Whether ``plan`` may launch in Taichi's ``runtime`` now: the program that compiled it is
-    still the live one (a re-initialised Taichi dropped its code), and no autodiff tape or
-    forward-mode manager wants to see the launch."""
+    """Whether ``plan`` may launch now: the program that compiled it is still the live one (a
+    re-initialised Taichi dropped its code), and no autodiff tape or forward-mode manager wants
+    to see the launch."""
     return (
         plan.prog is runtime.prog
         and runtime.target_tape is None
@@ -71,27 +119,23 @@ def _runnable(plan: _Plan, runtime: Any) -> bool:
 
 
 class LeanKernel:
-    """Call a Taichi kernel (``@ti.kernel``) as the public call does, with less per-call work.
-
-    ``LeanKernel(ti, kernel)(*args)`` runs ``kernel(*args)``: positional arguments only, torch
-    tensors (contiguous, ``requires_grad=False``, on the runtime's device) for ndarray slots,
-    Python ints/floats for scalar slots, hashable values for template slots.
-    """
+    """``LeanKernel(ti, kernel)(*args)`` runs ``kernel(*args)`` as the public call does, with
+    less per-call work: positional arguments only, torch tensors (contiguous,
+    ``requires_grad=False``, on the runtime's device) for ndarray slots, Python ints/floats for
+    scalar slots, hashable values for template slots."""
 
     def __init__(self, ti: Any, kernel: Any) -> None:
         self.public = kernel
         self._ti = ti
         self._plans: dict[tuple[Any, ...], _Plan] = {}
-        self._kinds: tuple[int, ...] | None = None
+        self._kinds: tuple[int, ...] = ()
         # Per slot: the element dims of a vector-typed ndarray (stripped from its shape).
         self._edims: tuple[int, ...] = ()
-        self.enabled = lean_supported(ti)
-        if self.enabled:
-            slots = self._slot_kinds(ti, kernel)
-            self.enabled = slots is not None
-            if slots is not None:
-                self._kinds = tuple(kind for kind, _ in slots)
-                self._edims = tuple(edim for _, edim in slots)
+        slots = self._slot_kinds(ti, kernel) if lean_supported(ti) else None
+        self.enabled = slots is not None
+        if slots is not None:
+            self._kinds = tuple(kind for kind, _ in slots)
+            self._edims = tuple(edim for _, edim in slots)
 
     @staticmethod
     def _slot_kinds(ti: Any, kernel: Any) -> list[tuple[int, int]] | None:
@@ -131,37 +175,28 @@ class LeanKernel:
 
     def _key(self, args: tuple[Any, ...]) -> tuple[Any, ...] | None:
         """The signature of ``args``, or None when the lean path must not take them."""
-        kinds = self._kinds
-        assert kinds is not None
-        if len(args) != len(kinds):
+        if len(args) != len(self._kinds):
             return None
         key: list[Any] = []
-        for kind, edim, a in zip(kinds, self._edims, args, strict=True):
+        for kind, edim, a in zip(self._kinds, self._edims, args, strict=True):
             if kind == _ARRAY:
                 if type(a) is not torch.Tensor or a.requires_grad or not a.is_contiguous():
                     return None
-                key.append(a.dtype)
-                key.append(a.dim())
-                if edim:
-                    key.append(a.shape[-edim:])
+                key += (a.dtype, a.dim(), a.shape[-edim:]) if edim else (a.dtype, a.dim())
             elif kind == _TEMPLATE:
                 key.append(a)
-            elif kind == _INT:
-                if type(a) is not int:
-                    return None
-            elif type(a) not in (int, float):
+            elif type(a) not in ((int,) if kind == _INT else (int, float)):
                 return None
         return tuple(key)
 
     def _plan(self, args: tuple[Any, ...]) -> _Plan:
         """Compile (the public call already did) and record this signature's launch plan."""
         primal = self.public._primal
-        impl = self._ti.lang.impl
-        prog = impl.get_runtime().prog
-        key = primal.ensure_compiled(*args)
-        kernel = primal.compiled_kernels[key]
-        code = prog.compile_kernel(prog.config(), prog.get_device_caps(), kernel)
-        return _Plan(prog, kernel, code)
+        prog = self._ti.lang.impl.get_runtime().prog
+        kernel = primal.compiled_kernels[primal.ensure_compiled(*args)]
+        return _Plan(
+            prog, kernel, prog.compile_kernel(prog.config(), prog.get_device_caps(), kernel)
+        )
 
     def __call__(self, *args: Any) -> None:
         if not self.enabled:
@@ -177,9 +212,7 @@ class LeanKernel:
             return
         ctx = plan.kernel.make_launch_context()
         slot = 0
-        kinds = self._kinds
-        assert kinds is not None
-        for kind, edim, a in zip(kinds, self._edims, args, strict=True):
+        for kind, edim, a in zip(self._kinds, self._edims, args, strict=True):
             if kind == _TEMPLATE:
                 continue
             if kind == _ARRAY:
@@ -194,34 +227,26 @@ class LeanKernel:
             slot += 1
         plan.prog.launch_kernel(plan.code, ctx)
 
-    def bind(self, args: tuple[Any, ...]) -> "Bound | None":
-        """A launcher for later calls of ``args``' signature that takes raw arrays, or None.
-
-        Call it after a call with ``args`` (which compiled and recorded the plan); None when the
-        lean path does not take them (disabled, a scalar slot, an unknown argument).
-        """
-        if not self.enabled:
-            return None
-        key = self._key(args)
+    def bind(self, args: tuple[Any, ...]) -> Bound | None:
+        """A launcher for later calls of ``args``' signature that takes raw arrays, or None
+        (disabled, a scalar slot, an unknown argument). Call it after a call with ``args``."""
+        key = self._key(args) if self.enabled else None
         plan = self._plans.get(key) if key is not None else None
-        kinds = self._kinds
-        if plan is None or kinds is None or _INT in kinds or _FLOAT in kinds:
+        if plan is None or _INT in self._kinds or _FLOAT in self._kinds:
             return None
-        return Bound(self, plan, sum(kind == _ARRAY for kind in kinds))
+        return Bound(self, plan, sum(kind == _ARRAY for kind in self._kinds))
 
 
 class Bound:
-    """One signature of a ``LeanKernel`` which has no scalar slots: ``launch`` sets each
-    ndarray slot from ``(data_ptr, nbytes, shape)`` (the shape in elements of the slot's type:
-    a vector-typed slot's without its vector dims) and launches,
-    so the caller needs no tensor views of the right dtype on every call (each costs a torch
-    call), and no signature is extracted. The caller keeps the arrays' dtypes, ndims and
-    template values those of the ``args`` it was bound with (its cache key says so).
+    """One signature of a ``LeanKernel`` without scalar slots: ``launch`` sets each ndarray
+    slot from ``(data_ptr, nbytes, shape)`` (a vector-typed slot's shape without its vector
+    dims) and launches, so the caller makes no tensor views and no signature is extracted. The
+    caller keeps the arrays' dtypes, ndims and template values those it was bound with.
 
     On the CPU, where a launch runs to its end before it returns, one launch context serves
     every launch and a slot is set only when its array differs from the last launch's (a
-    kernel's constants, a model's parameters, and outputs the allocator hands out again at the
-    same address): each set costs about 1.5 us. On CUDA every launch gets a fresh context.
+    kernel's constants, a model's parameters, outputs the allocator hands out again at the same
+    address). On CUDA every launch gets a fresh context.
     """
 
     __slots__ = ("_arrays", "_ctx", "_kernel", "_last", "_plan")
@@ -231,7 +256,7 @@ class Bound:
         self._plan = plan
         self._arrays = arrays
         self._ctx: Any = None
-        # The array each slot of the reused context holds (None: unset); stays None on CUDA.
+        # The array each slot of the reused context holds (None: unset); None on CUDA.
         self._last: list[tuple[int, int, tuple[int, ...]] | None] | None = None
         ti = kernel._ti
         if ti.lang.impl.current_cfg().arch in (ti.x64, ti.arm64):
@@ -241,12 +266,10 @@ class Bound:
     def launch(self, arrays: list[tuple[int, int, tuple[int, ...]]]) -> bool:
         """Launch with ``arrays`` (one ``(data_ptr, nbytes, shape)`` per ndarray slot, in
         order); False, launching nothing, when the lean path may not run now (disabled, Taichi
-        re-initialised, an autodiff tape or forward-mode manager active): use the public call.
-        """
+        re-initialised, an autodiff tape active): then use the public call."""
         kernel, plan = self._kernel, self._plan
         if not (kernel.enabled and _runnable(plan, kernel._ti.lang.impl.get_runtime())):
             return False
-        assert len(arrays) == self._arrays
         last = self._last
         if last is None:
             ctx = plan.kernel.make_launch_context()
@@ -264,14 +287,10 @@ class Bound:
 
 
 class Step:
-    """A ``Bound`` launcher whose arrays' sizes its signature fixes: a launcher keyed by every
-    tensor's shape (a one-token step) passes only data pointers per call.
-
-    Made from the arguments of a call that went through the kernel: the first ``n`` are the
-    caller's tensors (as the slots take them: flat, or packed into vectors), the other ndarray
-    arguments are constants of the signature (``meta``), held here so their addresses stay
-    valid.
-    """
+    """A ``Bound`` whose arrays' sizes its signature fixes (a one-token step): each call passes
+    only data pointers. Made from a call that went through the kernel: its first ``n``
+    arguments are the caller's tensors, the other ndarrays constants of the signature (held here
+    so their addresses stay valid)."""
 
     __slots__ = ("bound", "held", "raw_held", "sizes")
 
@@ -290,19 +309,14 @@ class Step:
         return self.bound.launch(arrays + self.raw_held)
 
 
-class Steps:
-    """The ``Step`` launchers of a family's recent signatures (``size``, first in first out).
-
-    ``launch(key, tensors)`` runs the one recorded for ``key``, or returns False: then the
-    caller launches through the kernel and calls ``record``. Callers hold the runtime lock."""
+class Steps(dict[tuple[Any, ...], Step]):
+    """The ``Step``s of a family's recent signatures (at most ``size``, first in first out):
+    ``steps.get(key)`` is the one recorded for ``key``; after a call through the kernel,
+    ``record`` keeps one when the kernel binds."""
 
     def __init__(self, size: int = 64) -> None:
+        super().__init__()
         self.size = size
-        self._steps: dict[tuple[Any, ...], Step] = {}
-
-    def launch(self, key: tuple[Any, ...], tensors: tuple[torch.Tensor, ...]) -> bool:
-        step = self._steps.get(key)
-        return step is not None and step.launch(tensors)
 
     def record(self, key: tuple[Any, ...], kernel: Any, args: tuple[Any, ...], n: int) -> None:
         """After ``kernel(*args)``: keep a ``Step`` for ``key`` when the kernel binds one."""
@@ -310,12 +324,6 @@ class Steps:
         bound = bind(args) if bind is not None else None
         if bound is None:
             return
-        if len(self._steps) >= self.size:
-            self._steps.pop(next(iter(self._steps)))
-        self._steps[key] = Step(bound, args, n)
-
-    def keys(self) -> list[tuple[Any, ...]]:
-        return list(self._steps)
-
-    def clear(self) -> None:
-        self._steps.clear()
+        if len(self) >= self.size:
+            self.pop(next(iter(self)))
+        self[key] = Step(bound, args, n)

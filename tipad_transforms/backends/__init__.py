@@ -1,44 +1,87 @@
-"""Kernel or torch route: the one place an op decides, and warns once, where it runs.
+"""Where a kernel family's operation runs: the backends, the family registry, THE policy.
 
-Every op tries its Taichi launcher first; the runtime seam refuses (``RuntimeUnavailable``) the
-cases it cannot serve (a forked worker, ``cuda:N > 0``, more elements than one launch can
-index, ...). The op then computes the same result with its torch route, and the user hears about
-it once per (operation, reason), at their own line of code.
+A **backend** runs the families' operations: ``TAICHI`` (``taichi.py``: the Taichi kernels)
+and ``TORCH`` (``torch.py``: each family's plain-torch ``reference.py``). A **family**
+(``ops/<family>/``) registers once with ``family(...)``; each of its operations is then an
+``Operation``, a callable that finds its implementation in the family's ``taichi.py`` and
+``reference.py`` (a function of the operation's name in each) and runs it by one rule:
+
+1. the backends in order (``TAICHI``, then ``TORCH``); one that cannot serve the call raises
+   ``Refused`` (a forked worker, ``cuda:1``, more elements than one launch indexes, ...);
+2. a refusal warns once per (operation, reason), at the user's line, and the next backend
+   runs; nothing was written by the refusing one;
+3. an exact operation (padding's forward, whose torch route gives the kernel's bits) prefers
+   ``TORCH`` while this process has not started Taichi and its warm-up budget is not spent
+   (``warmup.py``, ``set_warmup``).
+
+Every implementation of an operation takes the same arguments and writes its outputs into
+tensors it is given. Tests choose backends through ``use``, ``forbid`` and ``record``.
 """
 
 from __future__ import annotations
 
 import contextlib
-import numbers
+import importlib
 import os
 import time
 from collections.abc import Callable, Iterator
+from types import SimpleNamespace
+from typing import Any
 
 import torch
-from torch.utils.data import get_worker_info
 
-from .. import _runtime
 from .._compat.cpython import warn_at_caller
 
 __all__ = [
-    "WARMUP_ENV",
-    "WARMUP_MAX_BYTES",
-    "WORKER_WARMUP_ENV",
-    "exact_route",
-    "kernel_ran",
-    "no_warmup",
+    "TAICHI",
+    "TORCH",
+    "Backend",
+    "Forbidden",
+    "Operation",
+    "Refused",
+    "family",
+    "forbid",
+    "record",
+    "set_backend",
     "set_warmup",
+    "use",
     "warn_once",
 ]
 
-_warned: set[tuple[str, str]] = set()
-# Frames of these packages sit between the user's call and the op's implementation, how many
-# depends on the path taken (functional, transform, torch.compile, autograd, a DataLoader
-# worker's loop).
-_PACKAGE = os.path.dirname(os.path.dirname(__file__)) + os.sep  # tipad_transforms
+
+class Refused(RuntimeError):
+    """A backend cannot serve this call; the message says why (the warning's reason)."""
+
+
+class Forbidden(RuntimeError):
+    """A backend a test forbade (``forbid``) was about to run."""
+
+
+class Backend:
+    """A way to run the families' operations.
+
+    ``name`` names it (``"taichi"``, ``"torch"``); ``module`` is the file of a family folder
+    that holds its implementations (``ops/<family>/<module>.py``, a function per operation).
+    """
+
+    name = ""
+    module = ""
+
+    def refusal(self, device: torch.device) -> str | None:
+        """Why this backend cannot run on ``device`` in this process, or None (cheap: starts
+        nothing). A launch may still raise ``Refused`` for reasons of its own (its size)."""
+        return None
+
+    def running(self) -> bool:
+        """Whether the backend is ready in this process without a start-up cost."""
+        return True
+
+
+# Frames of these packages sit between the user's call and an operation, how many depends on
+# the path taken (functional, transform, torch.compile, autograd, a DataLoader worker's loop).
 _SITE = os.path.dirname(os.path.dirname(torch.__file__ or ""))
 _INTERNAL = (
-    _PACKAGE,
+    os.path.dirname(os.path.dirname(__file__)) + os.sep,  # tipad_transforms
     os.path.join(_SITE, "torch") + os.sep,  # torch.utils.data's worker loop and fetchers too
     os.path.join(_SITE, "torchvision") + os.sep,
 )
@@ -50,13 +93,14 @@ _RUNNERS = (
     os.path.join(_STDLIB, "concurrent") + os.sep,
     os.path.join(_STDLIB, "threading.py"),
 )
+_warned: set[tuple[str, str]] = set()
 
 
 def warn_at_user(message: str, category: type[Warning]) -> None:
     """Warn at the user's line: the first frame (going out) outside tipad_transforms, torch,
-    torchvision and the standard library's runners (the user's transform call,
-    Dataset.__getitem__ or loop); where the stack holds none (a tipad transform run by a
-    DataLoader worker), the first frame outside tipad_transforms."""
+    torchvision and the standard library's runners (the transform call, a Dataset's
+    ``__getitem__``); where the stack holds none (a DataLoader worker), the first frame outside
+    tipad_transforms."""
     warn_at_caller(message, category, _INTERNAL, _RUNNERS)
 
 
@@ -71,154 +115,141 @@ def warn_once(reason: str, what: str) -> None:
         )
 
 
-def kernel_ran(what: str, launch: Callable[[], object]) -> bool:
-    """Run ``launch`` (a call of a ``_runtime.launch_*``); False if the runtime refused it.
+class Operation:
+    """One operation of a family (``pad.forward``, ``wkv7.backward``, ...), run by the policy
+    of this module: ``op(*args)`` runs it and returns the name of the backend that did.
 
-    On False nothing was written and the caller computes the result on its torch route;
-    ``what`` names the operation in the one warning (e.g. ``"padding"``, ``"computing wkv"``).
+    ``what`` names it in the refusal warning (``"padding"``); ``exact`` is the position of the
+    output among the arguments for an operation whose torch route gives the kernel's bits (the
+    warm-up may then serve it), None for the others.
     """
-    try:
-        launch()
-    except _runtime.RuntimeUnavailable as refused:
-        warn_once(str(refused), what)
-        return False
-    return True
+
+    __slots__ = ("_chain", "exact", "family", "name", "package", "what")
+
+    def __init__(self, family: str, name: str, package: str, what: str, exact: int | None) -> None:
+        self.family = family
+        self.name = name
+        self.package = package
+        self.what = what
+        self.exact = exact
+        self._chain: tuple[tuple[Backend, Callable[..., Any]], ...] = ()
+
+    def _resolve(self) -> tuple[tuple[Backend, Callable[..., Any]], ...]:
+        """(backend, implementation) in the order of use, the family's modules imported now:
+        a process that only pads never imports the RWKV kernels."""
+        self._chain = tuple(
+            (b, getattr(importlib.import_module(f"{self.package}.{b.module}"), self.name))
+            for b in _order
+        )
+        return self._chain
+
+    def __call__(self, *args: Any) -> str:
+        chain = self._chain or self._resolve()
+        start = 0.0
+        if self.exact is not None and warmup.prefers_torch(args[self.exact]):
+            chain = tuple(c for c in chain if c[0] is TORCH) or chain
+            start = time.perf_counter()
+        reasons = []
+        for backend, implementation in chain:
+            if backend.name in _forbidden:
+                raise Forbidden(
+                    f"the {backend.name} backend ran {self.family}.{self.name} where a test "
+                    "forbade it (backends.forbid)"
+                )
+            try:
+                implementation(*args)
+            except Refused as refused:
+                reasons.append(f"{backend.name}: {refused}")
+                warn_once(str(refused), self.what)
+                continue
+            if start:
+                warmup.spend(time.perf_counter() - start)
+            if _log is not None:
+                _log.append((self.family, self.name, backend.name))
+            return backend.name
+        raise Refused(f"no backend in use could run {self.what}: {'; '.join(reasons)}")
 
 
-#: Seconds of torch route a process spends on exact ops before it starts Taichi.
-WARMUP_ENV = "TIPAD_WARMUP"
-#: The same for DataLoader workers; where set, it overrides ``TIPAD_WARMUP`` in them.
-WORKER_WARMUP_ENV = "TIPAD_WORKER_WARMUP"
-_DEFAULT_WARMUP_S = 0.5
+_operations: list[Operation] = []
 
 
-class _Warmup:
-    """The torch-route time this process has spent instead of starting Taichi (its rent, in
-    the ski-rental sense), its budget (``set_warmup``'s, else read from the environment at the
-    first use) and ``set_warmup``'s value. A forked child starts afresh (``_reset``)."""
+def family(
+    name: str,
+    package: str,
+    what: str,
+    operations: tuple[str, ...],
+    exact: dict[str, int] | None = None,
+) -> Any:
+    """Register the kernel family ``name`` (the folder ``package``) and its ``operations``.
 
-    spent = 0.0
-    budget: float | None = None
-    chosen: float | None = None
-
-
-def _reset() -> None:
-    # A forked child (a DataLoader worker, say) is a process of its own: it has spent nothing,
-    # and may be a worker where its parent was not, so its budget is read from the environment
-    # at its first use (the parent's set_warmup is the parent's, as in a spawned child).
-    _Warmup.spent = 0.0
-    _Warmup.budget = None
-    _Warmup.chosen = None
-
-
-os.register_at_fork(after_in_child=_reset)
-
-
-def set_warmup(seconds: float | None) -> None:
-    """Set how many seconds of torch route this process spends on padding before it starts
-    Taichi: ``0`` starts Taichi at the next padding call, ``None`` goes back to the environment
-    (``TIPAD_WARMUP``; in DataLoader workers ``TIPAD_WORKER_WARMUP`` first) or the default, 0.5.
-
-    Starting Taichi costs a process about a second (import, ``ti.init``, turning the kernel's
-    cached LLVM IR into machine code: 0.9-1.3 s on a 2-core machine). So a CPU padding call in
-    a process that has not started it takes the torch route, which gives the kernel's bits,
-    until that route has cost the process this budget; the next call starts Taichi and
-    launches from then on. Set 0 before timing the kernel or where a run should pay the start
-    at once (a server's start-up); a budget spent already is spent. Per process: DataLoader
-    workers (forked or spawned) read the environment, or call this in their
-    ``worker_init_fn``.
-
-    Raises:
-        TypeError: ``seconds`` is not a real number or None.
-        ValueError: ``seconds`` is negative or NaN.
+    Each backend's implementation of an operation is the function of that name in
+    ``<package>.<backend.module>``, imported at the operation's first call. ``what`` names the
+    family's work in the refusal warning (``"computing wkv7"``); ``exact`` maps the operations
+    whose torch route gives the kernel's bits to the position of their output argument.
     """
-    if seconds is not None:
-        if isinstance(seconds, bool) or not isinstance(seconds, numbers.Real):
-            raise TypeError(f"seconds must be a number or None, got {type(seconds).__name__}")
-        if not seconds >= 0:  # NaN too
-            raise ValueError(f"seconds must be >= 0, got {seconds}")
-        seconds = float(seconds)
-    _Warmup.chosen = seconds
-    _Warmup.budget = None
+    ops = {op: Operation(name, op, package, what, (exact or {}).get(op)) for op in operations}
+    _operations.extend(ops.values())
+    return SimpleNamespace(**ops)
+
+
+# The policy's state: the backends in order of use, those a test forbade, a record of runs.
+_order: tuple[Backend, ...] = ()
+_forbidden: frozenset[str] = frozenset()
+_log: list[Any] | None = None
+
+
+def _set_order(backends: tuple[Backend, ...]) -> None:
+    global _order
+    _order = backends
+    for op in _operations:
+        op._chain = ()
 
 
 @contextlib.contextmanager
-def no_warmup() -> Iterator[None]:
-    """Within: padding starts Taichi at once (``set_warmup(0)``); after: the setting before.
-    For code that times the kernel (``tipad demo``'s table)."""
-    saved = _Warmup.chosen, _Warmup.budget
-    _Warmup.chosen, _Warmup.budget = 0.0, None
+def use(*names: str) -> Iterator[None]:
+    """Within: only the backends ``names`` (``"taichi"``, ``"torch"``), in that order, run
+    the operations; a call none of them serves raises ``Refused``."""
+    known = {b.name: b for b in _BACKENDS}
+    unknown = [n for n in names if n not in known]
+    if unknown or not names:
+        raise ValueError(f"backends must be some of {sorted(known)}, got {names}")
+    saved = _order
+    _set_order(tuple(known[n] for n in names))
     try:
         yield
     finally:
-        _Warmup.chosen, _Warmup.budget = saved
+        _set_order(saved)
 
 
-def _from_environment() -> float:
-    names = (WORKER_WARMUP_ENV, WARMUP_ENV) if get_worker_info() is not None else (WARMUP_ENV,)
-    for name in names:
-        raw = os.environ.get(name, "")
-        if not raw.strip():
-            continue
-        try:
-            seconds = float(raw)
-            if seconds != seconds:  # NaN: every comparison false, the warm-up silently off
-                raise ValueError(raw)
-        except ValueError:
-            warn_at_user(
-                f"tipad_transforms: {name}={raw!r} is not a number of seconds; "
-                f"using {_DEFAULT_WARMUP_S}",
-                RuntimeWarning,
-            )
-            return _DEFAULT_WARMUP_S
-        return max(seconds, 0.0)
-    return _DEFAULT_WARMUP_S
+@contextlib.contextmanager
+def forbid(*names: str) -> Iterator[None]:
+    """Within: running one of the backends ``names`` raises ``Forbidden`` (tests that must
+    not be served by the torch route: it gives the kernel's values, so results cannot tell)."""
+    global _forbidden
+    saved = _forbidden
+    _forbidden = saved | set(names)
+    try:
+        yield
+    finally:
+        _forbidden = saved
 
 
-def _warmup_budget() -> float:
-    if _Warmup.budget is None:
-        chosen = _Warmup.chosen
-        _Warmup.budget = _from_environment() if chosen is None else chosen
-    return _Warmup.budget
+@contextlib.contextmanager
+def record(into: list[Any] | None = None) -> Iterator[list[Any]]:
+    """Within: every run is appended to the yielded list (``into``, else a new one) as
+    ``(family, operation, backend)``, e.g. ``("pad", "forward", "taichi")``."""
+    global _log
+    saved, _log = _log, ([] if into is None else into)
+    try:
+        yield _log
+    finally:
+        _log = saved
 
 
-#: Outputs larger than this launch at once: one torch-route call on them could cost more than
-#: the whole budget (about 0.1 s for 64 MiB here) and needs a second canvas.
-WARMUP_MAX_BYTES = 1 << 26
+from . import warmup  # noqa: E402
+from .taichi import TAICHI, set_backend  # noqa: E402
+from .torch import TORCH  # noqa: E402
+from .warmup import set_warmup  # noqa: E402
 
-
-def _warming_up(out: torch.Tensor) -> bool:
-    """Whether an exact op writing ``out`` should take the torch route to spare this process
-    Taichi's start-up: a CPU output of at most ``WARMUP_MAX_BYTES``, in a process where Taichi
-    does not run yet (neither ours nor the user's), while its torch-route time is under its
-    budget, and where the runtime would serve the launch (a refused one keeps its warning)."""
-    return (
-        out.device.type == "cpu"
-        and not _runtime.running()
-        and _Warmup.spent < _warmup_budget()
-        and out.numel() * out.element_size() <= WARMUP_MAX_BYTES
-        and _runtime.refusal(out.device) is None
-    )
-
-
-def exact_route(
-    what: str, out: torch.Tensor, launch: Callable[[], object], route: Callable[[], object]
-) -> None:
-    """Run ``launch`` or, when the runtime refuses it, ``route`` (the torch route), both of
-    which write ``out``; for ops whose torch route gives the kernel's bits (padding's forward:
-    data movement only).
-
-    Starting Taichi costs a new process its import, ``ti.init`` and the per-process compile of
-    the kernel (0.9-1.3 s on a 2-core machine): more than a notebook's few calls or a short-lived
-    DataLoader worker (every epoch's, unless ``persistent_workers=True``) spends padding on the
-    torch route. So a process takes the torch route until that route has cost it its warm-up
-    budget (``set_warmup``; default 0.5 s), then starts Taichi and launches from then on: it
-    never pays more than about twice what the better choice in hindsight would have (the
-    ski-rental bound). Same bits either way.
-    """
-    if _warming_up(out):
-        start = time.perf_counter()
-        route()
-        _Warmup.spent += time.perf_counter() - start
-    elif not kernel_ran(what, launch):
-        route()
+_BACKENDS = (TAICHI, TORCH)
+_set_order(_BACKENDS)

@@ -17,14 +17,14 @@ import torch
 from torchvision import tv_tensors
 from torchvision.transforms.v2 import functional as tvF
 
-from .._checks import Number, check_dense, check_int
-from .._geometry import check_mode, image_channels, parse_padding
+from .._checks import Number, check_dense, check_int, check_mode, parse_padding
 from .._tracing import untraced
-from .._value_cache import KeyedCache
+from .._value_cache import constant
+from ..ops.padding import PadCall, image_channels, pad_direct
 from ._brick import brick_channels, brick_options, make_brick_texture, running_bond_stagger
 from ._convert import Fill, plain, scale_texture
-from ._launch import Border, launch
 from ._pil import pil_apply, pil_fill
+from ._record import cropped, pad_call, standard, textured
 from ._registry import get_kernel, register_kernel
 
 __all__ = ["brick_pad", "pad", "texture_pad"]
@@ -152,13 +152,27 @@ def texture_pad_image(
     """``texture_pad``'s kernel for plain tensors and images (``fill`` and ``mask_fill`` are
     not used: the texture pads)."""
     x = check_image(image)
+    call, crop = _texture_call(x, padding, texture, stagger, offset, texture_index, out)
+    return cropped(x, call, crop, out) if any(crop) else pad_direct(x, call, out)
+
+
+def _texture_call(
+    x: torch.Tensor,
+    padding: Padding,
+    texture: Any,
+    stagger: int,
+    offset: Offset,
+    texture_index: int | torch.Tensor | None,
+    out: Any,
+) -> tuple[PadCall, tuple[int, int, int, int]]:
+    """The record (and crop) of a texture padding of ``x``, the user's arguments checked."""
     pads = parse_padding(padding)
     _check_out(out, x, texture)
-    border = Border.textured(
+    border = textured(
         texture, x, tuple(x.shape[:-3]), image_channels(x.shape),
         stagger=check_int(stagger, "stagger"), offset=offset, texture_index=texture_index,
     )  # fmt: skip
-    return launch(x, pads, border, out)
+    return pad_call(x, pads, border)
 
 
 @register_kernel(texture_pad, tv_tensors.Video)
@@ -278,8 +292,9 @@ def pad_image(
     n = 1
     for s in x.shape[:-3]:
         n *= int(s)
-    border = Border.standard(mode, fill, x, n, image_channels(x.shape), fill_name)
-    return launch(x, pads, border, out)
+    border = standard(mode, fill, x, n, image_channels(x.shape), fill_name)
+    call, crop = pad_call(x, pads, border)
+    return cropped(x, call, crop, out) if any(crop) else pad_direct(x, call, out)
 
 
 @register_kernel(pad, PIL.Image.Image)
@@ -320,10 +335,6 @@ def _pad_points(
 
 # -- brick_pad ---------------------------------------------------------------------------------
 
-# Converted brick tiles, one per (options, dtype, device). The same tensor on every call lets the
-# runtime reuse its word table for the tile; nothing outside brick_pad ever sees these tensors.
-_BRICK_TILES: KeyedCache[torch.Tensor] = KeyedCache(16)
-
 
 @torch.compiler.assume_constant_result
 def brick_tile(dtype: torch.dtype, device: torch.device, **brick: Any) -> torch.Tensor:
@@ -335,8 +346,9 @@ def brick_tile(dtype: torch.dtype, device: torch.device, **brick: Any) -> torch.
     """
     # make_brick_texture seeds a torch.Generator, which Dynamo cannot create inside a graph
     # (fullgraph=True fails); the tile is a pure function of its arguments, so a compiled caller
-    # may bake it in as a constant.
-    key = (repr(sorted(brick.items())), dtype, device)
+    # may bake it in as a constant. Converted once per options, dtype and device: the same
+    # tensor on every call lets the Taichi backend reuse its word table for the tile.
+    key = ("brick tile", repr(sorted(brick.items())), dtype, device)
 
     def make() -> torch.Tensor:
         tile = make_brick_texture(**brick).to(device)
@@ -345,7 +357,7 @@ def brick_tile(dtype: torch.dtype, device: torch.device, **brick: Any) -> torch.
 
     # Under torch.export, jit.trace or a mode, made where no tracer sees it (and cached there):
     # the program gets the tile as a constant.
-    return untraced(lambda: _BRICK_TILES.get(key, make))
+    return untraced(lambda: constant(key, make))
 
 
 def brick_pad(
@@ -402,7 +414,8 @@ def brick_pad_image(
     used: the wall pads)."""
     x = check_image(image)
     tile, stagger = _brick(x, stagger, brick)
-    return texture_pad_image(x, padding, tile, stagger=stagger, offset=offset, out=out)
+    call, crop = _texture_call(x, padding, tile, stagger, offset, None, out)
+    return cropped(x, call, crop, out) if any(crop) else pad_direct(x, call, out)
 
 
 @register_kernel(brick_pad, tv_tensors.Video)

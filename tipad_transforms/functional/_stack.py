@@ -13,14 +13,11 @@ from typing import Any
 
 import torch
 
-from .. import ops
-from .._checks import check_dense, check_int
-from .._geometry import check_mode, image_channels
-from .._tracing import eager
-from ..ops._pad import pad_stack_direct
+from .._checks import check_dense, check_int, check_mode
+from ..ops.padding import PadCall, StackGeometry, image_channels, pad_stack_direct
 from ._convert import Fill
-from ._launch import Border, check_size
 from ._pad import check_image
+from ._record import check_size, standard, textured
 
 __all__ = ["pad_stack"]
 
@@ -132,16 +129,11 @@ def pad_stack(
     if mode == "texture":
         if texture is None:
             raise ValueError("padding_mode='texture' needs a texture")
-        border = Border.textured(
+        border = textured(
             texture, x, (n,), channels, stagger=check_int(stagger, "stagger"), offset=offset,
             texture_index=texture_index, image_name="images",
         )  # fmt: skip
     else:
-        border = Border.standard(mode, fill, x, n, channels)
+        border = standard(mode, fill, x, n, channels)
     packed = torch.cat([im.reshape(-1) for im in checked])
-    args = (packed, sizes, [channels, *size], border.mode, border.fill, border.texture,
-            border.offset, border.texture_index, border.stagger)  # fmt: skip
-    if eager(packed, sizes, border.fill, border.texture, border.offset, border.texture_index):
-        # Nothing to record or trace: the op's implementation, without the dispatcher.
-        return pad_stack_direct(*args)
-    return ops.pad_stack(*args)
+    return pad_stack_direct(packed, PadCall(StackGeometry(sizes, channels, *size), *border))

@@ -1,7 +1,9 @@
-"""Argument parsing and the shared description of a padding: no kernels, no Taichi.
+"""The description of a padding call, shared by the op, its Taichi kernel and its torch
+reference: the geometry, the index maps of the standard modes, and ``PadCall``, the one
+record a call is built into and passed down as.
 
-Everything here is plain Python so the functional layer, the custom ops, both backends and the
-transforms agree on one meaning of ``padding``, ``mode`` and the texture mapping.
+Coordinates: ``padding`` is ``(left, top, right, bottom)``, as in torchvision; every other pair
+is row-major, y before x: lattice offsets ``(oy, ox)``, placements ``(top, left)``.
 """
 
 from __future__ import annotations
@@ -9,91 +11,31 @@ from __future__ import annotations
 import math
 from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import Any
 
 import torch
 
+from ..._checks import PADDING_MODES
+
 __all__ = [
+    "MAX_PAD",
     "MODES",
-    "MODE_CODES",
+    "PadCall",
     "PadGeometry",
+    "StackGeometry",
     "check_bank_index",
-    "check_mode",
     "fold_index",
     "image_channels",
-    "parse_padding",
 ]
 
-#: Standard modes, in the order of their integer codes, then the texture mode.
-MODES: tuple[str, ...] = ("constant", "edge", "reflect", "symmetric", "circular", "texture")
-MODE_CODES: dict[str, int] = {name: code for code, name in enumerate(MODES)}
-_ALIASES = {"replicate": "edge", "wrap": "circular"}
+#: Every mode: the standard ones (``functional.pad``), then texture (``functional.texture_pad``).
+MODES: tuple[str, ...] = (*PADDING_MODES, "texture")
+#: One side's padding: what the kernel's 32-bit index arithmetic can place.
+MAX_PAD = 2**31 - 1
 
 
 def image_channels(shape: Sequence[int]) -> int:
     """``C`` of an image of ``shape`` ``(..., C, H, W)``; 1 for an ``(H, W)`` image."""
     return int(shape[-3]) if len(shape) >= 3 else 1
-
-
-def check_mode(mode: Any, name: str = "padding_mode") -> str:
-    """Canonical name of a padding mode (``replicate`` -> ``edge``, ``wrap`` -> ``circular``)."""
-    if not isinstance(mode, str):
-        raise TypeError(f"{name} must be a str, got {type(mode).__name__}")
-    canonical = _ALIASES.get(mode, mode)
-    if canonical not in MODE_CODES or canonical == "texture":
-        allowed = ", ".join([*MODES[:-1], *_ALIASES])
-        raise ValueError(f"{name} must be one of {allowed}; got {mode!r}")
-    return canonical
-
-
-# One side's padding: what the kernel's 32-bit index arithmetic can place.
-MAX_PAD = _MAX_PAD = 2**31 - 1
-
-
-def _as_int(value: Any) -> int:
-    if isinstance(value, bool) or not isinstance(value, (int, torch.SymInt)):
-        if isinstance(value, torch.Tensor) and value.numel() == 1 and not value.is_floating_point():
-            return int(value.item())
-        raise TypeError(f"padding must contain ints, got {value!r} ({type(value).__name__})")
-    return int(value)
-
-
-# Sequences of characters or bytes: never a padding (bytes iterate as ints).
-_TEXT = (str, bytes, bytearray, memoryview)
-
-
-def parse_padding(padding: int | Sequence[int]) -> tuple[int, int, int, int]:
-    """Normalise torchvision's padding forms to ``(left, top, right, bottom)``.
-
-    ``p`` pads every side by ``p``; ``(lr, tb)`` pads left/right by ``lr`` and top/bottom by
-    ``tb``; ``(left, top, right, bottom)`` is taken as is. Negative values crop (torchvision's
-    and ``torch.nn.functional.pad``'s meaning). Raises ``TypeError`` for non-integers and
-    ``ValueError`` for a sequence of another length or a value beyond ``2**31 - 1`` pixels.
-    """
-    if isinstance(padding, (int, torch.SymInt)) and not isinstance(padding, bool):
-        values: list[int] = [int(padding)] * 4
-    elif isinstance(padding, Sequence) and not isinstance(padding, _TEXT):
-        ints = [_as_int(p) for p in padding]
-        if len(ints) == 1:
-            values = ints * 4
-        elif len(ints) == 2:
-            values = [ints[0], ints[1], ints[0], ints[1]]
-        elif len(ints) == 4:
-            values = ints
-        else:
-            raise ValueError(
-                f"padding must be an int or a sequence of 1, 2 or 4 ints, got {len(ints)} values"
-            )
-    else:
-        raise TypeError(
-            f"padding must be an int or a sequence of ints, got {type(padding).__name__}"
-        )
-    if not all(-_MAX_PAD <= v <= _MAX_PAD for v in values):
-        raise ValueError(
-            f"padding must lie in [-{_MAX_PAD}, {_MAX_PAD}] pixels per side, got {tuple(values)}"
-        )
-    left, top, right, bottom = values
-    return left, top, right, bottom
 
 
 @dataclass(frozen=True)
@@ -125,17 +67,62 @@ class PadGeometry:
     @staticmethod
     def of(shape: Sequence[int], padding: Sequence[int]) -> PadGeometry:
         """Geometry of an input of ``shape`` (``(..., C, H, W)`` or ``(H, W)``)."""
-        if len(shape) < 2:
-            raise ValueError(f"x must have shape (..., C, H, W) or (H, W), got {tuple(shape)}")
         h, w = int(shape[-2]), int(shape[-1])
-        c = image_channels(shape)
         # A list, not a generator: Dynamo cannot trace math.prod over a generator (fullgraph).
         n = math.prod([int(s) for s in shape[:-3]]) if len(shape) > 3 else 1
         left, top, right, bottom = (int(p) for p in padding)
-        return PadGeometry(n, c, h, w, left, top, right, bottom)
+        return PadGeometry(n, image_channels(shape), h, w, left, top, right, bottom)
 
     def out_shape(self, shape: Sequence[int]) -> list[int]:
         return [*(int(s) for s in shape[:-2]), self.out_h, self.out_w]
+
+
+@dataclass(frozen=True)
+class StackGeometry:
+    """``N`` packed images of different sizes, each padded to one ``(C, out_h, out_w)`` canvas.
+
+    ``sizes``: ``(N, 4)`` int64 CPU ``(h_i, w_i, top_i, left_i)``, checked: image ``i`` fits
+    its canvas at ``(top_i, left_i)``. The images are flattened and concatenated in order.
+    """
+
+    sizes: torch.Tensor
+    c: int
+    out_h: int
+    out_w: int
+
+    @property
+    def n(self) -> int:
+        return int(self.sizes.shape[0])
+
+    def each(self) -> list[tuple[PadGeometry, int]]:
+        """Each image's own geometry and the flat index of its first element."""
+        result, start = [], 0
+        for h, w, top, left in self.sizes.tolist():
+            right, bottom = self.out_w - left - w, self.out_h - top - h
+            result.append((PadGeometry(1, self.c, h, w, left, top, right, bottom), start))
+            start += self.c * h * w
+        return result
+
+
+@dataclass(frozen=True)
+class PadCall:
+    """One padding call in the op's canonical form: built once (by the functional, or by the
+    op from its schema's arguments), passed whole to the op's direct entry and the backends.
+
+    ``geometry``: where each image lands. ``mode``: a name of ``MODES``. ``fill``: ``(C,)`` in
+    the image's dtype for ``"constant"``, else empty. ``texture``: the ``(K, Ct, th, tw)`` bank
+    (``Ct`` in {1, C}) in the image's dtype for ``"texture"``, else empty. ``offset``: ``(N, 2)``
+    int32 ``(oy, ox)``; ``texture_index``: ``(N,)`` int32 in the bank (the kernel clamps it);
+    ``stagger``: an int32. Tensors contiguous, on the image's device.
+    """
+
+    geometry: PadGeometry | StackGeometry
+    mode: str
+    fill: torch.Tensor
+    texture: torch.Tensor
+    offset: torch.Tensor
+    texture_index: torch.Tensor
+    stagger: int
 
 
 def fold_index(i: torch.Tensor, n: int, mode: str) -> torch.Tensor:
@@ -143,7 +130,7 @@ def fold_index(i: torch.Tensor, n: int, mode: str) -> torch.Tensor:
 
     The ``numpy.pad`` meaning, periodic beyond the first reflection: ``edge`` clamps,
     ``reflect`` has period ``2n - 2`` (edge not repeated), ``symmetric`` period ``2n`` (edge
-    repeated), ``circular`` period ``n``. Both backends take their index maps from here.
+    repeated), ``circular`` period ``n``. The kernel's index maps and the reference read it.
     """
     if mode == "edge":
         return i.clamp(0, n - 1)

@@ -1,25 +1,25 @@
-"""``tipad::pad`` and ``tipad::pad_stack``: the padding engine as torch.library custom ops.
+"""``tipad::pad``, ``tipad::pad_out``, ``tipad::pad_stack`` and their backwards: the padding
+family's torch.library custom ops, and the direct entries the functional layer calls.
 
 The ops take canonical arguments (the functional layer parses user input): ``padding`` as
 ``[left, top, right, bottom]``, ``fill`` as a ``(C,)`` tensor and ``texture`` as a ``(K, Ct, th,
 tw)`` bank, both in the image's dtype, ``offset`` ``(N, 2)`` and ``texture_index`` ``(N,)`` int32
 where ``N`` is the product of the image's leading dims (for ``pad_stack``: the number of
-images, packed into one flat tensor and described by a ``(N, 4)`` size table). Being custom
-ops with fake implementations and registered autograd, they trace under
+images, packed into one flat tensor and described by a ``(N, 4)`` size table). Inside, a call is
+one ``PadCall`` record, run by the backends' policy (``PAD.forward``, ``PAD.backward``). Being
+custom ops with fake implementations and registered autograd, they trace under
 ``torch.compile(fullgraph=True)`` and pass ``torch.library.opcheck``.
 """
 
 from __future__ import annotations
 
 import math
-from typing import Any
 
 import torch
 
-from .. import _fallback, _runtime
-from .._geometry import MAX_PAD, MODE_CODES, PadGeometry, check_bank_index
-from .._tracing import tracing
-from ._common import (
+from ... import backends
+from ..._tracing import eager, tracing
+from .._common import (
     check_dense,
     check_int32,
     check_ints,
@@ -28,9 +28,10 @@ from ._common import (
     check_scalar_int,
     check_str,
 )
-from ._route import exact_route, kernel_ran
+from .geometry import MAX_PAD, MODES, PadCall, PadGeometry, StackGeometry, check_bank_index
 
 __all__ = [
+    "PAD",
     "pad",
     "pad_backward",
     "pad_direct",
@@ -40,36 +41,98 @@ __all__ = [
     "pad_stack_direct",
 ]
 
+#: The padding family: ``forward(call, image, canvas)`` (exact: the warm-up may serve it on the
+#: torch backend) and ``backward(call, canvas_grad, grad_image, grad_texture)``.
+PAD = backends.family("pad", __package__, "padding", ("forward", "backward"), {"forward": 2})
 
-def _run(
-    g: PadGeometry,
+#: Eager calls served by ``pad_direct``/``pad_stack_direct`` without the custom-op dispatch
+#: (read by the tests: a direct route that silently stopped being taken would only show as
+#: lost speed).
+direct_calls = 0
+
+
+def pad_direct(
+    x: torch.Tensor, call: PadCall, out: torch.Tensor | None = None, *, op: bool = False
+) -> torch.Tensor:
+    """Pad ``x`` as ``call`` says (its geometry of ``x`` and a non-negative padding), into
+    ``out`` or a new contiguous canvas, and return it.
+
+    The functional layer's entry: where ``_tracing.eager`` holds for every tensor (no tracer,
+    plain CPU/CUDA tensors, no autograd to record), the op's implementation runs here without
+    the custom-op dispatch, trusting the checks the record's builder made (a user's ``out`` is
+    still checked: shape, dtype, device, contiguity, overlap); otherwise ``tipad::pad`` (or
+    ``tipad::pad_out``) records or runs the call. ``op``: this is the op's own implementation
+    (its checks made), which runs the call here whatever the tensors.
+    """
+    global direct_calls
+    g = call.geometry
+    assert isinstance(g, PadGeometry)
+    if not op:
+        if not (eager(x, call.fill, call.texture, call.offset, call.texture_index)
+                and (out is None or eager(out))):  # fmt: skip
+            args = (x, [g.left, g.top, g.right, g.bottom], call.mode, call.fill, call.texture,
+                    call.offset, call.texture_index, call.stagger)  # fmt: skip
+            if out is None:
+                result: torch.Tensor = _PAD(*args)
+                return result
+            _PAD_OUT(*args, out)
+            return out
+        direct_calls += 1
+        if out is not None:
+            _check_out(out, g, x)
+            check_no_overlap(out, x=x, fill=call.fill, texture=call.texture, offset=call.offset,
+                             texture_index=call.texture_index)  # fmt: skip
+    # Row-major planes: a contiguous copy only when needed (channels-last, slices); detached
+    # only where needed (each call costs microseconds).
+    image = (x.detach() if x.requires_grad else x).contiguous()
+    if out is None:
+        out = _allocate(g.out_shape(x.shape), x, "padding")
+    PAD.forward(call, image, out)
+    return out
+
+
+def pad_stack_direct(images: torch.Tensor, call: PadCall, *, op: bool = False) -> torch.Tensor:
+    """``pad_direct`` for ``tipad::pad_stack``: ``images`` packed (1-D), ``call.geometry`` a
+    ``StackGeometry`` whose table fits; returns ``(N, C, H, W)``."""
+    global direct_calls
+    g = call.geometry
+    assert isinstance(g, StackGeometry)
+    if not op:
+        if not eager(images, call.fill, call.texture, call.offset, call.texture_index):
+            out: torch.Tensor = _PAD_STACK(images, g.sizes, [g.c, g.out_h, g.out_w], call.mode,
+                                           call.fill, call.texture, call.offset,
+                                           call.texture_index, call.stagger)  # fmt: skip
+            return out
+        direct_calls += 1
+    out = _allocate([g.n, g.c, g.out_h, g.out_w], images, "canvas")
+    PAD.forward(call, (images.detach() if images.requires_grad else images).contiguous(), out)
+    return out
+
+
+def _record(
+    geometry: PadGeometry | StackGeometry,
     mode: str,
-    image: torch.Tensor,
-    canvas: torch.Tensor,
-    texture: torch.Tensor,
     fill: torch.Tensor,
+    texture: torch.Tensor,
     offset: torch.Tensor,
     texture_index: torch.Tensor,
     stagger: int,
-) -> None:
-    """Write every element of ``canvas`` (N*C*H'*W' elements, contiguous, any shape) from
-    ``image`` (N*C*H*W, contiguous)."""
-    args: dict[str, Any] = dict(
-        texture=texture, fill=fill, offset=offset, texture_index=texture_index, stagger=stagger
-    )
-    exact_route(
-        "padding",
-        canvas,
-        lambda: _runtime.launch_pad(g, mode, image, canvas, **args),
-        lambda: canvas.view(g.n, g.c, g.out_h, g.out_w).copy_(
-            _fallback.pad(g, mode, image.view(g.n, g.c, g.h, g.w), **args)
-        ),
-    )
+    check_index: bool = True,
+) -> PadCall:
+    """The call of the ops' (checked) arguments: contiguous, detached tensors."""
+    tex = (texture.detach() if texture.requires_grad else texture).contiguous()
+    if check_index and tex.numel() > 0 and texture_index.device.type == "cpu":
+        # Free on the host. A device-resident index is checked by texture_pad before it moves
+        # there (or, for a direct op call, clamped by the kernel so it never reads outside the
+        # bank): checking it here would synchronise the host on every CUDA call.
+        check_bank_index(tex.shape[0], texture_index)
+    return PadCall(geometry, mode, fill.contiguous(), tex, offset.contiguous(),
+                   texture_index.contiguous(), stagger)  # fmt: skip
 
 
 def _check_mode(mode: str, name: str) -> None:
-    if mode not in MODE_CODES:
-        raise ValueError(f"{name} must be one of {', '.join(MODE_CODES)}; got {mode!r}")
+    if mode not in MODES:
+        raise ValueError(f"{name} must be one of {', '.join(MODES)}; got {mode!r}")
 
 
 def _check_params(
@@ -165,45 +228,6 @@ def _check_out(out: torch.Tensor, g: PadGeometry, x: torch.Tensor) -> None:
         raise ValueError(f"out must be contiguous, got strides {out.stride()}")
 
 
-def _prepare(
-    x: torch.Tensor,
-    texture: torch.Tensor,
-    texture_index: torch.Tensor,
-    check_index: bool = True,
-) -> tuple[torch.Tensor, torch.Tensor]:
-    if check_index and texture.numel() > 0 and texture_index.device.type == "cpu":
-        # Free on the host. A device-resident index is checked by texture_pad before it moves
-        # there (or, for a direct op call, clamped by the kernel so it never reads outside the
-        # bank): checking it here would synchronise the host on every CUDA call.
-        check_bank_index(texture.shape[0], texture_index)
-    # The kernel wants row-major planes: contiguous copies only when needed (channels-last,
-    # slices); no reshape (a view costs microseconds per call), and detached only where needed.
-    image = (x.detach() if x.requires_grad else x).contiguous()
-    tex = (texture.detach() if texture.requires_grad else texture).contiguous()
-    return image, tex
-
-
-def _forward(
-    g: PadGeometry,
-    x: torch.Tensor,
-    mode: str,
-    fill: torch.Tensor,
-    texture: torch.Tensor,
-    offset: torch.Tensor,
-    texture_index: torch.Tensor,
-    stagger: int,
-    out: torch.Tensor | None,
-    check_index: bool = True,
-) -> torch.Tensor:
-    """The body of ``tipad::pad`` (``out`` None) and ``tipad::pad_out``, after their checks;
-    the eager direct route (``pad_direct``) runs it too, so both give the same bits."""
-    image, tex = _prepare(x, texture, texture_index, check_index)
-    canvas = _allocate(g.out_shape(x.shape), x, "padding") if out is None else out
-    _run(g, mode, image, canvas, tex, fill.contiguous(), offset.contiguous(),
-         texture_index.contiguous(), stagger)  # fmt: skip
-    return canvas
-
-
 def _allocate(shape: list[int], like: torch.Tensor, name: str) -> torch.Tensor:
     """A new output of ``shape`` like ``like``, or a ValueError naming ``name`` (what set its
     size) when it cannot be allocated (the allocator's RuntimeError, CUDA's OutOfMemoryError:
@@ -218,39 +242,6 @@ def _allocate(shape: list[int], like: torch.Tensor, name: str) -> torch.Tensor:
         ) from None
 
 
-#: Eager calls served by ``pad_direct`` (read by the tests: a direct route that silently stopped
-#: being taken would only show as lost speed).
-direct_calls = 0
-
-
-def pad_direct(
-    x: torch.Tensor,
-    g: PadGeometry,
-    mode: str,
-    fill: torch.Tensor,
-    texture: torch.Tensor,
-    offset: torch.Tensor,
-    texture_index: torch.Tensor,
-    stagger: int,
-    out: torch.Tensor | None = None,
-) -> torch.Tensor:
-    """``tipad::pad`` (or ``tipad::pad_out`` into ``out``) without the custom-op dispatch.
-
-    For the functional layer, whose ``Border`` and geometry ``g`` (of ``x`` and a non-negative
-    padding) already hold what the op's checks establish: canonical ``mode``, ``fill``,
-    ``offset``, ``texture_index`` (in the bank) and ``stagger`` of the right shapes, dtypes and
-    device. A user's ``out`` is still checked (shape, dtype, device, contiguity, overlap). The
-    caller has checked ``_tracing.eager`` on every tensor argument. Same implementation as the ops.
-    """
-    global direct_calls
-    direct_calls += 1
-    if out is not None:
-        _check_out(out, g, x)
-        check_no_overlap(out, x=x, fill=fill, texture=texture, offset=offset,
-                         texture_index=texture_index)  # fmt: skip
-    return _forward(g, x, mode, fill, texture, offset, texture_index, stagger, out, False)
-
-
 @torch.library.custom_op("tipad::pad", mutates_args=())
 def _pad_op(
     x: torch.Tensor,
@@ -263,7 +254,8 @@ def _pad_op(
     stagger: int,
 ) -> torch.Tensor:
     g = _check_forward(x, padding, mode, fill, texture, offset, texture_index, stagger)
-    return _forward(g, x, mode, fill, texture, offset, texture_index, stagger, None)
+    call = _record(g, mode, fill, texture, offset, texture_index, stagger)
+    return pad_direct(x, call, op=True)
 
 
 @_pad_op.register_fake
@@ -289,7 +281,7 @@ def _pad_out_op(
     _check_out(out, g, x)
     check_no_overlap(out, x=x, fill=fill, texture=texture, offset=offset,
                      texture_index=texture_index)  # fmt: skip
-    _forward(g, x, pad_mode, fill, texture, offset, texture_index, stagger, out)
+    pad_direct(x, _record(g, pad_mode, fill, texture, offset, texture_index, stagger), out, op=True)
 
 
 @_pad_out_op.register_fake
@@ -297,6 +289,13 @@ def _(x, padding, pad_mode, fill, texture, offset, texture_index, stagger, out):
     g = _check_forward(x, padding, pad_mode, fill, texture, offset, texture_index, stagger,
                        "pad_mode")  # fmt: skip
     _check_out(out, g, x)
+
+
+def _check_float_grad(grad: torch.Tensor) -> torch.dtype:
+    """The dtype the gradients accumulate in (float16 and bfloat16: float32)."""
+    if not grad.is_floating_point():
+        raise TypeError(f"grad must be a floating point tensor, got {grad.dtype}")
+    return grad.dtype if grad.dtype in (torch.float32, torch.float64) else torch.float32
 
 
 def _check_backward(
@@ -321,6 +320,16 @@ def _check_backward(
     return g
 
 
+def _backward_into(
+    call: PadCall, grad: torch.Tensor, canvas_grad: torch.Tensor, grad_image: torch.Tensor
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """Run the backward of ``call`` (``canvas_grad``: the accumulation dtype's contiguous copy
+    of ``grad``) into the zeros ``grad_image``; both gradients in ``grad``'s dtype."""
+    grad_texture = canvas_grad.new_zeros(call.texture.shape)
+    PAD.backward(call, canvas_grad, grad_image, grad_texture)
+    return grad_image.to(grad.dtype), grad_texture.to(grad.dtype)
+
+
 @torch.library.custom_op("tipad::pad_backward", mutates_args=())
 def _pad_backward_op(
     grad: torch.Tensor,
@@ -333,28 +342,11 @@ def _pad_backward_op(
     stagger: int,
 ) -> tuple[torch.Tensor, torch.Tensor]:
     g = _check_backward(grad, x_shape, padding, mode, texture, offset, texture_index, stagger)
-    acc = grad.dtype if grad.dtype in (torch.float32, torch.float64) else torch.float32
-    canvas_grad = grad.detach().reshape(g.n, g.c, g.out_h, g.out_w).to(acc).contiguous()
-    tex = texture.detach().contiguous()
-    grad_x = canvas_grad.new_zeros(g.n, g.c, g.h, g.w)
-    grad_tex = canvas_grad.new_zeros(tex.shape)
-    launch = lambda: _runtime.launch_pad(  # noqa: E731
-        g, mode, grad_x, canvas_grad, texture=grad_tex, fill=canvas_grad.new_zeros(0),
-        offset=offset.contiguous(), texture_index=texture_index.contiguous(), stagger=stagger,
-        backward=True,
-    )  # fmt: skip
-    if not kernel_ran("padding", launch):
-        grad_x, grad_tex = _fallback.pad_backward(
-            canvas_grad,
-            g,
-            mode,
-            acc,
-            texture=tex,
-            offset=offset,
-            texture_index=texture_index,
-            stagger=stagger,
-        )
-    return grad_x.to(grad.dtype).reshape(x_shape), grad_tex.to(grad.dtype)
+    canvas_grad = grad.detach().to(_check_float_grad(grad)).contiguous()
+    call = _record(g, mode, canvas_grad.new_zeros(0), texture, offset, texture_index, stagger,
+                   check_index=False)  # fmt: skip
+    grad_x, grad_tex = _backward_into(call, grad, canvas_grad, canvas_grad.new_zeros(x_shape))
+    return grad_x, grad_tex
 
 
 @_pad_backward_op.register_fake
@@ -363,15 +355,9 @@ def _(grad, x_shape, padding, mode, texture, offset, texture_index, stagger):  #
     return grad.new_empty(x_shape), grad.new_empty(texture.shape)
 
 
-def _check_float_grad(grad: torch.Tensor) -> None:
-    if not grad.is_floating_point():
-        raise TypeError(f"grad must be a floating point tensor, got {grad.dtype}")
-
-
 def _setup_context(ctx, inputs, output):  # type: ignore[no-untyped-def]
     x, padding, mode, _fill, texture, offset, texture_index, stagger = inputs
-    ctx.x_shape = list(x.shape)
-    ctx.padding, ctx.mode, ctx.stagger = list(padding), mode, stagger
+    ctx.shape, ctx.padding, ctx.mode, ctx.stagger = list(x.shape), list(padding), mode, stagger
     ctx.texture_dtype = texture.dtype
     ctx.save_for_backward(texture, offset, texture_index)
 
@@ -379,19 +365,20 @@ def _setup_context(ctx, inputs, output):  # type: ignore[no-untyped-def]
 def _backward(ctx, grad):  # type: ignore[no-untyped-def]
     texture, offset, texture_index = ctx.saved_tensors
     grad_x, grad_tex = pad_backward(
-        grad, ctx.x_shape, ctx.padding, ctx.mode, texture, offset, texture_index, ctx.stagger
+        grad, ctx.shape, ctx.padding, ctx.mode, texture, offset, texture_index, ctx.stagger
     )
-    needs_x, _, _, _, needs_tex = ctx.needs_input_grad[:5]
-    return (
-        grad_x if needs_x else None,
-        None,
-        None,
-        None,
-        grad_tex.to(ctx.texture_dtype) if needs_tex else None,
-        None,
-        None,
-        None,
-    )
+    return _grads(ctx, grad_x, 4, grad_tex, 8)
+
+
+def _grads(ctx, grad_x, at_texture, grad_tex, n):  # type: ignore[no-untyped-def]
+    """The ``n`` input gradients of a padding op: the image's first, the texture's at
+    ``at_texture``, each None where not needed."""
+    grads = [None] * n
+    if ctx.needs_input_grad[0]:
+        grads[0] = grad_x
+    if ctx.needs_input_grad[at_texture]:
+        grads[at_texture] = grad_tex.to(ctx.texture_dtype)
+    return tuple(grads)
 
 
 _pad_op.register_autograd(_backward, setup_context=_setup_context)
@@ -487,15 +474,6 @@ def _pad_stack_op(
                           stagger)  # fmt: skip
 
 
-def pad_stack_direct(*args: Any) -> torch.Tensor:
-    """``tipad::pad_stack`` (same arguments) without the custom-op dispatch, for
-    ``functional.pad_stack`` when ``_tracing.eager`` holds for every tensor argument: the op's
-    implementation, checks included (counted in ``direct_calls``, as ``pad_direct``)."""
-    global direct_calls
-    direct_calls += 1
-    return _stack_forward(*args)
-
-
 def _stack_forward(
     images: torch.Tensor,
     sizes: torch.Tensor,
@@ -509,26 +487,9 @@ def _stack_forward(
 ) -> torch.Tensor:
     _check_stack_forward(images, sizes, canvas, mode, fill, texture, offset, texture_index,
                          stagger)  # fmt: skip
-    table = _stack_sizes(sizes, images.numel(), canvas, mode)
-    tex = texture.detach().contiguous()
-    if tex.numel() > 0 and texture_index.device.type == "cpu":
-        check_bank_index(tex.shape[0], texture_index)  # as in _prepare
-    flat = images.detach().contiguous()
-    out = _allocate([table.shape[0], *canvas], images, "canvas")
-    args: dict[str, Any] = dict(
-        texture=tex,
-        fill=fill.contiguous(),
-        offset=offset.contiguous(),
-        texture_index=texture_index.contiguous(),
-        stagger=stagger,
-    )
-    exact_route(
-        "padding",
-        out,
-        lambda: _runtime.launch_pad_stack(table, mode, flat, out, **args),
-        lambda: out.copy_(_fallback.pad_stack(table, mode, flat, out.shape, **args)),
-    )
-    return out
+    g = StackGeometry(_stack_sizes(sizes, images.numel(), canvas, mode), *canvas)
+    call = _record(g, mode, fill, texture, offset, texture_index, stagger)
+    return pad_stack_direct(images, call, op=True)
 
 
 @_pad_stack_op.register_fake
@@ -572,25 +533,12 @@ def _pad_stack_backward_op(
     stagger: int,
 ) -> tuple[torch.Tensor, torch.Tensor]:
     _check_stack_backward(grad, sizes, numel, mode, texture, offset, texture_index, stagger)
-    _, c, out_h, out_w = grad.shape
-    table = _stack_sizes(sizes, numel, [c, out_h, out_w], mode, backward=True)
-    acc = grad.dtype if grad.dtype in (torch.float32, torch.float64) else torch.float32
-    canvas_grad = grad.detach().to(acc).contiguous()
-    tex = texture.detach().contiguous()
-    grad_images = canvas_grad.new_zeros(numel)
-    grad_tex = canvas_grad.new_zeros(tex.shape)
-    lattice: dict[str, Any] = dict(
-        offset=offset.contiguous(), texture_index=texture_index.contiguous(), stagger=stagger
-    )
-    launch = lambda: _runtime.launch_pad_stack(  # noqa: E731
-        table, mode, grad_images, canvas_grad, texture=grad_tex, fill=canvas_grad.new_zeros(0),
-        backward=True, **lattice,
-    )  # fmt: skip
-    if not kernel_ran("padding", launch):
-        grad_images, grad_tex = _fallback.pad_stack_backward(
-            canvas_grad, table, mode, acc, texture=tex, **lattice
-        )
-    return grad_images.to(grad.dtype), grad_tex.to(grad.dtype)
+    canvas = list(grad.shape[1:])
+    g = StackGeometry(_stack_sizes(sizes, numel, canvas, mode, backward=True), *canvas)
+    canvas_grad = grad.detach().to(_check_float_grad(grad)).contiguous()
+    call = _record(g, mode, canvas_grad.new_zeros(0), texture, offset, texture_index, stagger,
+                   check_index=False)  # fmt: skip
+    return _backward_into(call, grad, canvas_grad, canvas_grad.new_zeros(numel))
 
 
 @_pad_stack_backward_op.register_fake
@@ -611,18 +559,7 @@ def _stack_backward(ctx, grad):  # type: ignore[no-untyped-def]
     grad_images, grad_tex = pad_stack_backward(
         grad, sizes, ctx.numel, ctx.mode, texture, offset, texture_index, ctx.stagger
     )
-    needs_images, _, _, _, _, needs_tex = ctx.needs_input_grad[:6]
-    return (
-        grad_images if needs_images else None,
-        None,
-        None,
-        None,
-        None,
-        grad_tex.to(ctx.texture_dtype) if needs_tex else None,
-        None,
-        None,
-        None,
-    )
+    return _grads(ctx, grad_images, 5, grad_tex, 9)
 
 
 _pad_stack_op.register_autograd(_stack_backward, setup_context=_setup_stack_context)

@@ -1,16 +1,21 @@
-"""The padding kernel: one body for every mode, forward and backward, for batches of equal
-images (``launch_pad``) and packed images of different sizes (``launch_pad_stack``)."""
+"""The padding kernel, the Taichi backend's implementation of the padding family: one body
+for every mode, forward and backward, for batches of equal images and for packed images of
+different sizes (``forward``, ``backward``)."""
 
 # No `from __future__ import annotations`: Taichi reads the kernels' annotations at runtime.
+# Taichi kernels annotate arguments with calls (ti.types.ndarray(...)), which mypy cannot read,
+# and stay unannotated (Taichi would read a "-> None").
+# mypy: disable-error-code="valid-type, no-untyped-def"
 import sys
-from collections.abc import Callable
 from typing import Any
 
 import torch
 
-from .. import _runtime as rt
-from .._geometry import PadGeometry, fold_index
-from .._value_cache import KeyedCache, ValueCache
+from ..._compat.torch import tensor_version
+from ..._value_cache import ValueCache, constant
+from ...backends import Refused
+from ...backends.taichi import MAX_ELEMENTS, TAICHI, advise_huge_pages, serial_launch
+from .geometry import PadCall, PadGeometry, fold_index
 
 # Layout of the kernel's int32 `meta` argument: a header of scalars; the geometry records; for
 # standard modes the row and column index maps (one pair per record); then the per-sample
@@ -45,13 +50,10 @@ def _build_kernels(ti: Any) -> dict[str, Any]:
     one thread per pixel, so a warp writes contiguous memory.
 
     The mode family is a template (``tiled``: texture and constant, else the standard modes):
-    a process compiles only the family it uses. Taichi's offline cache keeps LLVM IR, which
-    LLVM turns into machine code again in every process (at the first launch); with both
-    families in one body that took about twice as long (LLVM IR 2,247 -> 1,321 instructions
-    for the texture family, llc -O3 0.38 -> 0.21 s, mostly loop strength reduction). Each
-    loop below is unrolled and strength-reduced there; one pixel loop for a run's head and tail
-    instead of two took llc to 0.08 s but made uint8 batches 10-60% slower (a branch per
-    pixel), so the loops stay as they are.
+    a process compiles only the family it uses, and Taichi's offline cache keeps LLVM IR, which
+    LLVM turns into machine code again in every process at its first launch, so a smaller body
+    starts faster. The pixel loops of a run's head and tail stay separate: one loop with a
+    branch per pixel is slower for small dtypes.
     """
     nd = ti.types.ndarray
 
@@ -171,8 +173,8 @@ def _build_kernels(ti: Any) -> dict[str, Any]:
                     head = ti.min((lanes - (dst & (lanes - 1))) & (lanes - 1), n)
                     body = (n - head) // lanes
             # The head (up to a word's worth, or without a word table the whole run) as
-            # stretches of consecutive texture columns: a plain copy loop each, where a
-            # column wrapped per pixel took twice as long (a compare and branch per pixel).
+            # stretches of consecutive texture columns: a plain copy loop each, not a column
+            # wrapped per pixel (a compare and branch per pixel).
             done = 0
             while done < head:
                 m = ti.min(head - done, tw - tx)
@@ -256,8 +258,7 @@ def _build_kernels(ti: Any) -> dict[str, Any]:
                     # The border of a row is [0, left) and [left + w, out_w) beside the image
                     # (beside its stretch), the whole row above or below it; one call site
                     # keeps the kernel small, and a trip count LLVM cannot fold keeps it from
-                    # unrolling the call twice. (Standard modes' count is always 2 now; their
-                    # first launch in a new process took no longer for it, measured.)
+                    # unrolling the call twice.
                     for part in range(2 if inside else 1):
                         x0 = 0
                         x1 = out_w if part == 0 else 0
@@ -292,7 +293,6 @@ def _build_kernels(ti: Any) -> dict[str, Any]:
     return {"pad_canvas": pad_canvas}
 
 
-# fmt: on
 # Bits-only views: padding moves data, so every dtype runs as a same-size integer and copies
 # stay bit exact (bool, bfloat16 and unsigned types included, which Taichi cannot take).
 _BITS = {1: torch.uint8, 2: torch.int16, 4: torch.int32, 8: torch.int64}
@@ -350,170 +350,66 @@ def _texture_words(rows: torch.Tensor, lanes: int) -> torch.Tensor:
     return packed.reshape(-1).view(torch.uint8).view(torch.int64).reshape(rows.shape[0], tw)
 
 
-def launch_pad(
-    geometry: PadGeometry,
-    mode: str,
-    image: torch.Tensor,
-    canvas: torch.Tensor,
-    *,
-    texture: torch.Tensor,
-    fill: torch.Tensor,
-    offset: torch.Tensor,
-    texture_index: torch.Tensor,
-    stagger: int,
-    backward: bool = False,
-    texture_grad: bool = True,
-) -> None:
-    """Run the padding kernel. All tensors contiguous, detached and on one device; ``image`` and
-    ``canvas`` may have any shape holding their elements in row-major order.
-
-    Forward: writes every element of ``canvas`` (``(N, C, H', W')``) from ``image``
-    (``(N, C, H, W)``), ``texture`` (``(K, Ct, th, tw)``, Ct in {1, C}) or ``fill`` (``(C,)``),
-    all of one dtype. Backward (float32/float64 only): adds the canvas gradient into ``image``
-    (the input gradient, zero-initialised) and, if ``texture_grad``, into ``texture`` (its
-    gradient). ``offset`` is ``(N, 2)`` int32, ``texture_index`` ``(N,)`` int32.
-
-    Raises ``RuntimeUnavailable`` when ``refusal(device)`` gives a reason.
-    """
-    g = geometry
-    # One record serves every sample: the image of sample b starts b * C*H*W further on.
-    # An empty canvas reads nothing: no maps, however large the padding.
-    record = [g.h, g.w, g.top, g.left, 0, _HEADER + _RECORD]
-
-    def maps() -> list[torch.Tensor]:
-        return _fold_maps(mode, g.h, g.w, g.top, g.left, g.out_h, g.out_w)
-
-    dims = (g.n, g.c, g.out_h, g.out_w)
-    _launch(mode, image, canvas, dims, record, 0, g.c * g.h * g.w, maps, texture=texture,
-            fill=fill, offset=offset, texture_index=texture_index, stagger=stagger,
-            backward=backward, texture_grad=texture_grad)  # fmt: skip
-
-
-def launch_pad_stack(
-    sizes: torch.Tensor,
-    mode: str,
-    images: torch.Tensor,
-    canvas: torch.Tensor,
-    *,
-    texture: torch.Tensor,
-    fill: torch.Tensor,
-    offset: torch.Tensor,
-    texture_index: torch.Tensor,
-    stagger: int,
-    backward: bool = False,
-    texture_grad: bool = True,
-) -> None:
-    """``launch_pad`` for ``N`` images of different sizes, packed, into one canvas size.
-
-    ``sizes``: ``(N, 4)`` int64 CPU tensor of ``(h_i, w_i, top_i, left_i)``, already checked:
-    image ``i`` fits the canvas at ``(top_i, left_i)``, has ``h_i * w_i > 0`` for standard modes.
-    ``images``: the ``(C, h_i, w_i)`` images flattened and concatenated in order (image ``i``
-    starts where image ``i - 1`` ends); ``canvas``: ``(N, C, H, W)``. Every sample gets its own
-    geometry record (and index maps), so one launch pads them all; the other arguments and the
-    backward are as in ``launch_pad``.
-    """
-    n, c, out_h, out_w = canvas.shape
-    h, w, top, left = sizes.unbind(1)
-    size = c * h * w
-    records = torch.stack([h, w, top, left, size.cumsum(0) - size, torch.zeros_like(h)], 1)
-    maps: list[torch.Tensor] = []
-    if mode not in ("constant", "texture") and canvas.numel() > 0:
-        records[:, _RMAPS] = _HEADER + n * _RECORD + torch.arange(n) * (out_h + out_w)
-        for hi, wi, top_i, left_i in sizes.tolist():
-            maps += _fold_maps(mode, hi, wi, top_i, left_i, out_h, out_w)
-    _launch(mode, images, canvas, (n, c, out_h, out_w), records, _RECORD, 0, lambda: maps,
-            texture=texture, fill=fill,
-            offset=offset, texture_index=texture_index, stagger=stagger, backward=backward,
-            texture_grad=texture_grad)  # fmt: skip
-
-
-def _fold_maps(
-    mode: str, h: int, w: int, top: int, left: int, out_h: int, out_w: int
-) -> list[torch.Tensor]:
+def _fold_maps(mode: str, g: PadGeometry) -> list[torch.Tensor]:
     """Where each canvas row and column of a standard mode reads the image (``fold_index``)."""
     if mode in ("constant", "texture"):
         return []
     return [
-        fold_index(torch.arange(-top, out_h - top), h, mode),
-        fold_index(torch.arange(-left, out_w - left), w, mode),
+        fold_index(torch.arange(-g.top, g.out_h - g.top), g.h, mode),
+        fold_index(torch.arange(-g.left, g.out_w - g.left), g.w, mode),
     ]
 
 
-# Read-only stand-ins (never written, never read by the kernel) per (dtype, device), and int32
-# zeros per (length, device): the lattice of constant mode.
-_dummies: KeyedCache[torch.Tensor] = KeyedCache(32)
-_zeros: KeyedCache[torch.Tensor] = KeyedCache(32)
+def _stack_records(call: PadCall) -> tuple[torch.Tensor, list[torch.Tensor]]:
+    """A ``pad_stack`` call's records (one per image, its image start made absolute) and its
+    index maps (each image's pair, for standard modes)."""
+    g = call.geometry
+    assert not isinstance(g, PadGeometry)
+    h, w, top, left = g.sizes.unbind(1)
+    size = g.c * h * w
+    records = torch.stack([h, w, top, left, size.cumsum(0) - size, torch.zeros_like(h)], 1)
+    maps: list[torch.Tensor] = []
+    if call.mode not in ("constant", "texture"):
+        records[:, _RMAPS] = _HEADER + g.n * _RECORD + torch.arange(g.n) * (g.out_h + g.out_w)
+        for gi, _ in g.each():
+            maps += _fold_maps(call.mode, gi)
+    return records, maps
 
 
-def _dummy(dtype: torch.dtype, device: torch.device) -> torch.Tensor:
-    return _dummies.get((dtype, device), lambda: torch.zeros(1, dtype=dtype, device=device))
-
-
-def _int_zeros(n: int, device: torch.device) -> torch.Tensor:
-    return _zeros.get((n, device), lambda: torch.zeros(n, dtype=torch.int32, device=device))
-
-
-def _launch(
-    mode: str,
-    image: torch.Tensor,
-    canvas: torch.Tensor,
-    dims: tuple[int, int, int, int],
-    records: list[int] | torch.Tensor,
-    record_step: int,
-    image_step: int,
-    maps: Callable[[], list[torch.Tensor]],
-    *,
-    texture: torch.Tensor,
-    fill: torch.Tensor,
-    offset: torch.Tensor,
-    texture_index: torch.Tensor,
-    stagger: int,
-    backward: bool,
-    texture_grad: bool,
-) -> None:
-    """Launch ``pad_canvas`` on ``canvas`` (``dims`` ``(N, C, H', W')`` elements, any shape)
-    with the geometry records (one
-    shared with steps ``(0, C*H*W)``, or one per sample with steps ``(_RECORD, 0)``) and their
-    index maps (made by ``maps()``, only when not cached), laid out as ``meta`` expects; the rest
-    as in ``launch_pad``. A single-record launch takes its ``_Plan`` from a cache."""
-    with rt.session(canvas.device, "pad", _build_kernels, (image, canvas, texture)) as kernels:
-        if canvas.numel() == 0:
-            return
-        if not backward:
-            rt.advise_huge_pages(canvas)
-        per_pixel = rt._state["per_pixel"]
-        key = None
-        plan = None
-        if isinstance(records, list):
-            key = (mode, dims, image.numel(), canvas.dtype, canvas.device, texture.shape,
-                   texture.dtype, stagger, backward, texture_grad, record_step, image_step,
-                   per_pixel, rt.SERIAL_BYTES, *records)  # fmt: skip
-            plan = _plans.get(key)
-        if plan is None:
-            plan = _Plan(mode, image, canvas, dims, records, record_step, image_step, maps,
-                         texture=texture, stagger=stagger, backward=backward,
-                         texture_grad=texture_grad, per_pixel=per_pixel)  # fmt: skip
-            if key is not None:
-                if len(_plans) >= _PLANS_SIZE:
-                    _plans.pop(next(iter(_plans)))
-                _plans[key] = plan
-        plan.run(kernels["pad_canvas"], image, canvas, texture, fill, offset, texture_index)
-
-
-# Launch plans of recent single-record launches: a transform applied to images of one size asks
-# for the same one on every call, and a dataset of images of many sizes for the same ones every
-# epoch. A plan costs a call 0.1-0.2 ms to make (index maps, host meta: 0.39 against 0.26 ms
-# per image for a reflect pad of 150-256 px images onto 256 x 256, one thread) and holds 1-2 KB
-# of tensors, so 1,024 of them (a few MB) cover a dataset's common sizes. (First in, first
-# out: more sizes than that, visited in a fixed order, never hit.)
+# Launch plans of recent single-geometry calls: a transform applied to images of one size asks
+# for the same one on every call, a dataset of images of many sizes for the same ones every
+# epoch. A plan costs more to make than a small image's launch (index maps, host meta) and holds
+# a few KB, so 1,024 of them cover a dataset's common sizes (first in, first out).
 _plans: dict[tuple[Any, ...], "_Plan"] = {}
 _PLANS_SIZE = 1024
-# Lean raw-pointer launchers (``_lean.Bound``) per kernel signature, for every plan.
+# Lean raw-pointer launchers (``_compat.taichi.Bound``) per kernel signature, for every plan.
 _bounds: dict[tuple[Any, ...], Any] = {}
-# How run() passes a tensor to an ndarray slot: as the plan's element type (a same-size integer
-# view forward, the float gradient backward) or as it is; a word span (``_word_span``) passes
-# the int64 words there.
+# How a tensor goes to an ndarray slot: as the plan's element type (a same-size integer view
+# forward, the float gradient backward) or as it is; a word span (``_word_span``) as int64 words.
 _AS_ELEMENTS, _AS_IS = range(2)
+
+
+def _plan(
+    call: PadCall, image: torch.Tensor, canvas: torch.Tensor, texture: torch.Tensor, backward: bool
+) -> "_Plan":
+    """The launch plan of this call: cached for a single geometry, made for a stack."""
+    g = call.geometry
+    gpu = bool(TAICHI.gpu_order)
+    if not isinstance(g, PadGeometry):
+        records, maps = _stack_records(call)
+        return _Plan(call, image, canvas, texture, backward, gpu, records, _RECORD, 0, maps)
+    key = (call.mode, g, image.numel(), canvas.dtype, canvas.device, texture.shape,
+           texture.dtype, call.stagger, backward, gpu, TAICHI.serial_bytes)  # fmt: skip
+    plan = _plans.get(key)
+    if plan is None:
+        # One record serves every sample: the image of sample b starts b * C*H*W further on.
+        record = [g.h, g.w, g.top, g.left, 0, _HEADER + _RECORD]
+        maps = _fold_maps(call.mode, g)
+        plan = _Plan(call, image, canvas, texture, backward, gpu, record, 0, g.c * g.h * g.w, maps)
+        if len(_plans) >= _PLANS_SIZE:
+            _plans.pop(next(iter(_plans)))
+        _plans[key] = plan
+    return plan
 
 
 class _Plan:
@@ -521,69 +417,71 @@ class _Plan:
     shapes, dtypes, device, padding, texture shape, stagger, direction): the kernel's scalars
     and index maps in the host part of ``meta`` (variants with and without the texture's word
     table and for each image phase, made when first needed), the lane width and whether words
-    can pay. What a call still decides: whether its image and canvas addresses allow word moves
-    and the image's phase in its words, the texture's word table (cached, checked against its
-    values), the lattice (offsets, bank indices) of texture mode, and which lean launcher
-    (``_bounds``, per kernel signature) runs it."""
+    can pay. What a call still decides (``forward``): whether its image and canvas addresses
+    allow word moves and the image's phase in its words, the texture's word table, the lattice
+    (offsets, bank indices) of texture mode, and which lean launcher runs it."""
 
     def __init__(
         self,
-        mode: str,
+        call: PadCall,
         image: torch.Tensor,
         canvas: torch.Tensor,
-        dims: tuple[int, int, int, int],
+        texture: torch.Tensor,
+        backward: bool,
+        gpu: bool,
         records: list[int] | torch.Tensor,
         record_step: int,
         image_step: int,
-        maps: Callable[[], list[torch.Tensor]],
-        *,
-        texture: torch.Tensor,
-        stagger: int,
-        backward: bool,
-        texture_grad: bool,
-        per_pixel: bool,
+        maps: list[torch.Tensor],
     ) -> None:
-        n, c, out_h, out_w = dims
+        g = call.geometry
+        n, c, out_h, out_w = g.n, g.c, g.out_h, g.out_w
+        mode, stagger, texture_grad = call.mode, call.stagger, call.mode == "texture"
         self.device = canvas.device
         self.backward = backward
         self.constant = mode == "constant"
         self.c = c
         if self.constant:  # a 1x1 texture per channel, lattice at the origin
             mode, stagger, texture_grad = "texture", 0, False
-            tex_channels, th, tw, bank = c, 1, 1, 1
+            bank, tex_channels, th, tw = 1, c, 1, 1
+        elif texture.dim() == 4:
+            bank, tex_channels, th, tw = texture.shape
         else:
-            _, tex_channels, th, tw = texture.shape if texture.dim() == 4 else (1, 1, 1, 1)
-            bank = texture.shape[0] if texture.dim() == 4 else 1
+            bank, tex_channels, th, tw = 1, 1, 1, 1
         self.texture_mode = mode == "texture"
         self.tw = tw
         # Float gradients are accumulated, not moved: no integer views backward.
         self.dtype = canvas.dtype if backward else _BITS[canvas.element_size()]
         self.lanes = 8 // canvas.element_size()
-        # Word moves serve the CPU's row walk; CUDA's one-thread-per-pixel order has no use.
-        # ... and needs a whole word in the image and the canvas (the address is per call).
-        # Joining the halves of two image words assumes little-endian words.
+        # Word moves serve the CPU's row walk (the GPU order has no use for them) and need a
+        # whole word in the image and the canvas; joining two image words assumes little-endian.
         self.words = (
-            not (backward or self.lanes == 1 or per_pixel)
+            not (backward or self.lanes == 1 or gpu)
             and sys.byteorder == "little"
             and image.numel() * image.element_size() >= 8
             and canvas.numel() * canvas.element_size() >= 8
         )
         tex_numel = c if self.constant else texture.numel()
-        border = canvas.numel() - image.numel()
         # The word table costs `lanes` times the texture; it pays only for a larger border.
-        # (Built on a texture's second use instead, a BrickPad tile's table gained nothing
-        # measurable per image: the stretch copies of texture_run are about as fast.)
+        border = canvas.numel() - image.numel()
         self.table = self.words and self.texture_mode and tex_numel * self.lanes * 2 <= border
-        self.serial = rt.serial_launch(canvas)
-        self.per_pixel = per_pixel
+        self.serial = serial_launch(canvas)
+        self.gpu = gpu
         header = [n * c * out_h, c, out_h, out_w, tex_channels, th, tw, stagger, 0,
                   int(texture_grad), n, bank, record_step, image_step, 0]  # fmt: skip
-        host = _host_meta(header, records, maps(), n, self.device)
+        n_records = len(records) // _RECORD if isinstance(records, list) else records.shape[0]
+        host_size = _HEADER + n_records * _RECORD + sum(m.numel() for m in maps)
+        if host_size + 3 * n > MAX_ELEMENTS:  # meta is indexed (and its values) in int32
+            raise Refused(f"more than {MAX_ELEMENTS} index map entries")
+        if isinstance(records, list):
+            parts = [torch.tensor([*header, host_size, *records], dtype=torch.int32)]
+        else:
+            parts = [torch.tensor([*header, host_size], dtype=torch.int32), records.reshape(-1)]
+        host = torch.cat(parts + maps).to(device=self.device, dtype=torch.int32, non_blocking=True)
         self.n = n
         # Per (use of the word table, image phase): the host part of meta, and for standard
         # modes (which never read the lattice) and constant mode (whose lattice is zeros) the
-        # whole meta. Texture mode appends each call's offsets and indices. Variants are made
-        # when first asked for: at most 2 * lanes of them.
+        # whole meta. Texture mode appends each call's offsets and indices.
         self.hosts: dict[tuple[bool, int], torch.Tensor] = {(False, 0): host}
         self.metas: dict[tuple[bool, int], torch.Tensor | None] = {(False, 0): self._whole(host)}
         # The last call's lattice tensors, their versions and the meta made of them.
@@ -591,70 +489,89 @@ class _Plan:
 
     def _whole(self, host: torch.Tensor) -> torch.Tensor | None:
         if self.constant:
-            return torch.cat([host, _int_zeros(3 * self.n, self.device)])
+            n, device = 3 * self.n, self.device
+            zeros = constant(("lattice", n, 0, device),
+                             lambda: torch.zeros(n, dtype=torch.int32, device=device))  # fmt: skip
+            return torch.cat([host, zeros])
         return None if self.texture_mode else host
 
-    def _host(self, variant: tuple[bool, int]) -> torch.Tensor:
+    def meta(
+        self, variant: tuple[bool, int], offset: torch.Tensor, texture_index: torch.Tensor
+    ) -> torch.Tensor:
+        """``meta`` for this variant (word table, image phase) and lattice."""
         host = self.hosts.get(variant)
         if host is None:  # first asked for now
             host = self.hosts[False, 0].clone()
             host[_USE_WORDS], host[_PHASE] = int(variant[0]), variant[1]
-            self.metas[variant] = self._whole(host)  # before hosts: _meta reads it after
+            self.metas[variant] = self._whole(host)
             self.hosts[variant] = host
-        return host
-
-    def _meta(
-        self, variant: tuple[bool, int], offset: torch.Tensor, texture_index: torch.Tensor
-    ) -> torch.Tensor:
-        host = self._host(variant)
         meta = self.metas[variant]
         if meta is not None:
             return meta
+        inference = offset.is_inference() or texture_index.is_inference()
+        versions = () if inference else (tensor_version(offset), tensor_version(texture_index))
         last = self.last
-        if (
-            last
-            and last[0] is offset
-            and last[1] is texture_index
-            and last[2] == variant
-            and not offset.is_inference()
-            and not texture_index.is_inference()
-            and last[3] == offset._version
-            and last[4] == texture_index._version
-        ):
-            last_meta: torch.Tensor = last[5]
+        same = last and last[0] is offset and last[1] is texture_index
+        if same and last[2:4] == (variant, versions):
+            last_meta: torch.Tensor = last[4]
             return last_meta
         meta = torch.cat([host, offset.reshape(-1), texture_index.reshape(-1)])
-        if not (offset.is_inference() or texture_index.is_inference()):
+        if not inference:
             # Holds the tensors, so their memory cannot be reused by others meanwhile.
-            self.last = (offset, texture_index, variant, offset._version,
-                         texture_index._version, meta)  # fmt: skip
+            self.last = (offset, texture_index, variant, versions, meta)
         return meta
 
-    def run(
-        self,
-        kernel: Any,
-        image: torch.Tensor,
-        canvas: torch.Tensor,
-        texture: torch.Tensor,
-        fill: torch.Tensor,
-        offset: torch.Tensor,
-        texture_index: torch.Tensor,
-    ) -> None:
-        """Launch on these tensors (contiguous, the signature's shapes and dtypes)."""
-        if self.constant:
-            texture = fill if not self.backward else canvas.new_zeros(self.c)
+    def view(self, t: torch.Tensor, how: int | tuple[int, int]) -> torch.Tensor:
+        if isinstance(how, tuple):
+            return _word_view(t, how)
+        flat = t.reshape(-1)
+        return flat.view(self.dtype) if how == _AS_ELEMENTS else flat
+
+
+def _raw(t: torch.Tensor, how: int | tuple[int, int]) -> tuple[int, int, tuple[int, ...]]:
+    """``_Plan.view(t, how)`` as ``(data_ptr, nbytes, shape)``: a same-size view keeps all
+    three; a word view is its span (``_word_span``)."""
+    if isinstance(how, tuple):
+        return how[0], how[1], (how[1] // 8,)
+    return t.data_ptr(), t.numel() * t.element_size(), (t.numel(),)
+
+
+def forward(
+    call: PadCall,
+    image: torch.Tensor,
+    canvas: torch.Tensor,
+    backward: bool = False,
+    texture: torch.Tensor | None = None,
+) -> None:
+    """Write every element of ``canvas`` (``N*C*H'*W'`` contiguous, any shape) from ``image``
+    (``N*C*H*W`` contiguous, or the packed images of a stack), the texture or the fill.
+
+    With ``backward`` (``backward`` below): add ``canvas`` (the gradient) into ``image`` and,
+    in texture mode, into ``texture`` along the same index map. Raises ``Refused`` where the
+    Taichi backend cannot serve the call.
+    """
+    texture = call.texture if texture is None else texture
+    with TAICHI.session(canvas.device, "pad", _build_kernels, (image, canvas, texture)) as kernels:
+        if canvas.numel() == 0:  # reads nothing: no maps, however large the padding
+            return
+        if not backward:
+            advise_huge_pages(canvas)
+        plan = _plan(call, image, canvas, texture, backward)
+        kernel = kernels["pad_canvas"]
+        if plan.constant:
+            texture = call.fill if not backward else canvas.new_zeros(plan.c)
         spans = None  # the image's and the canvas's word spans, where words can be moved
-        if self.words:
+        if plan.words:
             image_span = _word_span(image, True)
             canvas_span = _word_span(canvas, False) if image_span is not None else None
             if image_span is not None and canvas_span is not None:
                 spans = (image_span, canvas_span)
         table = None
-        if spans is not None and self.table:
-            table = _cached_texture_words(_bits(texture), self.tw, self.lanes)
+        if spans is not None and plan.table:
+            table = _cached_texture_words(_bits(texture), plan.tw, plan.lanes)
         phase = (image.data_ptr() % 8) // image.element_size() if spans is not None else 0
-        no_words = _dummy(torch.int64, self.device)
-        dummy = _dummy(self.dtype, self.device)
+        no_words = _dummy(torch.int64, plan.device)
+        dummy = _dummy(plan.dtype, plan.device)
         # Taichi needs non-empty arguments; a one-element dummy is never read.
         slots = [
             (image, _AS_ELEMENTS) if image.numel() else (dummy, _AS_IS),
@@ -663,19 +580,18 @@ class _Plan:
             (canvas, spans[1]) if spans is not None else (no_words, _AS_IS),
             (texture, _AS_ELEMENTS) if texture.numel() else (dummy, _AS_IS),
             (table, _AS_IS) if table is not None else (no_words, _AS_IS),
-            (self._meta((table is not None, phase), offset, texture_index), _AS_IS),
+            (plan.meta((table is not None, phase), call.offset, call.texture_index), _AS_IS),
         ]
-        lanes = self.lanes if spans is not None else 1
-        # The kernel's signature: its arrays' dtypes (the plan's element type, int64 words, int32
-        # meta; all 1-D) and its template values. Images of new sizes get new plans, not new
-        # signatures, so the lean launcher is shared by every plan of one signature.
-        signature = (kernel, self.dtype, lanes, self.backward, self.per_pixel, self.serial,
-                     self.texture_mode)  # fmt: skip
+        lanes = plan.lanes if spans is not None else 1
+        # The kernel's signature: its arrays' dtypes (all 1-D) and its template values. Images
+        # of new sizes get new plans, not new signatures: one lean launcher serves them all.
+        signature = (kernel, plan.dtype, lanes, backward, plan.gpu, plan.serial,
+                     plan.texture_mode)  # fmt: skip
         bound = _bounds.get(signature)
         if bound is not None and bound.launch([_raw(t, how) for t, how in slots]):
             return
-        args = (*(self._view(t, how) for t, how in slots), lanes, self.backward, self.per_pixel,
-                self.serial, self.texture_mode)  # fmt: skip
+        args = (*(plan.view(t, how) for t, how in slots), lanes, backward, plan.gpu, plan.serial,
+                plan.texture_mode)  # fmt: skip
         kernel(*args)
         bind = getattr(kernel, "bind", None)
         if bind is not None:
@@ -683,35 +599,15 @@ class _Plan:
                 _bounds.clear()
             _bounds[signature] = bind(args)
 
-    def _view(self, t: torch.Tensor, how: int | tuple[int, int]) -> torch.Tensor:
-        if isinstance(how, tuple):
-            return _word_view(t, how)
-        flat = t.reshape(-1)
-        return flat.view(self.dtype) if how == _AS_ELEMENTS else flat
+
+def backward(
+    call: PadCall, canvas_grad: torch.Tensor, grad_image: torch.Tensor, grad_texture: torch.Tensor
+) -> None:
+    """Add ``canvas_grad`` (float32/float64, contiguous) into ``grad_image`` (zeros of the
+    image's elements) and, in texture mode, ``grad_texture`` (zeros of the bank's shape)."""
+    forward(call, grad_image, canvas_grad, True, grad_texture)
 
 
-def _raw(t: torch.Tensor, how: int | tuple[int, int]) -> tuple[int, int, tuple[int, ...]]:
-    """``Plan._view(t, how)`` as ``(data_ptr, nbytes, shape)``: a same-size view keeps all
-    three; a word view is its span (``_word_span``)."""
-    if isinstance(how, tuple):
-        return how[0], how[1], (how[1] // 8,)
-    return t.data_ptr(), t.numel() * t.element_size(), (t.numel(),)
-
-
-def _host_meta(
-    header: list[int],
-    records: list[int] | torch.Tensor,
-    maps: list[torch.Tensor],
-    n: int,
-    device: torch.device,
-) -> torch.Tensor:
-    """``meta`` up to the lattice (layout beside ``_HEADER``), int32 on ``device``."""
-    n_records = len(records) // _RECORD if isinstance(records, list) else records.shape[0]
-    host_size = _HEADER + n_records * _RECORD + sum(m.numel() for m in maps)
-    if host_size + 3 * n > rt.MAX_ELEMENTS:  # meta is indexed (and its values) in int32
-        raise rt.RuntimeUnavailable(f"more than {rt.MAX_ELEMENTS} index map entries")
-    if isinstance(records, list):
-        host = [torch.tensor([*header, host_size, *records], dtype=torch.int32)]
-    else:
-        host = [torch.tensor([*header, host_size], dtype=torch.int32), records.reshape(-1)]
-    return torch.cat(host + maps).to(device=device, dtype=torch.int32, non_blocking=True)
+def _dummy(dtype: torch.dtype, device: torch.device) -> torch.Tensor:
+    """A read-only one-element stand-in for an empty argument (never read by the kernel)."""
+    return constant(("dummy", dtype, device), lambda: torch.zeros(1, dtype=dtype, device=device))

@@ -16,13 +16,16 @@ from typing import overload
 
 import torch
 
-from .. import _fallback, _runtime
-from .._checks import check_float, check_tensor
-from .._tracing import eager
-from ._common import check_meta
-from ._route import kernel_ran
+from ... import backends
+from ..._checks import check_float, check_tensor
+from ..._tracing import eager
+from .._common import check_meta
 
-__all__ = ["init_wkv_state", "wkv", "wkv_backward", "wkv_forward"]
+__all__ = ["WKV", "init_wkv_state", "wkv", "wkv_backward", "wkv_forward"]
+
+#: The RWKV-4 family: ``forward(time_decay, time_first, state, k, v, y, states)`` and
+#: ``backward(time_decay, w, u, k, v, state, saved, gy, gstate, gk, gv, grads)``.
+WKV = backends.family("wkv", __package__, "computing wkv", ("forward", "backward"))
 
 # Fresh row-major outputs (never views of another output, as custom ops require).
 _DENSE = torch.contiguous_format
@@ -156,12 +159,7 @@ def _forward(
     if t == 0 or b == 0 or c == 0:  # no step to take: the state passes through
         states.copy_(s.transpose(0, 1).unsqueeze(2).expand(3, b, t + 1, c) if save else s)
     else:
-        td, tf = _operand(time_decay, m), _operand(time_first, m)
-        if not kernel_ran(
-            "computing wkv", lambda: _runtime.launch_wkv_forward(td, tf, s, kk, vv, y, states)
-        ):
-            y, full = _fallback.wkv(-torch.exp(td), tf, kk, vv, s, save)
-            states = full if save else full[:, :, -1].transpose(0, 1).contiguous()
+        WKV.forward(_operand(time_decay, m), _operand(time_first, m), s, kk, vv, y, states)
     if y.dtype != k.dtype:  # half-precision inputs: y was computed in float32
         y = y.to(k.dtype)
     if save:
@@ -241,7 +239,7 @@ def wkv_backward(
     Arguments checked as ``wkv_forward``'s, ``saved`` as its output, the gradients as
     ``y``'s and the state's (any float dtype).
     """
-    b, t, c = _check_backward(time_decay, time_first, k, v, state, saved, grad_y, grad_state)
+    b, _, c = _check_backward(time_decay, time_first, k, v, state, saved, grad_y, grad_state)
     w, u, kk, vv, s = _operands(time_decay, time_first, k, v, state)
     m = kk.dtype
     gy = grad_y.detach().to(m).contiguous()
@@ -250,21 +248,11 @@ def wkv_backward(
         gw, gu = kk.new_zeros(b, c), kk.new_zeros(b, c)
         gk, gv, gs_in = kk.new_zeros(kk.shape), kk.new_zeros(kk.shape), gs
     else:
-        states = saved.detach()
-        ran = True
-        if states.shape[2] != t + 1:
-            states = kk.new_empty(3, b, t + 1, c)
-            td = _operand(time_decay, m)
-            ran = kernel_ran("computing wkv", lambda: _runtime.launch_wkv_forward(
-                td, u, s, kk, vv, kk.new_empty(b, t, c), states))  # fmt: skip
         gk, gv, grads = kk.new_empty(kk.shape), kk.new_empty(kk.shape), kk.new_empty(5 * b * c)
-        ran = ran and kernel_ran("computing wkv", lambda: _runtime.launch_wkv_backward(
-            w, u, kk, vv, states.to(m).contiguous(), gy, gs, gk, gv, grads))  # fmt: skip
-        if ran:
-            gw, gu = grads[: b * c].view(b, c), grads[b * c : 2 * b * c].view(b, c)
-            gs_in = grads[2 * b * c :].view(b, 3, c)
-        else:
-            gw, gu, gk, gv, gs_in = _fallback.wkv_backward(w, u, kk, vv, s, gy, gs)
+        td = _operand(time_decay, m)
+        WKV.backward(td, w, u, kk, vv, s, saved.detach().contiguous(), gy, gs, gk, gv, grads)
+        gw, gu = grads[: b * c].view(b, c), grads[b * c : 2 * b * c].view(b, c)
+        gs_in = grads[2 * b * c :].view(b, 3, c)
     return (
         (gw.sum(0) * w).to(time_decay.dtype),
         gu.sum(0).to(time_first.dtype),

@@ -1,4 +1,4 @@
-"""The RWKV-4 WKV kernels (forward and explicit backward) and their launchers.
+"""The RWKV-4 WKV kernels (forward and explicit backward): the Taichi backend of ``ops.wkv``.
 
 One chain per (batch, channel): the recurrence is sequential in time and independent across
 chains. The tensors are ``(B, T, C)`` row-major, so adjacent channels are adjacent in memory:
@@ -11,21 +11,20 @@ the one-step-late stores in ``forward_chain``).
 """
 
 # No `from __future__ import annotations`: Taichi reads the kernels' annotations at runtime.
+# Taichi kernels annotate arguments with calls (ti.types.ndarray(...)), which mypy cannot read,
+# and stay unannotated (Taichi would read a "-> None").
+# mypy: disable-error-code="valid-type, no-untyped-def"
 from typing import Any
 
 import torch
 
-from .. import _runtime as rt
-from .._value_cache import KeyedCache
-from ._lean import Steps
+from ..._compat.taichi import Steps
+from ..._value_cache import constant
+from ...backends.taichi import TAICHI, serial_launch
 
-# Adjacent channels per CPU task (a power of two; 1 = the CUDA order, one chain per task).
+# Adjacent channels per CPU task (a power of two; 1 = the GPU order, one chain per task).
 _LANES = 8
-# Switches for tests and measurements: the loop order (None: by arch, like _state["per_pixel"]),
-# the float32 exponential (the polynomial below, or Taichi's libm call) and packed loads (the
-# CPU's float32 inputs read as vectors of _LANES when C allows).
-_options: dict[str, Any] = {"lanes": None, "fast_exp": True, "packed": True}
-# A forward whose output is at most this large runs serially on the CPU (rt.serial_launch):
+# A forward whose output is at most this large runs serially on the CPU (serial_launch):
 # 16k chains of one step (one-token generation), or fewer of a few steps.
 _SERIAL_BYTES = 1 << 16
 
@@ -310,31 +309,30 @@ def _build_kernels(ti: Any) -> dict[str, Any]:
 
 # fmt: on
 def _switches(k: torch.Tensor) -> tuple[int, bool, bool]:
-    """(lanes, fast exp, packed loads) for a launch on ``k`` ``(B, T, C)``."""
-    lanes = _options["lanes"]
-    if lanes is None:
-        lanes = 1 if rt._state["arch"] == "cuda" else _LANES
-    fast = k.dtype == torch.float32 and _options["fast_exp"]
-    packed = fast and lanes == _LANES and k.shape[2] % _LANES == 0 and _options["packed"]
-    return lanes, fast, packed
+    """(lanes, the float32 polynomial exp, packed loads) for a launch on ``k`` ``(B, T, C)``:
+    the CPU reads float32 inputs as vectors of ``_LANES`` where C allows."""
+    lanes = 1 if TAICHI.gpu_order else _LANES
+    fast = k.dtype == torch.float32
+    return lanes, fast, fast and lanes == _LANES and k.shape[2] % _LANES == 0
 
 
 def _loads(t: torch.Tensor, packed: bool) -> torch.Tensor:
     return t.reshape(-1, _LANES) if packed else t.reshape(-1)
 
 
-_metas: KeyedCache[torch.Tensor] = KeyedCache(64)
-
-
 def _meta(k: torch.Tensor) -> torch.Tensor:
-    """``[B, T, C]`` int32 on ``k``'s device (read only; cached: one per shape in use)."""
-    return _metas.get(
-        (*k.shape, k.device),
+    """``[B, T, C]`` int32 on ``k``'s device (read only; one per shape in use)."""
+    return constant(
+        ("wkv meta", *k.shape, k.device),
         lambda: torch.tensor(list(k.shape), dtype=torch.int32).to(k.device, non_blocking=True),
     )
 
 
-def launch_wkv_forward(
+# Lean launchers of recent forward signatures (a model's layers share one per batch size).
+_steps = Steps()
+
+
+def forward(
     time_decay: torch.Tensor,
     time_first: torch.Tensor,
     state: torch.Tensor,
@@ -343,60 +341,62 @@ def launch_wkv_forward(
     y: torch.Tensor,
     states: torch.Tensor,
 ) -> None:
-    """Run the WKV forward. All tensors contiguous, detached, float32 or float64 (one dtype),
-    on one device, none empty.
+    """The WKV forward. All tensors contiguous, detached, float32 or float64 (one dtype), on
+    one device, none empty.
 
     ``time_decay``, ``time_first``: ``(C,)`` (the kernel takes ``w = -exp(time_decay)`` and
     ``u = time_first``); ``k, v``: ``(B, T, C)``; ``state``: ``(B, 3, C)`` (aa, bb, pp) before
     the first token. Writes ``y`` ``(B, T, C)`` and ``states``: given ``(3, B, T + 1, C)``, the
     state before every step and after the last (what the backward reads); given ``(B, 3, C)``,
     the final state only.
-
-    Raises ``RuntimeUnavailable`` when ``refusal(device)`` gives a reason.
     """
     save = states.dim() == 4
     tensors = (time_decay, time_first, state, k, v, y, states)
-    with rt.session(k.device, "wkv", _build_kernels, (k, states)) as kernels:
+    with TAICHI.session(k.device, "wkv", _build_kernels, (k, states)) as kernels:
         lanes, fast, packed = _switches(k)
-        key = (k.shape, k.dtype, k.device, save, lanes, fast, packed)
-        if _steps.launch(key, tensors):
+        key = (k.shape, k.dtype, k.device, save, lanes)
+        step = _steps.get(key)
+        if step is not None and step.launch(tensors):
             return
         kernel = kernels["forward_packed" if packed else "forward"]
         args = (
             time_decay, time_first, state.reshape(-1), _loads(k, packed), _loads(v, packed),
             y.reshape(-1), states.reshape(-1), _meta(k), lanes, save, fast,
-            rt.serial_launch(y, _SERIAL_BYTES),
+            serial_launch(y, _SERIAL_BYTES),
         )  # fmt: skip
         kernel(*args)
         _steps.record(key, kernel, args, len(tensors))
 
 
-# Lean launchers of recent forward signatures (a model's layers share one per batch size).
-_steps = Steps()
-
-
-def launch_wkv_backward(
+def backward(
+    time_decay: torch.Tensor,
     w: torch.Tensor,
     u: torch.Tensor,
     k: torch.Tensor,
     v: torch.Tensor,
-    states: torch.Tensor,
+    state: torch.Tensor,
+    saved: torch.Tensor,
     gy: torch.Tensor,
     gstate: torch.Tensor,
     gk: torch.Tensor,
     gv: torch.Tensor,
     grads: torch.Tensor,
 ) -> None:
-    """Run the WKV backward; same conventions as ``launch_wkv_forward``.
+    """The WKV backward; same conventions as ``forward``, ``w = -exp(time_decay)``.
 
-    Reads ``states`` ``(3, B, T + 1, C)`` saved by the forward, ``gy`` ``(B, T, C)`` and
-    ``gstate`` ``(B, 3, C)`` (the gradients of ``y`` and of the final state). Writes ``gk``,
-    ``gv`` ``(B, T, C)`` and ``grads`` ``(2 + 3, B, C)`` flat: the per-chain gradients of ``w``
-    and ``u`` ``(B, C)`` each (the caller sums them over B), then the gradient of the initial
-    state ``(B, 3, C)``.
+    ``saved``: the forward's states ``(3, B, T + 1, C)``, or an empty ``(3, B, 0, C)`` to
+    recompute them from ``state``; ``gy`` ``(B, T, C)`` and ``gstate`` ``(B, 3, C)``: the
+    gradients of ``y`` and of the final state. Writes ``gk``, ``gv`` ``(B, T, C)`` and ``grads``
+    ``(2 + 3, B, C)`` flat: the per-chain gradients of ``w`` and ``u`` ``(B, C)`` each (the
+    caller sums them over B), then the gradient of the initial state ``(B, 3, C)``.
     """
+    n_b, n_t, n_c = k.shape
+    states = saved
+    if states.shape[2] != n_t + 1:
+        states = k.new_empty(3, n_b, n_t + 1, n_c)
+        forward(time_decay, u, state, k, v, torch.empty_like(k), states)
     params = torch.cat([w, u, gstate.reshape(-1)])
-    with rt.session(k.device, "wkv", _build_kernels, (k, states, params, grads)) as kernels:
+    with TAICHI.session(k.device, "wkv", _build_kernels, (k, states, params, grads)) as kernels:
         lanes, fast, packed = _switches(k)
         kernels["backward_packed" if packed else "backward"](
             params, _loads(k, packed), _loads(v, packed), _loads(gy, packed),

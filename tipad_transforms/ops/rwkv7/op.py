@@ -26,12 +26,15 @@ from typing import Any, overload
 
 import torch
 
-from .. import _fallback, _runtime
-from .._checks import check_float
-from .._tracing import eager
-from ._route import kernel_ran
+from ... import backends
+from ..._checks import check_float
+from ..._tracing import eager
 
-__all__ = ["MAX_HEAD_SIZE", "wkv7", "wkv7_backward", "wkv7_forward"]
+__all__ = ["MAX_HEAD_SIZE", "WKV7", "wkv7", "wkv7_backward", "wkv7_forward"]
+
+#: The RWKV-7 family: ``forward(r, d, k, v, a, b, state, y, states, chunk)`` and
+#: ``backward(r, d, k, v, a, b, state, saved, gy, gstate, grads, chunk)``.
+WKV7 = backends.family("wkv7", __package__, "computing wkv7", ("forward", "backward"))
 
 #: The largest head size ``N`` accepted (the released models use 64).
 MAX_HEAD_SIZE = 128
@@ -159,10 +162,8 @@ def _forward(
     states = ops[0].new_empty(n_b, n_h, _slots(n_t, save), n_n, n_n)
     if y.numel() == 0:  # no step to take: the state passes through
         states.copy_(s.unsqueeze(2).expand(states.shape))
-    elif not kernel_ran(
-        "computing wkv7", lambda: _runtime.launch_wkv7_forward(*ops, s, y, states, _CHUNK)
-    ):
-        y, states = _fallback.wkv7(*ops, s, _CHUNK, save)
+    else:
+        WKV7.forward(*ops, s, y, states, _CHUNK)
     new_state = states[:, :, -1]
     if save:
         new_state = new_state.clone(memory_format=_DENSE)
@@ -209,24 +210,10 @@ def wkv7_backward(
     if gy.numel() == 0:  # no step: the state's gradient passes through
         grads = [torch.zeros_like(x) for x in ops]
     else:
-        states = saved.detach()
-        s = state.detach().to(m).contiguous()
-        ran = True
-        recompute = states.shape[2] != _slots(n_t, True)
-        if recompute:
-            states = s.new_empty(n_b, n_h, _slots(n_t, True), n_n, n_n)
-            ran = kernel_ran("computing wkv7", lambda: _runtime.launch_wkv7_forward(
-                *ops, s, torch.empty_like(gy), states, _CHUNK))  # fmt: skip
         out = ops[0].new_empty(6, n_b, n_t, n_h, n_n)
-        states = states.to(m).contiguous()
-        ran = ran and kernel_ran("computing wkv7", lambda: _runtime.launch_wkv7_backward(
-            *ops, states, gy, gs, out, _CHUNK))  # fmt: skip
-        if ran:
-            grads = list(out.unbind(0))
-        else:
-            if recompute:
-                states = _fallback.wkv7(*ops, s, _CHUNK, True)[1]
-            *grads, gs = _fallback.wkv7_backward(*ops, states, gy, gs, _CHUNK)
+        s = state.detach().to(m).contiguous()
+        WKV7.backward(*ops, s, saved.detach().to(m).contiguous(), gy, gs, out, _CHUNK)
+        grads = list(out.unbind(0))
         grads[1] = grads[1] * ops[1]  # d/dw = d/dd * exp(w)
     gr, gw, gk, gv, ga, gb = (
         g.to(x.dtype).clone(memory_format=_DENSE) for g, x in zip(grads, inputs, strict=True)

@@ -1,4 +1,5 @@
-"""The RWKV-7 WKV kernels (forward and explicit, checkpointed backward) and their launchers.
+"""The RWKV-7 WKV kernels (forward and explicit, checkpointed backward): the Taichi backend of
+``ops.wkv7``.
 
 Per head the state ``S`` is ``N x N``, indexed ``[value i, key j]``. Its rows never mix:
 ``S_t[i] = S_{t-1}[i] * d_t + (S_{t-1}[i] . a_t) b_t + v_t[i] k_t`` and ``y_t[i] = S_t[i] .
@@ -6,7 +7,7 @@ r_t``, so the forward is one independent chain per (batch, head, value row), and
 backward's recurrence for the state's gradient. Only the gradients of ``r, d, k, a, b`` sum
 over the rows: a second loop computes them per (batch, step, head) from the rows' results.
 
-Loop orders: on CUDA (``_state["per_pixel"]``) one thread per row, and one thread per (step,
+Loop orders: the GPU's (``TAICHI.gpu_order``) one thread per row, and one thread per (step,
 head, key) for the sums, with the rows in the arrays; on the CPU one task per (batch, head,
 ``_ROWS`` rows) holding its rows in a local array (see ``forward_rows``), and one task per
 (step, head) for the sums, the keys innermost (contiguous, for the vectorizer).
@@ -19,13 +20,16 @@ one chunk, never a state per step.
 """
 
 # No `from __future__ import annotations`: Taichi reads the kernels' annotations at runtime.
+# Taichi kernels annotate arguments with calls (ti.types.ndarray(...)), which mypy cannot read,
+# and stay unannotated (Taichi would read a "-> None").
+# mypy: disable-error-code="valid-type, no-untyped-def"
 from typing import Any
 
 import torch
 
-from .. import _runtime as rt
-from .._value_cache import KeyedCache
-from ._lean import Steps
+from ..._compat.taichi import Steps
+from ..._value_cache import constant
+from ...backends.taichi import TAICHI
 
 # Value rows per task of the CPU's kernels (their states held in a local array).
 _ROWS = 16
@@ -345,20 +349,22 @@ def _build_kernels(ti: Any) -> dict[str, Any]:
 
 
 # fmt: on
-_metas: KeyedCache[torch.Tensor] = KeyedCache(64)
-
-
 def _meta(k: torch.Tensor, chunk: int, slots: int) -> torch.Tensor:
-    """``[B, T, H, N, chunk, S]`` int32 on ``k``'s device (read only; cached: one per shape in
-    use, since building it costs a one-token step more than the kernel's arguments)."""
-    header = [*k.shape, chunk, slots]
-    return _metas.get(
-        (*k.shape, chunk, slots, k.device),
-        lambda: torch.tensor(header, dtype=torch.int32).to(k.device, non_blocking=True),
+    """``[B, T, H, N, chunk, S]`` int32 on ``k``'s device (read only; one per shape in use:
+    building it costs a one-token step more than the kernel's arguments)."""
+    return constant(
+        ("wkv7 meta", *k.shape, chunk, slots, k.device),
+        lambda: torch.tensor([*k.shape, chunk, slots], dtype=torch.int32).to(
+            k.device, non_blocking=True
+        ),
     )
 
 
-def launch_wkv7_forward(
+# Lean launchers of recent forward signatures (a model's layers share one per batch size).
+_steps = Steps()
+
+
+def forward(
     r: torch.Tensor,
     d: torch.Tensor,
     k: torch.Tensor,
@@ -370,74 +376,75 @@ def launch_wkv7_forward(
     states: torch.Tensor,
     chunk: int,
 ) -> None:
-    """Run the RWKV-7 forward. All tensors contiguous, detached, float32 or float64 (one
-    dtype), on one device; ``T >= 1``, ``1 <= N <= 128``.
+    """The RWKV-7 forward. All tensors contiguous, detached, float32 or float64 (one dtype), on
+    one device; ``T >= 1``, ``1 <= N <= 128``.
 
     ``r, d, k, v, a, b``: ``(B, T, H, N)``, ``d = exp(w)`` the decay; ``state``: ``(B, H, N,
     N)`` before the first token. Writes ``y`` ``(B, T, H, N)`` and ``states`` ``(B, H, S, N,
     N)``: with ``S = ceil(T / chunk) + 1`` the state before steps ``0, chunk, 2 chunk, ...``
     (the backward's checkpoints) and after the last, with ``S = 1`` the final state only.
-
-    Raises ``RuntimeUnavailable`` when ``refusal(device)`` gives a reason.
     """
     slots = states.shape[2]
     tensors = (r, d, k, v, a, b, state, y, states)
-    with rt.session(k.device, "wkv7", _build_kernels, (k, states)) as kernels:
-        per_pixel = rt._state["per_pixel"]
-        key = (k.shape, k.dtype, k.device, chunk, slots, per_pixel, rt.SERIAL_BYTES)
-        if _steps.launch(key, tensors):
+    with TAICHI.session(k.device, "wkv7", _build_kernels, (k, states)) as kernels:
+        gpu = TAICHI.gpu_order
+        key = (k.shape, k.dtype, k.device, chunk, slots, gpu, TAICHI.serial_bytes)
+        step = _steps.get(key)
+        if step is not None and step.launch(tensors):
             return
         flat = tuple(t.reshape(-1) for t in tensors)
         meta, dt = _meta(k, chunk, slots), kernels["dtypes"][k.dtype]
-        if per_pixel:
+        if gpu:
             kernel = kernels["forward"]
             args: tuple[Any, ...] = (*flat, meta, slots > 1, dt)
         else:
-            # Work ~ B H N^2 T: serial up to what rt.SERIAL_BYTES allows for a state's bytes.
+            # Work ~ B H N^2 T: serial up to what TAICHI.serial_bytes allows for a state's bytes.
             work = state.numel() * state.element_size() * k.shape[1]
-            serial = k.device.type == "cpu" and work <= rt.SERIAL_BYTES
+            serial = k.device.type == "cpu" and work <= TAICHI.serial_bytes
             kernel = kernels["forward_rows"]
             args = (*flat, meta, slots > 1, k.shape[3], dt, serial)
         kernel(*args)
         _steps.record(key, kernel, args, len(tensors))
 
 
-# Lean launchers of recent forward signatures (a model's layers share one per batch size).
-_steps = Steps()
-
-
-def launch_wkv7_backward(
+def backward(
     r: torch.Tensor,
     d: torch.Tensor,
     k: torch.Tensor,
     v: torch.Tensor,
     a: torch.Tensor,
     b: torch.Tensor,
-    states: torch.Tensor,
+    state: torch.Tensor,
+    saved: torch.Tensor,
     gy: torch.Tensor,
     gstate: torch.Tensor,
     grads: torch.Tensor,
     chunk: int,
 ) -> None:
-    """Run the RWKV-7 backward; same conventions as ``launch_wkv7_forward``.
+    """The RWKV-7 backward; same conventions as ``forward``.
 
-    Reads the checkpoints ``states`` ``(B, H, ceil(T / chunk) + 1, N, N)`` the forward saved,
-    ``gy`` ``(B, T, H, N)`` and ``gstate`` ``(B, H, N, N)`` (the gradients of ``y`` and of the
-    final state). Writes ``grads`` ``(6, B, T, H, N)``, the gradients of ``r, d, k, v, a, b``,
-    and overwrites ``gstate`` with the gradient of the initial state. One launch per chunk,
-    with a scratch of ``B * H * (2 * chunk + 1) * N^2 + 2 * B * H * chunk * N`` numbers.
+    ``saved``: the forward's checkpoints ``(B, H, ceil(T / chunk) + 1, N, N)``, or its final
+    state alone ``(B, H, 1, N, N)`` (then recomputed from ``state``); ``gy`` ``(B, T, H, N)``
+    and ``gstate`` ``(B, H, N, N)``: the gradients of ``y`` and of the final state. Writes
+    ``grads`` ``(6, B, T, H, N)``, the gradients of ``r, d, k, v, a, b``, and overwrites
+    ``gstate`` with the gradient of the initial state. One launch per chunk, with a scratch of
+    ``B * H * (2 * chunk + 1) * N^2 + 2 * B * H * chunk * N`` numbers.
     """
     n_b, n_t, n_h, n_n = k.shape
-    slots = states.shape[2]
+    slots = (n_t + chunk - 1) // chunk + 1
+    states = saved
+    if states.shape[2] != slots:
+        states = k.new_empty(n_b, n_h, slots, n_n, n_n)
+        forward(r, d, k, v, a, b, state, torch.empty_like(gy), states, chunk)
     ln = min(chunk, n_t)
     scratch = [k.new_empty(n_b, n_h, ln + 1, n_n, n_n), k.new_empty(n_b, n_h, ln, n_n, n_n),
                k.new_empty(2, n_b, n_h, ln, n_n)]  # fmt: skip
-    with rt.session(k.device, "wkv7", _build_kernels, (k, states, *scratch)) as kernels:
+    with TAICHI.session(k.device, "wkv7", _build_kernels, (k, states, *scratch)) as kernels:
         flat = [t.reshape(-1) for t in (r, d, k, v, a, b, gy, states, gstate, *scratch)]
         flat += [g.reshape(-1) for g in grads.unbind(0)]
         meta, dt = _meta(k, ln, slots), kernels["dtypes"][k.dtype]
         for c in reversed(range(slots - 1)):
-            if rt._state["per_pixel"]:
+            if TAICHI.gpu_order:
                 kernels["backward_chunk"](*flat, meta, c, dt)
             else:
                 kernels["backward_rows"](*flat, meta, c, n_n, dt)

@@ -3,7 +3,7 @@ and the public ``time_conv``.
 
 ``out[b,c,t] = eps + sum_{j=0..min(t, L-1)} w[c, L-1-j] * k[b,c,t-j]``: RWKV-2/3's "timex",
 the same as ``F.conv1d(F.pad(k, (L - 1, 0)), w.unsqueeze(1), groups=C) + eps``. Forward and
-backward run as Taichi kernels (``_runtime._time_conv``) for any ``B``, ``C``, ``T`` and kernel
+backward run as Taichi kernels (``taichi.py``) for any ``B``, ``C``, ``T`` and kernel
 length ``L``, in float32 (float16/bfloat16/float32 inputs) or float64. Being custom ops with
 fake implementations and registered autograd, they trace under ``torch.compile(fullgraph=True)``
 and pass ``torch.library.opcheck``.
@@ -12,16 +12,20 @@ and pass ``torch.library.opcheck``.
 from __future__ import annotations
 
 import numbers
-from typing import Any
 
 import torch
 
-from .. import _fallback, _runtime
-from .._checks import check_float, check_tensor
-from ._common import check_meta
-from ._route import kernel_ran
+from ... import backends
+from ..._checks import check_float, check_tensor
+from .._common import check_meta
 
-__all__ = ["time_conv", "time_conv_backward", "time_conv_forward"]
+__all__ = ["TIME_CONV", "time_conv", "time_conv_backward", "time_conv_forward"]
+
+#: The time_conv family: ``forward(w, k, out, eps)`` and
+#: ``backward(grad, w, k, dw, dk, grad_w, grad_k)``.
+TIME_CONV = backends.family(
+    "time_conv", __package__, "computing time_conv", ("forward", "backward")
+)
 
 
 def _math(*dtypes: torch.dtype) -> torch.dtype:
@@ -60,13 +64,9 @@ def time_conv_forward(w: torch.Tensor, k: torch.Tensor, eps: float) -> torch.Ten
     tensor of dtype ``promote_types(w.dtype, k.dtype)``."""
     _check(w, k)
     m = _math(w.dtype, k.dtype)
-    ww, kk = _operand(w, m), _operand(k, m)
-    b, c, t = k.shape
-    out = kk.new_empty(b, c, t)
-    shape: dict[str, Any] = dict(batch=b, channels=c, length=t)
-    if not kernel_ran("computing time_conv", lambda: _runtime.launch_time_conv(
-        ww, kk, out, offset=w.shape[1] - 1, eps=eps, **shape)):  # fmt: skip
-        out = _fallback.time_conv(ww, kk, eps)
+    kk = _operand(k, m)
+    out = kk.new_empty(kk.shape)
+    TIME_CONV.forward(_operand(w, m), kk, out, eps)
     return out.to(torch.promote_types(w.dtype, k.dtype))
 
 
@@ -94,23 +94,9 @@ def time_conv_backward(
     """
     _check_backward(grad, w, k)
     m = _math(grad.dtype, w.dtype, k.dtype)
-    b, c, t = k.shape
-    length = w.shape[1]
     g = _operand(grad, m)
-    dw = g.new_zeros(c, length)
-    dk = g.new_zeros(b, c, t)
-    shape: dict[str, Any] = dict(batch=b, channels=c, length=t)
-    ran = True
-    if grad_k:
-        w_flipped = _operand(w, m).flip(-1).contiguous()
-        ran = kernel_ran("computing time_conv", lambda: _runtime.launch_time_conv(
-            w_flipped, g, dk, offset=0, **shape))  # fmt: skip
-    if grad_w and ran:
-        ran = kernel_ran("computing time_conv", lambda: _runtime.launch_time_conv(
-            g, _operand(k, m), dw, offset=length - 1, sum_batch=True, **shape))  # fmt: skip
-    if not ran:  # refusals are per device and size: the torch route gives both
-        dw_fb, dk_fb = _fallback.time_conv_backward(g, _operand(w, m), _operand(k, m))
-        dw, dk = (dw_fb if grad_w else dw), (dk_fb if grad_k else dk)
+    dw, dk = g.new_zeros(w.shape), g.new_zeros(k.shape)
+    TIME_CONV.backward(g, _operand(w, m), _operand(k, m), dw, dk, grad_w, grad_k)
     return dw.to(w.dtype), dk.to(k.dtype)
 
 
@@ -160,8 +146,8 @@ def time_conv(w: torch.Tensor, k: torch.Tensor, eps: float = 0.0) -> torch.Tenso
         ValueError: wrong number of dims, channel counts that differ, ``L < 1``, ``w`` and
             ``k`` on different devices.
 
-    Where the Taichi runtime cannot serve the device (see ``_runtime.refusal``), a torch route
-    (``F.conv1d``) computes the same values after one RuntimeWarning.
+    Where the Taichi backend cannot serve the device (a forked worker, ``cuda:1``), the torch
+    backend (``F.conv1d``) computes the same values after one RuntimeWarning.
     """
     # Python types and the (C, 1, L) form here; the op checks dtypes, shapes and devices.
     check_tensor("w", w)

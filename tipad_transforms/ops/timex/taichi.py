@@ -1,4 +1,5 @@
-"""The causal depthwise time convolution: one windowed-dot kernel for forward and backward.
+"""The causal depthwise time convolution's Taichi backend: one windowed-dot kernel for forward
+and backward.
 
 Every pass of the operator is the same sum, ``y[o] = sum_s a[s] * x[o - off + s]`` over the
 ``s`` in ``[0, len(a))`` that keep ``o - off + s`` inside ``x``'s row of ``T``:
@@ -12,11 +13,15 @@ vectoriser wants (Taichi compiles with fast-math, so it may reassociate the sums
 """
 
 # No `from __future__ import annotations`: Taichi reads the kernels' annotations at runtime.
+# Taichi kernels annotate arguments with calls (ti.types.ndarray(...)), which mypy cannot read,
+# and stay unannotated (Taichi would read a "-> None").
+# mypy: disable-error-code="valid-type, no-untyped-def"
 from typing import Any
 
 import torch
 
-from .. import _runtime as rt
+from ...backends import Refused
+from ...backends.taichi import MAX_ELEMENTS, TAICHI
 
 # Layout of the kernel's int32 `meta` argument. ROWS: (b, c) rows of the output (B*C), or its
 # channels when the sum runs over b (dw). LA: len(a). N_OUT: outputs per row (T, or L for dw).
@@ -24,13 +29,11 @@ from .. import _runtime as rt
 # flag per channel: 1 where that row of `a` is finite (the loop may run into x's end padding).
 _ROWS, _C, _B, _T, _LA, _N_OUT, _OFF, _SUM_B, _XS, _FINITE = range(10)
 # Consecutive outputs per CPU task. They share each load of `a`; each needs its own (shifted)
-# load of `x`. Measured on a 2-core AVX2 CPU, float32, L = T, one thread: 1 -> 7-9 GFLOP/s,
-# 2 -> 11, 4 -> 15-21; 3, 6 and 8 within noise of 4.
+# load of `x`: 4 amortises the loads of `a` where more gives no more.
 _TILE = 4
 # Zeros on both sides of every x row (a padded copy, one pass over x), so the common loop can
 # run a multiple of _ROUND steps: the LLVM loop vectoriser runs 8 lanes x 4 interleaved for
-# float32 and leaves up to 31 steps to a scalar remainder loop, which took a third of the time
-# at T = 512.
+# float32 and would leave up to 31 steps to a slow scalar remainder loop.
 _ROUND = 32
 _PAD = 32
 
@@ -138,14 +141,11 @@ def _build_kernels(ti: Any) -> dict[str, Any]:
 
 
 # fmt: on
-def launch_time_conv(
+def _window_dot(
     a: torch.Tensor,
     x: torch.Tensor,
     y: torch.Tensor,
     *,
-    batch: int,
-    channels: int,
-    length: int,
     offset: int,
     sum_batch: bool = False,
     eps: float = 0.0,
@@ -153,25 +153,23 @@ def launch_time_conv(
     """Write every element of ``y`` with the windowed dot of the module docstring.
 
     All tensors contiguous, detached, float32 or float64 (one dtype) and on one device.
-    ``x``: ``(batch, channels, length)``. Without ``sum_batch``: ``a`` is ``(channels, La)``
-    and ``y`` ``(batch, channels, length)``; with it: ``a`` has ``x``'s shape and ``y`` is
-    ``(channels, n_out)``, each output summed over the batch. ``offset`` is ``off``. Raises
-    ``RuntimeUnavailable`` when ``refusal(device)`` gives a reason.
-
-    Non-finite values follow ``F.conv1d`` over ``x`` zero-padded by ``off`` in front: each sum
-    also holds ``a[s] * 0`` for the ``s`` that fall into that padding, which is NaN where
-    ``a[s]`` is NaN or infinite (the forward and dw passes); nothing past ``x``'s end.
+    ``x``: ``(B, C, T)``. Without ``sum_batch``: ``a`` is ``(C, La)`` and ``y`` ``(B, C, T)``;
+    with it: ``a`` has ``x``'s shape and ``y`` is ``(C, n_out)``, each output summed over the
+    batch. ``offset`` is ``off``. Non-finite values follow ``F.conv1d`` over ``x`` zero-padded
+    by ``off`` in front: each sum also holds ``a[s] * 0`` for the ``s`` that fall into that
+    padding, which is NaN where ``a[s]`` is NaN or infinite; nothing past ``x``'s end.
     """
+    batch, channels, length = x.shape
     # The padded copy of x is what the kernel indexes; T + L + padding bound its int32 sums.
     x_padded = torch.nn.functional.pad(x.reshape(-1, length), (_PAD, _PAD)) if x.numel() else x
-    with rt.session(y.device, "time_conv", _build_kernels, (a, x_padded, y)) as kernels:
+    with TAICHI.session(y.device, "time_conv", _build_kernels, (a, x_padded, y)) as kernels:
         if y.numel() == 0:
             return
         if x.numel() == 0:  # batch == 0 with sum_batch: an empty sum
             y.fill_(eps)
             return
-        if length + a.shape[-1] + 2 * _PAD > rt.MAX_ELEMENTS:
-            raise rt.RuntimeUnavailable(f"T + L past {rt.MAX_ELEMENTS}: int32 index sums")
+        if length + a.shape[-1] + 2 * _PAD > MAX_ELEMENTS:
+            raise Refused(f"T + L past {MAX_ELEMENTS}: int32 index sums")
         rows = channels if sum_batch else batch * channels
         header = [rows, channels, batch, length, a.shape[-1], y.numel() // rows, offset,
                   int(sum_batch), length + 2 * _PAD]  # fmt: skip
@@ -183,10 +181,33 @@ def launch_time_conv(
         ])  # fmt: skip
         kernels["window_dot"](
             a.reshape(-1), x_padded.reshape(-1), y.reshape(-1), meta, float(eps),
-            kernels["dtypes"][y.dtype], bool(rt._state["per_pixel"]),
+            kernels["dtypes"][y.dtype], bool(TAICHI.gpu_order),
         )  # fmt: skip
         if offset > 0:
             _poison_padding_terms(a, y, channels, offset, sum_batch)
+
+
+def forward(w: torch.Tensor, k: torch.Tensor, out: torch.Tensor, eps: float) -> None:
+    """``out[b,c,t] = eps + sum_j w[c, L-1-j] * k[b,c,t-j]``: ``w`` ``(C, L)``, ``k`` and
+    ``out`` ``(B, C, T)``, contiguous, one float dtype."""
+    _window_dot(w, k, out, offset=w.shape[1] - 1, eps=eps)
+
+
+def backward(
+    grad: torch.Tensor,
+    w: torch.Tensor,
+    k: torch.Tensor,
+    dw: torch.Tensor,
+    dk: torch.Tensor,
+    grad_w: bool,
+    grad_k: bool,
+) -> None:
+    """Write ``dk`` (if ``grad_k``) and ``dw`` (if ``grad_w``), the gradients of ``forward``
+    for the output gradient ``grad`` ``(B, C, T)``; tensors as ``forward``'s."""
+    if grad_k:
+        _window_dot(w.flip(-1).contiguous(), grad, dk, offset=0)
+    if grad_w:
+        _window_dot(grad, k, dw, offset=w.shape[1] - 1, sum_batch=True)
 
 
 def _poison_padding_terms(

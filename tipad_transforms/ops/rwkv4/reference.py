@@ -1,0 +1,133 @@
+"""RWKV-4 WKV with plain torch ops: the torch backend of ``ops.wkv``, one torch step per token,
+with the same explicit backward as the kernels (this runs inside custom ops' implementations,
+where autograd is off)."""
+
+from __future__ import annotations
+
+import torch
+
+__all__ = ["backward", "forward"]
+
+
+def _scales(a: torch.Tensor, b: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+    """``(exp(a - m), exp(b - m))`` with ``m = max(a, b)``, as the kernels compute it: the
+    other's is ``exp(-|a - b|)``, the leader's ``exp(m - m)``, which is 1 where ``m`` is finite
+    and NaN where it is not (``+inf``, both ``-inf``, a NaN), as the formula gives."""
+    d = a - b
+    e = torch.exp(-d.abs())
+    m = torch.maximum(a, b)
+    lead = torch.exp(m - m)
+    ahead = d >= 0
+    return torch.where(ahead, lead, e), torch.where(ahead, e, lead)
+
+
+def _recurrence(
+    w: torch.Tensor,
+    u: torch.Tensor,
+    k: torch.Tensor,
+    v: torch.Tensor,
+    state: torch.Tensor,
+    save: bool = False,
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """WKV recurrence in the stable (aa, bb, pp) form, one torch step per token.
+
+    ``w = -exp(time_decay)`` and ``u = time_first``: ``(C,)``; ``k, v``: ``(B, T, C)`` float32
+    or float64; ``state``: ``(B, 3, C)`` (aa, bb, pp) of that dtype. Returns ``y`` ``(B, T, C)``
+    and the states ``(3, B, S, C)`` in the kernel's layout: with ``save`` (S = T + 1) the state
+    before every step and after the last, else (S = 1) the final state only.
+    """
+    aa, bb, pp = state.unbind(1)
+    ys, kept = [], []
+    for t in range(k.shape[1]):
+        kt, vt = k[:, t], v[:, t]
+        if save:
+            kept.append(torch.stack([aa, bb, pp]))
+        e1, e2 = _scales(pp, u + kt)
+        ys.append((e1 * aa + e2 * vt) / (e1 * bb + e2))
+        ww = w + pp
+        f1, f2 = _scales(ww, kt)
+        aa, bb, pp = f1 * aa + f2 * vt, f1 * bb + f2, torch.maximum(ww, kt)
+    kept.append(torch.stack([aa, bb, pp]))
+    y = torch.stack(ys, 1) if ys else k.new_empty(k.shape)
+    return y, torch.stack(kept, 2)
+
+
+def _gradients(
+    w: torch.Tensor,
+    u: torch.Tensor,
+    k: torch.Tensor,
+    v: torch.Tensor,
+    state: torch.Tensor,
+    gy: torch.Tensor,
+    gstate: torch.Tensor,
+) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor]:
+    """Gradients of ``_recurrence`` given ``gy`` ``(B, T, C)`` and ``gstate`` ``(B, 3, C)``
+    (of ``y`` and of the final state): ``(gw, gu)`` per chain ``(B, C)`` (not summed over B),
+    ``gk, gv`` ``(B, T, C)`` and the initial state's ``(B, 3, C)``.
+
+    Reverse mode through every step from the state before it (recomputed here), as autograd
+    would, except through the max of the output's pair: the output is invariant to that common
+    scale, so that gradient is exactly zero. A tie of the state's max splits its gradient in half,
+    like ``torch.maximum``.
+    """
+    states = _recurrence(w, u, k, v, state, save=True)[1]
+    ga, gb, gp = gstate.unbind(1)
+    gw, gu = torch.zeros_like(ga), torch.zeros_like(ga)
+    gk, gv = torch.empty_like(k), torch.empty_like(v)
+    for t in reversed(range(k.shape[1])):
+        aa, bb, pp = states[:, :, t]
+        kt, vt = k[:, t], v[:, t]
+        e1, e2 = _scales(pp, u + kt)
+        den = e1 * bb + e2
+        g_num = gy[:, t] / den
+        g_den = -g_num * (e1 * aa + e2 * vt) / den
+        g_uk = e2 * (g_num * vt + g_den)
+        ww = w + pp
+        f1, f2 = _scales(ww, kt)
+        g_f1 = (ga * aa + gb * bb) * f1
+        g_f2 = (ga * vt + gb) * f2
+        g_max = gp - g_f1 - g_f2
+        to_ww = torch.where(ww > kt, g_max, torch.where(ww == kt, 0.5 * g_max, 0 * g_max))
+        g_ww = g_f1 + to_ww
+        gk[:, t] = g_uk + g_f2 + (g_max - to_ww)
+        gv[:, t] = ga * f2 + g_num * e2
+        gw, gu = gw + g_ww, gu + g_uk
+        ga, gb, gp = ga * f1 + g_num * e1, gb * f1 + g_den * e1, g_ww - g_uk
+    return gw, gu, gk, gv, torch.stack([ga, gb, gp], 1)
+
+
+def forward(
+    time_decay: torch.Tensor,
+    time_first: torch.Tensor,
+    state: torch.Tensor,
+    k: torch.Tensor,
+    v: torch.Tensor,
+    y: torch.Tensor,
+    states: torch.Tensor,
+) -> None:
+    """``taichi.forward``'s contract: writes ``y`` and ``states`` (every state, or the final)."""
+    save = states.dim() == 4
+    out, full = _recurrence(-torch.exp(time_decay), time_first, k, v, state, save)
+    y.copy_(out)
+    states.copy_(full if save else full[:, :, -1].transpose(0, 1))
+
+
+def backward(
+    time_decay: torch.Tensor,
+    w: torch.Tensor,
+    u: torch.Tensor,
+    k: torch.Tensor,
+    v: torch.Tensor,
+    state: torch.Tensor,
+    saved: torch.Tensor,
+    gy: torch.Tensor,
+    gstate: torch.Tensor,
+    gk: torch.Tensor,
+    gv: torch.Tensor,
+    grads: torch.Tensor,
+) -> None:
+    """``taichi.backward``'s contract (the states are recomputed here whatever ``saved``)."""
+    gw, gu, gk_, gv_, gs = _gradients(w, u, k, v, state, gy, gstate)
+    gk.copy_(gk_)
+    gv.copy_(gv_)
+    grads.copy_(torch.cat([gw.reshape(-1), gu.reshape(-1), gs.reshape(-1)]))
