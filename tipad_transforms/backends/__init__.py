@@ -164,8 +164,8 @@ class Operation:
                 continue
             if start:
                 warmup.spend(time.perf_counter() - start)
-            if _log is not None:
-                _log.append((self.family, self.name, backend.name))
+            for log in _logs:
+                log.append((self.family, self.name, backend.name))
             return backend.name
         raise Refused(f"no backend in use could run {self.what}: {'; '.join(reasons)}")
 
@@ -195,7 +195,7 @@ def family(
 # The policy's state: the backends in order of use, those a test forbade, a record of runs.
 _order: tuple[Backend, ...] = ()
 _forbidden: frozenset[str] = frozenset()
-_log: list[Any] | None = None
+_logs: tuple[list[Any], ...] = ()
 
 
 def _set_order(backends: tuple[Backend, ...]) -> None:
@@ -237,13 +237,14 @@ def forbid(*names: str) -> Iterator[None]:
 @contextlib.contextmanager
 def record(into: list[Any] | None = None) -> Iterator[list[Any]]:
     """Within: every run is appended to the yielded list (``into``, else a new one) as
-    ``(family, operation, backend)``, e.g. ``("pad", "forward", "taichi")``."""
-    global _log
-    saved, _log = _log, ([] if into is None else into)
+    ``(family, operation, backend)``, e.g. ``("pad", "forward", "taichi")``; records nest."""
+    global _logs
+    log = [] if into is None else into
+    saved, _logs = _logs, (*_logs, log)
     try:
-        yield _log
+        yield log
     finally:
-        _log = saved
+        _logs = saved
 
 
 from . import warmup  # noqa: E402

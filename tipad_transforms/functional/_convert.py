@@ -21,7 +21,7 @@ from torchvision.transforms.v2 import functional as tvF
 
 from .._checks import INT64_MAX, check_dense, is_int
 from .._tracing import tracing
-from .._value_cache import KeyedCache, ValueCache, normal_tensors
+from .._value_cache import ValueCache, constant, normal_tensors
 
 __all__ = [
     "Fill",
@@ -36,11 +36,8 @@ __all__ = [
 Fill = int | float | bool | Sequence[int | float | bool] | None
 
 _NUMBER = (int, float, bool)
-# Recent conversions, keyed by what determines them; bounded, cleared when full.
-_CACHE_SIZE = 16
-_FILLS: KeyedCache[torch.Tensor] = KeyedCache(_CACHE_SIZE)
 # Recent textures' conversions, checked against the texture's bits on every use.
-_BANKS: ValueCache[torch.Tensor] = ValueCache(_CACHE_SIZE)
+_BANKS: ValueCache[torch.Tensor] = ValueCache(16)
 
 
 def _scalar(value: int | float | bool, dtype: torch.dtype, name: str) -> torch.Tensor:
@@ -82,8 +79,8 @@ def fill_values(fill: Any, dtype: torch.dtype, channels: int, name: str = "fill"
         fill = fill[0]
     values = (_bits(fill),) if isinstance(fill, _NUMBER) else _bits_of(fill)
     if values is not None:
-        key = (values, type(fill), dtype, channels, name)
-        return _FILLS.get(key, lambda: _fill_tensor(fill, dtype, channels, name))
+        key = ("fill", values, type(fill), dtype, channels, name)
+        return constant(key, lambda: _fill_tensor(fill, dtype, channels, name))
     with normal_tensors():  # as the cached ones: never an inference tensor
         return _fill_tensor(fill, dtype, channels, name)
 
