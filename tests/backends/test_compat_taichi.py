@@ -1,34 +1,43 @@
-"""The lean launcher (``_runtime/_lean.py``) against Taichi's public call.
+"""Taichi's internals (``_compat/taichi.py``): every one the package reads is there, none is
+read anywhere else, and the lean launcher gives Taichi's public call's bits.
 
-It relies on internals of one Taichi version: these tests fail loudly when an upgrade removes
-what it uses, and check that every kernel of every family gives bit-equal results through both
-paths, on seeded random inputs with poisoned outputs.
+The lean launcher relies on internals of one Taichi version: these tests fail loudly when an
+upgrade removes what it uses, and check that every kernel of every family gives bit-equal
+results through both paths, on seeded random inputs with poisoned outputs.
 """
 
 from __future__ import annotations
 
+import ast
 import contextlib
+import os
 import types
 from collections.abc import Callable, Iterator
+from pathlib import Path
 from typing import Any
 
 import pytest
 import torch
 
-from tipad_transforms import _runtime
 from tipad_transforms import functional as F
-from tipad_transforms._runtime import _lean
+from tipad_transforms._compat import taichi as _lean
+from tipad_transforms.backends import TAICHI
 from tipad_transforms.ops import time_conv, wkv, wkv7
+from tipad_transforms.ops.padding import taichi as pad_taichi
+from tipad_transforms.ops.rwkv4 import taichi as wkv_taichi
+from tipad_transforms.ops.rwkv7 import taichi as wkv7_taichi
+
+PACKAGE = Path(__file__).resolve().parents[2] / "tipad_transforms"
 
 
 def _ti() -> Any:
-    return _runtime._import_taichi()
+    return TAICHI.load()
 
 
 def _lean_kernels() -> list[_lean.LeanKernel]:
     return [
         k
-        for family in _runtime._state["kernels"].values()
+        for family in TAICHI.kernels.values()
         for k in family.values()
         if isinstance(k, _lean.LeanKernel)
     ]
@@ -114,14 +123,14 @@ def test_pinned_taichi_internals_exist() -> None:
     ti = _ti()
     assert _lean.lean_supported(ti), (
         f"Taichi {ti.__name__} {ti.__version__} is not one the lean launcher knows "
-        f"({_lean.KNOWN}): check _runtime/_lean.py against its kernel_impl.py, then add it"
+        f"({_lean.KNOWN}): check _compat/taichi.py against its kernel_impl.py, then add it"
     )
     from taichi.lang import kernel_impl
 
     for name in ("ensure_compiled", "compiled_kernels", "launch_kernel"):
         assert hasattr(kernel_impl.Kernel, name) or name == "compiled_kernels"
     F.pad(torch.zeros(1, 2, 2, dtype=torch.uint8), 1)  # builds the pad family
-    k = _runtime._state["kernels"]["pad"]["pad_canvas"]
+    k = TAICHI.kernels["pad"]["pad_canvas"]
     assert isinstance(k, _lean.LeanKernel) and k.enabled
     primal = k.public._primal
     for attr in ("arguments", "compiled_kernels", "return_type", "has_print", "mapper"):
@@ -156,7 +165,7 @@ def test_every_family_runs_lean() -> None:
     for run in _cases().values():
         run()
         run()
-    families = _runtime._state["kernels"]
+    families = TAICHI.kernels
     assert {"pad", "wkv", "wkv7", "time_conv"} <= set(families)
     for name in ("pad", "wkv", "wkv7", "time_conv"):
         used = [k for k in families[name].values() if isinstance(k, _lean.LeanKernel) and k._plans]
@@ -182,7 +191,7 @@ def test_unknown_taichi_takes_the_public_call(monkeypatch: pytest.MonkeyPatch) -
 def test_arguments_it_does_not_know_take_the_public_call() -> None:
     x = torch.randint(0, 256, (3, 6, 6), dtype=torch.uint8)
     F.pad(x, 2, padding_mode="reflect")
-    k = _runtime._state["kernels"]["pad"]["pad_canvas"]
+    k = TAICHI.kernels["pad"]["pad_canvas"]
     t = torch.zeros(4, 2)[:, 0]  # not contiguous
     assert k._key((t,) * len(k._kinds)) is None
     assert k._key((torch.zeros(2, requires_grad=True),) * len(k._kinds)) is None
@@ -193,15 +202,13 @@ def test_pad_plans_bind_a_raw_pointer_launcher() -> None:
     """The padding plans launch through ``_lean.Bound`` (raw pointers, no signature), which
     rests on the same internals as ``LeanKernel``: it must exist for the pad kernel, give the
     public call's bits, and hand the call back (False) when the lean path may not run."""
-    from tipad_transforms._runtime import _pad as runtime_pad
-
     g = torch.Generator().manual_seed(21)
     x = torch.randint(0, 256, (2, 3, 11, 16), generator=g, dtype=torch.uint8)
     tex = torch.randint(0, 256, (3, 4, 6), generator=g, dtype=torch.uint8)
     run = lambda: F.texture_pad(x, (9, 7, 10, 8), tex, stagger=2)  # noqa: E731
     run()
     run()
-    bounds = [b for b in runtime_pad._bounds.values() if b is not None]
+    bounds = [b for b in pad_taichi._bounds.values() if b is not None]
     assert bounds, "no padding plan bound a lean launcher"
     assert all(isinstance(b, _lean.Bound) for b in bounds)
     lean = _poisoned(run)
@@ -215,8 +222,6 @@ def test_a_cpu_bound_reuses_its_context_and_resets_only_what_changed() -> None:
     """On the CPU a ``Bound`` keeps one launch context and sets a slot only when its array
     differs from the last launch's: inputs that change, stay and come back (the texture and
     ``meta`` never change) must give the public call's bits every time."""
-    from tipad_transforms._runtime import _pad as runtime_pad
-
     g = torch.Generator().manual_seed(23)
     xs = [torch.randint(0, 256, (1, 3, 9, 12), generator=g, dtype=torch.uint8) for _ in range(3)]
     tex = torch.randint(0, 256, (3, 5, 7), generator=g, dtype=torch.uint8)
@@ -227,7 +232,7 @@ def test_a_cpu_bound_reuses_its_context_and_resets_only_what_changed() -> None:
 
     run(xs[0])
     run(xs[0])  # a plan and its Bound exist now
-    bounds = [b for b in runtime_pad._bounds.values() if b is not None]
+    bounds = [b for b in pad_taichi._bounds.values() if b is not None]
     assert bounds and all(b._ctx is not None for b in bounds)  # this is the CPU
     with _public_only():
         want = [run(x).clone() for x in xs]
@@ -276,16 +281,13 @@ def test_recurrence_steps_launch_through_raw_pointers(
 ) -> None:
     """The RWKV forwards launch through a per-signature ``_lean.Step`` (a ``Bound`` with the
     sizes fixed) once a signature has run, and each gives the public call's bits."""
-    from tipad_transforms._runtime import _wkv as runtime_wkv
-    from tipad_transforms._runtime import _wkv7 as runtime_wkv7
-
-    steps = (runtime_wkv if family == "wkv" else runtime_wkv7)._steps
+    steps = (wkv_taichi if family == "wkv" else wkv7_taichi)._steps
     runs = _step_runs(family)
     for run in runs:
         run()
     steps.clear()
     firsts = [_poisoned(run) for run in runs]  # the public call, which records the steps
-    keys = steps.keys()
+    keys = list(steps)
     assert len(keys) == len(runs)
     served: list[bool] = []
     launch = _lean.Step.launch
@@ -296,7 +298,7 @@ def test_recurrence_steps_launch_through_raw_pointers(
 
     monkeypatch.setattr(_lean.Step, "launch", counting)
     lean = [_poisoned(run) for run in runs]
-    assert served == [True] * len(runs) and steps.keys() == keys
+    assert served == [True] * len(runs) and list(steps) == keys
     with _public_only():
         public = [_poisoned(run) for run in runs]
     assert served[len(runs) :] == [False] * len(runs)  # disabled: handed back, nothing run
@@ -320,3 +322,57 @@ def test_worker_context_preloads_taichi_in_the_forkserver() -> None:
             worker_context("fork")
     finally:
         fs._forkserver._preload_modules = saved
+
+
+def test_every_taichi_internal_is_there() -> None:
+    """What the Taichi backend reads of Taichi's internals answers on the Taichi in use (the
+    lean launcher's own are checked above): a moved one is named here."""
+    F.pad(torch.zeros(1, 2, 2), 1)  # Taichi runs
+    ti = _ti()
+    assert _lean.runtime_arch(ti) == "cpu"
+    assert _lean.default_ip(ti) == ti.i32
+    assert _lean.is_kernel(TAICHI.kernels["pad"]["pad_canvas"].public)
+    assert not _lean.is_kernel(test_every_taichi_internal_is_there)
+    assert _lean.MISSING == [], f"Taichi internals moved: {_lean.MISSING}"
+
+
+# Taichi's public API is the top-level module (``ti.kernel``, ``ti.types``, ``ti.cpu``, ...);
+# these are its internals, which only _compat/taichi.py may read.
+_TAICHI_PRIVATE = {
+    "lang", "_primal", "_is_wrapped_kernel", "get_runtime", "current_cfg", "compiled_kernels",
+    "ensure_compiled", "make_launch_context", "launch_kernel", "compile_kernel", "target_tape",
+    "fwd_mode_manager", "set_arg_external_array_with_shape", "set_arg_int", "set_arg_float",
+}  # fmt: skip
+
+
+def _taichi_private_names(tree: ast.AST) -> list[str]:
+    found = []
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Attribute) and node.attr in _TAICHI_PRIVATE:
+            found.append(f".{node.attr} (line {node.lineno})")
+        if isinstance(node, ast.ImportFrom) and (node.module or "").startswith(
+            ("taichi.", "taichi_forge.")
+        ):
+            found.append(f"from {node.module} import ... (line {node.lineno})")
+        if isinstance(node, ast.Import):
+            found += [f"import {a.name} (line {node.lineno})" for a in node.names
+                      if a.name.startswith(("taichi.", "taichi_forge."))]  # fmt: skip
+    return found
+
+
+@pytest.mark.parametrize(
+    "path",
+    sorted(p for p in PACKAGE.rglob("*.py") if "_compat" not in p.parts),
+    ids=lambda p: os.path.relpath(p, PACKAGE),
+)
+def test_no_taichi_internal_outside_compat(path: Path) -> None:
+    names = _taichi_private_names(ast.parse(path.read_text(), str(path)))
+    assert names == [], (
+        f"{path.name} reads Taichi internals; move them to _compat/taichi.py: {names}"
+    )
+
+
+def test_the_checker_sees_a_taichi_internal() -> None:
+    source = "from taichi.lang import impl\nti.lang.impl.get_runtime().prog\nk._primal"
+    assert len(_taichi_private_names(ast.parse(source))) >= 3
+    assert _taichi_private_names(ast.parse("ti.kernel\nti.types.ndarray()\nti.cpu")) == []

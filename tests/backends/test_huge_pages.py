@@ -1,4 +1,5 @@
-"""Fresh large CPU outputs: huge-page advice (``_runtime.advise_huge_pages``) and what users get.
+"""Fresh large CPU outputs: huge-page advice (``backends.taichi.advise_huge_pages``) and
+what users get.
 
 The advice must never change a value (fresh output == ``out=`` output bit for bit, an advised
 tensor keeps its contents), must cover exactly the 2 MiB-aligned interior of a large CPU output
@@ -18,7 +19,7 @@ import torch
 from reference import assert_bitwise_equal, random_image, texture_pad_ref
 
 import tipad_transforms.functional as F
-from tipad_transforms import _runtime
+from tipad_transforms.backends import taichi as taichi_backend
 
 HUGE = 1 << 21
 # 3 x 640 x 1250 float32 = 9.6 MB: above the advice's 8 MiB threshold, a few ms to pad.
@@ -39,7 +40,7 @@ class _RecordingLibc:
 @pytest.fixture
 def libc(monkeypatch: pytest.MonkeyPatch) -> _RecordingLibc:
     fake = _RecordingLibc()
-    monkeypatch.setattr(_runtime, "_libc", [fake])
+    monkeypatch.setattr(taichi_backend, "_libc", [fake])
     monkeypatch.setattr(sys, "platform", "linux")
     return fake
 
@@ -81,7 +82,7 @@ def test_advice_covers_exactly_the_aligned_interior(libc: _RecordingLibc) -> Non
         for size in (10 * HUGE, 10 * HUGE + 4096, 10 * HUGE - 4096):
             t = base[skip + shift : skip + shift + size]
             libc.calls.clear()
-            _runtime.advise_huge_pages(t)
+            taichi_backend.advise_huge_pages(t)
             ((start, length, advice),) = libc.calls
             ptr, end = t.data_ptr(), t.data_ptr() + size
             assert advice == 14  # MADV_HUGEPAGE
@@ -91,11 +92,11 @@ def test_advice_covers_exactly_the_aligned_interior(libc: _RecordingLibc) -> Non
 
 
 def test_advice_skips_small_and_non_cpu_tensors(libc: _RecordingLibc) -> None:
-    _runtime.advise_huge_pages(torch.empty(4 * HUGE - 1, dtype=torch.uint8))
-    _runtime.advise_huge_pages(torch.empty(16 * HUGE, dtype=torch.uint8, device="meta"))
-    _runtime.advise_huge_pages(torch.empty(0))
+    taichi_backend.advise_huge_pages(torch.empty(4 * HUGE - 1, dtype=torch.uint8))
+    taichi_backend.advise_huge_pages(torch.empty(16 * HUGE, dtype=torch.uint8, device="meta"))
+    taichi_backend.advise_huge_pages(torch.empty(0))
     assert libc.calls == []
-    _runtime.advise_huge_pages(torch.empty(4 * HUGE + 2 * HUGE, dtype=torch.uint8))
+    taichi_backend.advise_huge_pages(torch.empty(4 * HUGE + 2 * HUGE, dtype=torch.uint8))
     assert len(libc.calls) == 1
 
 
@@ -103,14 +104,14 @@ def test_advice_skips_other_platforms(
     libc: _RecordingLibc, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     monkeypatch.setattr(sys, "platform", "darwin")
-    _runtime.advise_huge_pages(torch.empty(8 * HUGE, dtype=torch.uint8))
+    taichi_backend.advise_huge_pages(torch.empty(8 * HUGE, dtype=torch.uint8))
     assert libc.calls == []
 
 
 def test_advice_keeps_contents() -> None:
     t = random_image((6 * HUGE // 4 + 123,), torch.float32, seed=13)
     before = t.clone()
-    _runtime.advise_huge_pages(t)  # real madvise, on memory already written
+    taichi_backend.advise_huge_pages(t)  # real madvise, on memory already written
     assert_bitwise_equal(t, before)
 
 
@@ -147,7 +148,7 @@ def test_advice_reaches_the_kernel_for_the_interior_only() -> None:
         end = (ptr + t.numel()) // HUGE * HUGE
         assert ptr < start < end < ptr + t.numel()
         assert "hg" not in _vma_flags(ptr) and "hg" not in _vma_flags(ptr + t.numel() - 1)
-        _runtime.advise_huge_pages(t)
+        taichi_backend.advise_huge_pages(t)
         assert "hg" in _vma_flags(start) and "hg" in _vma_flags(end - 1)
         assert "hg" not in _vma_flags(start - 1) and "hg" not in _vma_flags(ptr)
         assert "hg" not in _vma_flags(end) and "hg" not in _vma_flags(ptr + t.numel() - 1)

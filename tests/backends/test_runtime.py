@@ -1,11 +1,10 @@
-"""Runtime: threads, forked DataLoader workers, the torch fallback route, quiet lazy import."""
+"""The Taichi backend: threads, forked DataLoader workers, refusals and the torch backend that
+serves them, quiet lazy import, a Taichi the user started."""
 
 from __future__ import annotations
 
 import json
 import os
-import subprocess
-import sys
 import textwrap
 import warnings
 from concurrent.futures import ThreadPoolExecutor
@@ -18,27 +17,26 @@ from reference import (
     assert_bitwise_equal,
     pad_ref,
     random_image,
+    run_child,
     texture_pad_ref,
 )
 
 import tipad_transforms.functional as F
 import tipad_transforms.ops  # noqa: F401  (registers torch.ops.tipad)
-from tipad_transforms import _fallback, _runtime, ops
-from tipad_transforms._geometry import PadGeometry
+from tipad_transforms import ops
+from tipad_transforms.backends import TAICHI
+from tipad_transforms.ops.padding import PadCall, PadGeometry
+from tipad_transforms.ops.padding import reference as pad_reference
 
 MODES = (*STANDARD_MODES, "texture")
 
 
-def _run_child(script: str, timeout: float = 240) -> subprocess.CompletedProcess[str]:
-    try:
-        return subprocess.run(
-            [sys.executable, "-c", textwrap.dedent(script)],
-            capture_output=True,
-            text=True,
-            timeout=timeout,
-        )
-    except subprocess.TimeoutExpired as exc:
-        pytest.fail(f"child process hung (killed after {timeout} s): {exc.stderr!r}")
+def _torch_pad(g: PadGeometry, mode: str, x: torch.Tensor, **kw: Any) -> torch.Tensor:
+    """The torch backend's padding of ``x`` into a fresh canvas."""
+    canvas = x.new_empty(g.n, g.c, g.out_h, g.out_w)
+    pad_reference.forward(PadCall(g, mode, kw["fill"], kw["texture"], kw["offset"],
+                                  kw["texture_index"], kw["stagger"]), x, canvas)  # fmt: skip
+    return canvas
 
 
 # ---------------------------------------------------------------------------------------------
@@ -74,7 +72,7 @@ _CHILD = """
 import json, sys, threading, traceback, warnings
 import torch
 import tipad_transforms.functional as F
-from tipad_transforms import _runtime
+from tipad_transforms.backends import TAICHI
 
 report = {}
 gen = torch.Generator().manual_seed(0)
@@ -103,7 +101,7 @@ except Exception:
     report["threads_error"] = traceback.format_exc()
 
 # 2. Taichi now runs in this parent; forked DataLoader workers must still pad correctly.
-report["parent_arch"] = _runtime.runtime_arch()
+report["parent_arch"] = TAICHI.runtime_arch()
 expected = [sample(i) for i in range(8)]
 report["expected"] = [e.tolist() for e in expected]
 
@@ -129,7 +127,7 @@ print("REPORT " + json.dumps(report))
 
 @pytest.fixture(scope="module")
 def child_report() -> dict[str, Any]:
-    proc = _run_child(_CHILD, timeout=300)
+    proc = run_child(_CHILD, timeout=300)
     lines = [ln for ln in proc.stdout.splitlines() if ln.startswith("REPORT ")]
     assert proc.returncode == 0 and lines, (
         f"child exited with {proc.returncode}:\n{proc.stdout[-2000:]}\n{proc.stderr[-3000:]}"
@@ -156,7 +154,7 @@ def test_first_launch_prints_nothing_to_stdout(child_report: dict[str, Any]) -> 
 
 
 def test_import_is_lazy_and_silent() -> None:
-    proc = _run_child(
+    proc = run_child(
         """
         import sys
         import tipad_transforms
@@ -165,8 +163,8 @@ def test_import_is_lazy_and_silent() -> None:
         loaded = sorted(m for m in sys.modules if m == "taichi" or m.startswith("taichi."))
         if loaded:
             sys.exit("taichi imported: " + ", ".join(loaded[:5]))
-        from tipad_transforms import _runtime
-        if _runtime.runtime_arch() is not None:
+        from tipad_transforms.backends import TAICHI
+        if TAICHI.runtime_arch() is not None:
             sys.exit("taichi initialised at import")
         """,
         timeout=180,
@@ -188,7 +186,7 @@ def test_per_pixel_loop_order(
     # CUDA runs the kernel's per-pixel branch; flipping the switch on the CPU checks its index
     # math here, where no GPU is needed.
     F.pad(torch.zeros(1, 1, 1), 1)  # initialise first: init would reset the switch
-    monkeypatch.setitem(_runtime._state, "per_pixel", True)
+    monkeypatch.setattr(TAICHI, "gpu_order", True)
     x = random_image((2, 3, 5, 6), dtype, seed=40).requires_grad_(dtype == torch.float64)
     bank = random_image((2, 1, 3, 4), dtype, seed=41).requires_grad_(dtype == torch.float64)
     kw: dict[str, Any] = {
@@ -221,12 +219,12 @@ def test_per_pixel_loop_order(
 
 def test_refusal_reasons() -> None:
     for device in (torch.device("cuda", 1), torch.device("meta")):
-        reason = _runtime.refusal(device)
+        reason = TAICHI.refusal(device)
         assert isinstance(reason, str) and reason
-    assert "cuda:1" in str(_runtime.refusal(torch.device("cuda", 1)))
-    assert "meta" in str(_runtime.refusal(torch.device("meta")))
+    assert "cuda:1" in str(TAICHI.refusal(torch.device("cuda", 1)))
+    assert "meta" in str(TAICHI.refusal(torch.device("meta")))
     F.pad(torch.zeros(1, 1, 1), 1)  # make sure Taichi runs here
-    assert _runtime.refusal(torch.device("cpu")) is None
+    assert TAICHI.refusal(torch.device("cpu")) is None
 
 
 def _canonical(
@@ -236,7 +234,7 @@ def _canonical(
     padding: tuple[int, int, int, int] = (9, 2, 6, 11),
     texture_channels: int = 1,
 ) -> tuple[PadGeometry, dict[str, Any], tuple[Any, ...]]:
-    """One call's canonical arguments: for _fallback.pad and for torch.ops.tipad.pad."""
+    """One call's canonical arguments: for the torch backend and for torch.ops.tipad.pad."""
     x = random_image((2, 3, 4, 5), dtype, seed=seed)
     padding = list(padding)
     g = PadGeometry.of(x.shape, padding)
@@ -272,7 +270,7 @@ def test_fallback_equals_kernel(
 ) -> None:
     g, kwargs, op_args = _canonical(mode, dtype, 11, padding, texture_channels)
     x = op_args[0]
-    fallback = _fallback.pad(g, mode, x, **kwargs)
+    fallback = _torch_pad(g, mode, x, **kwargs)
     kernel = torch.ops.tipad.pad(*op_args)
     assert_bitwise_equal(fallback, kernel)
     if mode == "texture":
@@ -308,7 +306,7 @@ def test_fallback_texture_rows_match_the_reference(seed: int) -> None:
     offset = draw(-60, 60, n, 2).to(torch.int32)
     index = draw(0, 4, n).to(torch.int32)
     x = random_image((n, c, h, w), torch.float32, seed=200 + seed)
-    got = _fallback.pad(
+    got = _torch_pad(
         PadGeometry.of(x.shape, padding), "texture", x, texture=bank, fill=x.new_empty(0),
         offset=offset, texture_index=index, stagger=stagger,
     )  # fmt: skip
@@ -322,16 +320,11 @@ def test_fallback_backward_equals_kernel(mode: str) -> None:
     g, kwargs, op_args = _canonical(mode, torch.float64, seed=12)
     grad = random_image((g.n, g.c, g.out_h, g.out_w), torch.float64, seed=13)
     texture = kwargs["texture"]
-    gx_fb, gt_fb = _fallback.pad_backward(
-        grad,
-        g,
-        mode,
-        torch.float64,
-        texture=texture,
-        offset=kwargs["offset"],
-        texture_index=kwargs["texture_index"],
-        stagger=3,
-    )
+    gx_fb = torch.zeros(g.n, g.c, g.h, g.w, dtype=torch.float64)
+    gt_fb = torch.zeros(texture.shape, dtype=torch.float64)
+    call = PadCall(g, mode, texture.new_empty(0), texture, kwargs["offset"],
+                   kwargs["texture_index"], 3)  # fmt: skip
+    pad_reference.backward(call, grad, gx_fb, gt_fb)
     gx, gt = torch.ops.tipad.pad_backward(
         grad, [2, 3, 4, 5], op_args[1], mode, texture, kwargs["offset"], kwargs["texture_index"], 3
     )
@@ -345,7 +338,7 @@ def test_refused_device_uses_fallback_with_one_warning(
     mode: str, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     reason = f"test refusal for {mode}"
-    monkeypatch.setattr(_runtime, "refusal", lambda device: reason)
+    monkeypatch.setattr(TAICHI, "refusal", lambda device: reason)
     x = random_image((2, 3, 4, 5), torch.float64, seed=14).requires_grad_()
     tex = random_image((3, 2, 3), torch.float64, seed=15).requires_grad_()
 
@@ -415,7 +408,7 @@ def test_fallback_warning_in_a_worker_points_past_the_standard_library(
         "run",
     )
     reason = "refused in a fake worker"
-    monkeypatch.setattr(_runtime, "refusal", lambda device: reason)
+    monkeypatch.setattr(TAICHI, "refusal", lambda device: reason)
     x = torch.zeros(1, 2, 2)
     none = torch.empty(0)
     lattice = (torch.zeros(1, 2, dtype=torch.int32), torch.zeros(1, dtype=torch.int32))
@@ -468,13 +461,13 @@ def checks(report, calls):
     err = max(float((y.double() - recurrence(td, tf, k, v)).abs().max()) for y in ys)
     report["wkv_err"] = err
     report["warnings"] = [str(w.message) for w in caught]
-    from tipad_transforms import _runtime
-    report["started"] = _runtime.started()
+    from tipad_transforms.backends import TAICHI
+    report["started"] = TAICHI.started()
 """
 
 
 def _child_report(script: str) -> dict[str, Any]:
-    proc = _run_child(_CHECKS + textwrap.dedent(script), timeout=300)
+    proc = run_child(_CHECKS + textwrap.dedent(script), timeout=300)
     lines = [ln for ln in proc.stdout.splitlines() if ln.startswith("REPORT ")]
     assert proc.returncode == 0 and lines, (
         f"child exited with {proc.returncode}:\n{proc.stdout[-2000:]}\n{proc.stderr[-3000:]}"

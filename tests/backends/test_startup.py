@@ -16,9 +16,9 @@ from typing import Any
 
 import pytest
 
-from tipad_transforms._runtime import _backend
+from tipad_transforms.backends import taichi as taichi_backend
 
-ROOT = Path(__file__).resolve().parent.parent
+ROOT = Path(__file__).resolve().parents[2]
 
 # Counts the rescans of sys.modules that inspect.getmodule does when a file name is not in its
 # cache (inspect copies sys.modules once per rescan), with the file name that caused each.
@@ -90,14 +90,16 @@ def test_seeded_frozen_frames_answer_the_same_without_rescans(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     frames = _frozen_frames(tmp_path)
-    assert {f.f_code.co_filename for f in frames} <= set(_backend.FROZEN_FILES)
+    assert {f.f_code.co_filename for f in frames} <= set(taichi_backend.FROZEN_FILES)
     assert frames, "no frame of the import machinery caught"
     namespace: dict[str, Any] = {}
     exec(COUNTER, namespace)
     log: list[Any] = []
     # Start as a process that never seeded (the package may have seeded this one already).
     seeded = {
-        f: inspect.modulesbyfile.pop(f) for f in _backend.FROZEN_FILES if f in inspect.modulesbyfile
+        f: inspect.modulesbyfile.pop(f)
+        for f in taichi_backend.FROZEN_FILES
+        if f in inspect.modulesbyfile
     }
     try:
         monkeypatch.setattr(inspect, "getmodule", inspect.getmodule)
@@ -105,7 +107,7 @@ def test_seeded_frozen_frames_answer_the_same_without_rescans(
         namespace["count_scans"](log)
         before = [inspect.getframeinfo(f) for f in frames]
         unseeded_scans = len(log)
-        _backend.seed_frozen_frames()
+        taichi_backend.seed_frozen_frames()
         del log[:]
         after = [inspect.getframeinfo(f) for f in frames]
         # What Taichi's _inside_class reads: no source lines either way, so "not in a class".
@@ -115,15 +117,15 @@ def test_seeded_frozen_frames_answer_the_same_without_rescans(
         assert unseeded_scans >= len(frames)  # the counter sees the rescans...
         assert log == []  # ...and the seeded cache leaves none
     finally:
-        for f in _backend.FROZEN_FILES:
+        for f in taichi_backend.FROZEN_FILES:
             inspect.modulesbyfile.pop(f, None)
         inspect.modulesbyfile.update(seeded)
 
 
 def test_seeding_keeps_an_existing_entry(monkeypatch: pytest.MonkeyPatch) -> None:
-    name = _backend.FROZEN_FILES[0]
+    name = taichi_backend.FROZEN_FILES[0]
     monkeypatch.setitem(inspect.modulesbyfile, name, "someone_elses")
-    _backend.seed_frozen_frames()
+    taichi_backend.seed_frozen_frames()
     assert inspect.modulesbyfile[name] == "someone_elses"
 
 
@@ -156,8 +158,8 @@ def test_taichi_import_and_first_launch_rescan_no_modules() -> None:
         import tipad_transforms.functional as F
         after_import = list(log)
         padding_only = sorted(m for m in sys.modules if m.startswith("tipad_transforms"))
-        from tipad_transforms._runtime import _backend
-        _backend.load()
+        from tipad_transforms.backends import TAICHI
+        TAICHI.load()
         after_taichi = list(log)
         F.brick_pad(torch.arange(48, dtype=torch.uint8).reshape(3, 4, 4), 2)
         print(json.dumps({"import": after_import, "taichi": after_taichi, "all": log,
@@ -165,10 +167,16 @@ def test_taichi_import_and_first_launch_rescan_no_modules() -> None:
         """
     )
     # Padding imports neither the RWKV side nor the transform classes (lazy package names).
-    lazy = ("tipad_transforms.nn", "tipad_transforms.transforms", "tipad_transforms._runtime._wkv")
+    lazy = (
+        "tipad_transforms.nn",
+        "tipad_transforms.transforms",
+        "tipad_transforms.ops.rwkv4.taichi",
+        "tipad_transforms.ops.rwkv7.taichi",
+        "tipad_transforms.ops.timex.taichi",
+    )
     assert "tipad_transforms.functional" in out["modules"]
     assert not [m for m in out["modules"] if m.startswith(lazy)]
-    frozen = [f for f in out["all"] if f in _backend.FROZEN_FILES]
+    frozen = [f for f in out["all"] if f in taichi_backend.FROZEN_FILES]
     assert frozen == []
     assert out["taichi"] == out["import"]  # importing Taichi rescanned nothing
     assert out["all"] == out["taichi"]  # nor did building and compiling the kernel
@@ -176,23 +184,19 @@ def test_taichi_import_and_first_launch_rescan_no_modules() -> None:
 
 def test_lazy_package_names_resolve() -> None:
     import tipad_transforms
-    from tipad_transforms import _runtime
+    from tipad_transforms import backends
 
     for name in tipad_transforms.__all__:
         assert getattr(tipad_transforms, name) is not None
         assert name in dir(tipad_transforms)
     assert tipad_transforms.BrickPad is tipad_transforms.transforms.BrickPad
     assert tipad_transforms.RWKV4 is tipad_transforms.nn.RWKV4
-    assert tipad_transforms.set_backend is _backend.set_backend
+    assert tipad_transforms.set_backend is backends.set_backend
+    assert tipad_transforms.set_warmup is backends.set_warmup
     with pytest.raises(AttributeError, match="no attribute 'Brickpad'"):
         tipad_transforms.Brickpad  # noqa: B018
-    for name in _runtime.__all__:
-        assert getattr(_runtime, name) is not None
-    from tipad_transforms._runtime._wkv7 import launch_wkv7_forward
-
-    assert _runtime.launch_wkv7_forward is launch_wkv7_forward
-    with pytest.raises(AttributeError, match="no attribute 'launch_nothing'"):
-        _runtime.launch_nothing  # noqa: B018
+    for name in backends.__all__:
+        assert getattr(backends, name) is not None
 
 
 WORKER_MAIN = """
@@ -214,7 +218,7 @@ class Report(torch.utils.data.Dataset):
             "main_ran_in_worker": main.IMPORTED_BY == os.getpid(),
             "ready": [m in sys.modules for m in ("torchvision", "taichi",
                                                  "tipad_transforms.transforms")],
-            "taichi_started": sys.modules["tipad_transforms._runtime"].runtime_arch(),
+            "taichi_started": sys.modules["tipad_transforms.backends"].TAICHI.runtime_arch(),
         })
 
 

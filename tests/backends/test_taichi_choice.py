@@ -1,4 +1,5 @@
-"""The Taichi backend: upstream ``taichi`` or ``taichi_forge``, chosen, imported quietly, packaged.
+"""The Taichi module of the Taichi backend: upstream ``taichi`` or ``taichi_forge``, chosen,
+imported quietly, packaged.
 
 `make test` runs this file in both venvs (upstream taichi in one, taichi_forge in the other), so
 each test checks the backend installed where it runs.
@@ -25,18 +26,18 @@ from reference import assert_bitwise_equal, pad_ref, random_image
 
 import tipad_transforms
 import tipad_transforms.functional as F
-from tipad_transforms import _runtime
-from tipad_transforms._runtime import _backend
+from tipad_transforms.backends import TAICHI
+from tipad_transforms.backends import taichi as taichi_backend
 from tipad_transforms.cli import main
 
-ROOT = Path(__file__).resolve().parent.parent
-INSTALLED = [name for name in _backend.BACKENDS if importlib.util.find_spec(name) is not None]
-MISSING = [name for name in _backend.BACKENDS if name not in INSTALLED]
+ROOT = Path(__file__).resolve().parents[2]
+INSTALLED = [name for name in taichi_backend.MODULES if importlib.util.find_spec(name) is not None]
+MISSING = [name for name in taichi_backend.MODULES if name not in INSTALLED]
 
 
 def _child(script: str, *flags: str, env: dict[str, str] | None = None) -> dict[str, Any]:
     """Run ``script`` in a fresh interpreter (one Taichi per process); its last line is JSON."""
-    environ = {k: v for k, v in os.environ.items() if k != _backend.ENV_VAR}
+    environ = {k: v for k, v in os.environ.items() if k != taichi_backend.ENV_VAR}
     environ.update(env or {})
     try:
         proc = subprocess.run(
@@ -70,20 +71,20 @@ def test_first_kernel_call_on_each_backend_under_warnings_as_errors(name: str) -
         """
         import json, sys, warnings
         import torch, tipad_transforms.functional as F
-        from tipad_transforms import _runtime
+        from tipad_transforms.backends import TAICHI
         before = list(warnings.filters)
         gen = torch.Generator().manual_seed(3)
         x = torch.randint(0, 256, (2, 3, 5, 6), dtype=torch.uint8, generator=gen)
         y = F.pad(x, (3, 1, 4, 2), padding_mode="reflect")
         print(json.dumps({"x": x.tolist(), "y": y.tolist(),
-                          "backend": _runtime.taichi_backend(),
+                          "backend": TAICHI.describe(),
                           "filters_kept": list(warnings.filters) == before,
                           "modules": sorted(m for m in ("taichi", "taichi_forge")
                                             if m in sys.modules)}))
         """,
         "-W",
         "error",
-        env={_backend.ENV_VAR: name.replace("_", "-")},  # pip's spelling is accepted too
+        env={taichi_backend.ENV_VAR: name.replace("_", "-")},  # pip's spelling is accepted too
     )
     assert report["stderr"] == ""
     assert report["filters_kept"], "the quiet import left the user's warning filters changed"
@@ -101,22 +102,22 @@ def test_bad_choices_are_refused() -> None:
     with pytest.raises(TypeError, match="name must be a str"):
         tipad_transforms.set_backend(3)  # type: ignore[arg-type]
     F.pad(torch.zeros(1, 1, 1), 1)  # the backend is in use from here on
-    in_use = _backend.chosen()
-    other = next(n for n in _backend.BACKENDS if n != in_use)
+    in_use = TAICHI.chosen()
+    other = next(n for n in taichi_backend.MODULES if n != in_use)
     with pytest.raises(RuntimeError, match=f"already runs its kernels on {in_use}"):
         tipad_transforms.set_backend(other)
     tipad_transforms.set_backend(in_use)  # the one in use: nothing to do
     tipad_transforms.set_backend(None)
-    assert _backend.chosen() == in_use == _runtime._state["ti"].__name__
+    assert TAICHI.chosen() == in_use == TAICHI.ti.__name__
 
 
 @pytest.fixture
 def fresh_choice(monkeypatch: pytest.MonkeyPatch) -> None:
     """The choice as before any launch, with nothing imported (the real modules stay put)."""
-    monkeypatch.setattr(_backend, "_module", None)
-    monkeypatch.setattr(_backend, "_choice", None)
-    monkeypatch.delenv(_backend.ENV_VAR, raising=False)
-    for name in _backend.BACKENDS:
+    monkeypatch.setattr(TAICHI, "ti", None)
+    monkeypatch.setattr(TAICHI, "choice", None)
+    monkeypatch.delenv(taichi_backend.ENV_VAR, raising=False)
+    for name in taichi_backend.MODULES:
         monkeypatch.delitem(sys.modules, name, raising=False)
 
 
@@ -124,7 +125,7 @@ def _installed(monkeypatch: pytest.MonkeyPatch, *names: str) -> None:
     real = importlib.util.find_spec
 
     def find_spec(name: str, *args: Any) -> Any:
-        if name in _backend.BACKENDS:
+        if name in taichi_backend.MODULES:
             return object() if name in names else None
         return real(name, *args)
 
@@ -134,24 +135,24 @@ def _installed(monkeypatch: pytest.MonkeyPatch, *names: str) -> None:
 @pytest.mark.usefixtures("fresh_choice")
 def test_automatic_choice_order(monkeypatch: pytest.MonkeyPatch) -> None:
     _installed(monkeypatch, "taichi", "taichi_forge")
-    assert _backend.chosen() == "taichi"  # both installed: upstream, the tested default
+    assert TAICHI.chosen() == "taichi"  # both installed: upstream, the tested default
     _installed(monkeypatch, "taichi_forge")
-    assert _backend.chosen() == "taichi_forge"  # Python 3.14: only the fork installs
+    assert TAICHI.chosen() == "taichi_forge"  # Python 3.14: only the fork installs
     _installed(monkeypatch, "taichi", "taichi_forge")
     # A Taichi the user already imported wins: one Taichi per process.
     monkeypatch.setitem(sys.modules, "taichi_forge", types.ModuleType("taichi_forge"))
-    assert _backend.chosen() == "taichi_forge"
-    monkeypatch.setenv(_backend.ENV_VAR, "taichi")  # then the environment variable
-    assert _backend.chosen() == "taichi"
+    assert TAICHI.chosen() == "taichi_forge"
+    monkeypatch.setenv(taichi_backend.ENV_VAR, "taichi")  # then the environment variable
+    assert TAICHI.chosen() == "taichi"
     tipad_transforms.set_backend("taichi_forge")  # and set_backend above all
-    assert _backend.chosen() == "taichi_forge"
+    assert TAICHI.chosen() == "taichi_forge"
     _installed(monkeypatch)
     tipad_transforms.set_backend(None)
-    monkeypatch.delenv(_backend.ENV_VAR)
+    monkeypatch.delenv(taichi_backend.ENV_VAR)
     monkeypatch.delitem(sys.modules, "taichi_forge")
     with pytest.raises(ModuleNotFoundError, match="pip install taichi"):
-        _backend.chosen()
-    assert _backend.describe() == "no Taichi installed"
+        TAICHI.chosen()
+    assert TAICHI.describe() == "no Taichi installed"
 
 
 @pytest.mark.usefixtures("fresh_choice")
@@ -159,16 +160,16 @@ def test_automatic_choice_order(monkeypatch: pytest.MonkeyPatch) -> None:
 def test_choosing_a_missing_backend_says_what_to_install(name: str) -> None:
     tipad_transforms.set_backend(name)
     with pytest.raises(ModuleNotFoundError, match=f"pip install {name.replace('_', '-')}"):
-        _backend.load()
-    assert _backend.loaded() is None
+        TAICHI.load()
+    assert TAICHI.ti is None
 
 
 @pytest.mark.usefixtures("fresh_choice")
 def test_bad_environment_variable_is_named(monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setenv(_backend.ENV_VAR, "tachi")
-    with pytest.raises(ValueError, match=f"^{_backend.ENV_VAR} must be one of"):
-        _backend.load()
-    assert _backend.describe().startswith(f"no Taichi ({_backend.ENV_VAR} must be one of")
+    monkeypatch.setenv(taichi_backend.ENV_VAR, "tachi")
+    with pytest.raises(ValueError, match=f"^{taichi_backend.ENV_VAR} must be one of"):
+        TAICHI.load()
+    assert TAICHI.describe().startswith(f"no Taichi ({taichi_backend.ENV_VAR} must be one of")
 
 
 # ---------------------------------------------------------------------------------------------
@@ -177,9 +178,9 @@ def test_bad_environment_variable_is_named(monkeypatch: pytest.MonkeyPatch) -> N
 
 def test_backend_and_version_accessors() -> None:
     F.pad(torch.zeros(1, 1, 1), 1)
-    ti = _runtime._state["ti"]
-    name, version = _runtime.taichi_backend().split()
-    assert name == ti.__name__ and version == _runtime.taichi_version()
+    ti = TAICHI.ti
+    name, version = TAICHI.describe().split()
+    assert name == ti.__name__ and version == TAICHI.version()
     dist = {"taichi": "taichi", "taichi_forge": "taichi-forge"}[name]
     assert version == importlib.metadata.version(dist)
 
@@ -188,16 +189,16 @@ def test_kernels_compile_with_upstreams_optimisations() -> None:
     # taichi_forge's default compile tier skips the advanced IR passes (RWKV kernels 3-5x
     # slower): the seam asks every backend for upstream's pipeline.
     F.pad(torch.zeros(1, 1, 1), 1)
-    cfg = _runtime._state["ti"].lang.impl.current_cfg()
+    cfg = TAICHI.ti.lang.impl.current_cfg()
     assert cfg.advanced_optimization
-    if _runtime._state["ti"].__name__ == "taichi_forge":
+    if TAICHI.ti.__name__ == "taichi_forge":
         assert cfg.compile_tier == "full"
 
 
 def test_version_names_the_backend(capsys: pytest.CaptureFixture[str]) -> None:
     assert main(["--version"]) == 0
     out = capsys.readouterr().out.strip()
-    assert out == f"tipad {tipad_transforms.__version__} ({_runtime.taichi_backend()})"
+    assert out == f"tipad {tipad_transforms.__version__} ({TAICHI.describe()})"
     assert out.split("(")[1].split()[0] in INSTALLED
 
 
@@ -215,7 +216,7 @@ def test_demo_footer_names_the_backend(tmp_path: Path, monkeypatch: pytest.Monke
     argv = ["demo", "--out", str(tmp_path), "--padding", "8", "--runs", "1", "--batch", "1"]
     assert main(argv) == 0
     footer = [t for t in drawn if "made by `tipad demo`" in t]
-    assert len(footer) == 1 and f" · {_runtime.taichi_backend()} · " in footer[0], drawn[-3:]
+    assert len(footer) == 1 and f" · {TAICHI.describe()} · " in footer[0], drawn[-3:]
 
 
 def test_fork_after_the_user_started_this_taichi() -> None:
@@ -224,8 +225,8 @@ def test_fork_after_the_user_started_this_taichi() -> None:
     report = _child(
         """
         import importlib, json, warnings
-        from tipad_transforms._runtime import _backend
-        ti = importlib.import_module(_backend.chosen())
+        from tipad_transforms.backends import TAICHI
+        ti = importlib.import_module(TAICHI.chosen())
         ti.init(arch=ti.cpu)
         import torch
         import tipad_transforms.functional as F

@@ -1,10 +1,11 @@
-"""The torch-route warm-up of a process that has not started Taichi (``ops._route.exact_route``).
+"""The warm-up of a process that has not started Taichi (``backends/warmup.py``): padding's forward
+prefers the torch backend until the process's budget is spent.
 
 A process (the main one or a DataLoader worker) that has not started Taichi pads on the torch
 route until that has cost it its budget (``set_warmup``, ``TIPAD_WARMUP``; in workers
 ``TIPAD_WORKER_WARMUP`` first), then starts Taichi; the bits are the kernel's either way, a
 refused launch still warns, and nothing changes for ops whose torch route is not exact (the
-RWKV operators). In-process tests stand in for a fresh process (``_runtime.started``) and a
+RWKV operators). In-process tests stand in for a fresh process (``TAICHI.running``) and a
 worker (``get_worker_info``); two tests run real processes.
 """
 
@@ -15,8 +16,10 @@ import os
 import subprocess
 import sys
 import warnings
+from collections.abc import Iterator
 from pathlib import Path
 from types import SimpleNamespace
+from typing import Any
 
 import numpy as np
 import pytest
@@ -25,54 +28,55 @@ from reference import assert_bitwise_equal, random_image
 
 import tipad_transforms
 import tipad_transforms.functional as F
-from tipad_transforms import _fallback, _runtime
-from tipad_transforms.ops import _route
+from tipad_transforms import backends
+from tipad_transforms.backends import TAICHI, warmup
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 
 
 @pytest.fixture(params=["main", "worker"])
-def fresh(request: pytest.FixtureRequest, monkeypatch: pytest.MonkeyPatch) -> type[_route._Warmup]:
+def fresh(request: pytest.FixtureRequest, monkeypatch: pytest.MonkeyPatch) -> type[warmup._State]:
     """This process as one that has not started Taichi (the main process, or a DataLoader
     worker), with a 1 s budget of which nothing is spent yet; returns the warm-up's state."""
     F.pad(torch.zeros(1, 2, 2), 1, padding_mode="reflect")  # the kernel compiled, for reference
     if request.param == "worker":
-        monkeypatch.setattr(_route, "get_worker_info", lambda: SimpleNamespace(id=0))
-    monkeypatch.setattr(_runtime, "running", lambda: False)
-    monkeypatch.setattr(_route._Warmup, "spent", 0.0)
-    monkeypatch.setattr(_route._Warmup, "budget", 1.0)
-    return _route._Warmup
+        monkeypatch.setattr(warmup, "get_worker_info", lambda: SimpleNamespace(id=0))
+    monkeypatch.setattr(TAICHI, "running", lambda: False)
+    monkeypatch.setattr(warmup._State, "spent", 0.0)
+    monkeypatch.setattr(warmup._State, "budget", 1.0)
+    return warmup._State
 
 
 @pytest.fixture
 def budget(monkeypatch: pytest.MonkeyPatch) -> None:
     """The budget unresolved (read again at the next use), and set_warmup's value restored."""
-    monkeypatch.setattr(_route._Warmup, "budget", None)
-    monkeypatch.setattr(_route._Warmup, "chosen", None)
-    for name in (_route.WARMUP_ENV, _route.WORKER_WARMUP_ENV):
+    monkeypatch.setattr(warmup._State, "budget", None)
+    monkeypatch.setattr(warmup._State, "chosen", None)
+    for name in (warmup.WARMUP_ENV, warmup.WORKER_WARMUP_ENV):
         monkeypatch.delenv(name, raising=False)
 
 
-def _calls(monkeypatch: pytest.MonkeyPatch, name: str) -> list[int]:
-    """Counts calls of ``_fallback.<name>`` (still running it)."""
-    calls: list[int] = []
-    real = getattr(_fallback, name)
+class _TorchRuns(list[int]):
+    """A 1 for every padding call the torch backend ran (``backends.record``'s entries)."""
 
-    def counted(*args: object, **kwargs: object) -> object:
-        calls.append(1)
-        return real(*args, **kwargs)
+    def append(self, run: Any) -> None:
+        if run == ("pad", "forward", "torch"):
+            super().append(1)
 
-    monkeypatch.setattr(_fallback, name, counted)
-    return calls
+
+@pytest.fixture
+def routed() -> Iterator[list[int]]:
+    with backends.record(_TorchRuns()) as runs:
+        yield runs
 
 
 @pytest.mark.allow_fallback
 @pytest.mark.parametrize("mode", ["reflect", "constant", "texture"])
 def test_a_fresh_process_pads_on_the_torch_route_until_its_budget_is_spent(
-    fresh: type[_route._Warmup],
+    fresh: type[warmup._State],
     mode: str,
     launches: list[str],
-    monkeypatch: pytest.MonkeyPatch,
+    routed: list[int],
 ) -> None:
     image = random_image((3, 17, 23), torch.uint8, seed=31)
     texture = random_image((3, 5, 7), torch.uint8, seed=32)
@@ -82,7 +86,6 @@ def test_a_fresh_process_pads_on_the_torch_route_until_its_budget_is_spent(
             return F.texture_pad(image, (4, 3, 6, 2), texture, stagger=2)
         return F.pad(image, [4, 3, 6, 2], fill=[7, 8, 9], padding_mode=mode)
 
-    routed = _calls(monkeypatch, "pad")
     with warnings.catch_warnings():
         warnings.simplefilter("error")  # the warm-up is silent
         warm = run()
@@ -95,11 +98,10 @@ def test_a_fresh_process_pads_on_the_torch_route_until_its_budget_is_spent(
 
 @pytest.mark.allow_fallback
 def test_pad_stack_warms_up_too(
-    fresh: type[_route._Warmup], launches: list[str], monkeypatch: pytest.MonkeyPatch
+    fresh: type[warmup._State], launches: list[str], routed: list[int]
 ) -> None:
     images = [random_image((3, 5 + i, 9 - i), torch.float32, seed=40 + i) for i in range(3)]
     placement = torch.tensor([[0, 1], [3, 2], [1, 0]])
-    routed = _calls(monkeypatch, "pad_stack")
     warm = F.pad_stack(images, (12, 14), placement, padding_mode="symmetric")
     assert routed == [1] and launches == []
     fresh.spent = 2.0
@@ -113,12 +115,12 @@ def test_once_taichi_runs_the_kernel_launches_at_once(
     in_worker: bool, launches: list[str], monkeypatch: pytest.MonkeyPatch
 ) -> None:
     # conftest's guard fails any call the torch route serves.
-    with _route.no_warmup():
+    with warmup.no_warmup():
         F.pad(torch.zeros(1, 2, 2), 1, padding_mode="edge")  # Taichi runs in this process
-    monkeypatch.setattr(_route._Warmup, "spent", 0.0)
-    monkeypatch.setattr(_route._Warmup, "budget", 10.0)
+    monkeypatch.setattr(warmup._State, "spent", 0.0)
+    monkeypatch.setattr(warmup._State, "budget", 10.0)
     if in_worker:
-        monkeypatch.setattr(_route, "get_worker_info", lambda: SimpleNamespace(id=0))
+        monkeypatch.setattr(warmup, "get_worker_info", lambda: SimpleNamespace(id=0))
     x = random_image((2, 6, 6), torch.float32, seed=50)
     F.pad(x, 2, padding_mode="edge")
     assert launches == ["pad", "pad"]
@@ -126,7 +128,7 @@ def test_once_taichi_runs_the_kernel_launches_at_once(
 
 @pytest.mark.allow_fallback
 def test_set_warmup_zero_starts_taichi_at_the_next_call(
-    fresh: type[_route._Warmup], budget: None, launches: list[str]
+    fresh: type[warmup._State], budget: None, launches: list[str]
 ) -> None:
     x = random_image((2, 6, 6), torch.float32, seed=51)
     tipad_transforms.set_warmup(5)
@@ -136,9 +138,9 @@ def test_set_warmup_zero_starts_taichi_at_the_next_call(
     assert_bitwise_equal(F.pad(x, 2, padding_mode="circular"), warm)
     assert launches == ["pad"]
     tipad_transforms.set_warmup(None)  # back to the environment: unset, so the default
-    assert _route._warmup_budget() == 0.5
+    assert warmup.budget() == 0.5
     tipad_transforms.set_warmup(np.float32(0.25))  # any real number, as a float
-    assert _route._warmup_budget() == 0.25 and type(_route._Warmup.chosen) is float
+    assert warmup.budget() == 0.25 and type(warmup._State.chosen) is float
 
 
 @pytest.mark.parametrize(
@@ -153,24 +155,24 @@ def test_set_warmup_refuses_bad_values(
 ) -> None:
     with pytest.raises(error, match=match):
         tipad_transforms.set_warmup(seconds)  # type: ignore[arg-type]
-    assert _route._Warmup.chosen is None
+    assert warmup._State.chosen is None
 
 
 def test_a_large_output_launches_at_once(
-    fresh: type[_route._Warmup], launches: list[str], monkeypatch: pytest.MonkeyPatch
+    fresh: type[warmup._State], launches: list[str], monkeypatch: pytest.MonkeyPatch
 ) -> None:
     # One torch-route call on it could cost more than the whole budget, and a second canvas.
     x = random_image((1, 6, 6), torch.uint8, seed=90)
-    monkeypatch.setattr(_route, "WARMUP_MAX_BYTES", 10 * 10 - 1)
+    monkeypatch.setattr(warmup, "MAX_BYTES", 10 * 10 - 1)
     F.pad(x, 2, padding_mode="reflect")  # a 10x10 canvas: one byte over
     assert launches == ["pad"] and fresh.spent == 0.0
 
 
 @pytest.mark.allow_fallback
 def test_a_canvas_at_the_size_limit_still_warms_up(
-    fresh: type[_route._Warmup], launches: list[str], monkeypatch: pytest.MonkeyPatch
+    fresh: type[warmup._State], launches: list[str], monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    monkeypatch.setattr(_route, "WARMUP_MAX_BYTES", 10 * 10)
+    monkeypatch.setattr(warmup, "MAX_BYTES", 10 * 10)
     F.pad(random_image((1, 6, 6), torch.uint8, seed=91), 2, padding_mode="reflect")
     assert launches == [] and fresh.spent > 0
 
@@ -180,25 +182,25 @@ def test_a_taichi_the_user_started_counts_as_running(
 ) -> None:
     # Our own start is hidden; the runtime that runs in this process (Taichi initialised, as a
     # user's ti.init would) is enough to launch at once.
-    with _route.no_warmup():
+    with warmup.no_warmup():
         F.pad(torch.zeros(1, 2, 2), 1, padding_mode="edge")
-    monkeypatch.setattr(_runtime, "started", lambda: False)
-    monkeypatch.setattr(_route._Warmup, "spent", 0.0)
-    monkeypatch.setattr(_route._Warmup, "budget", 10.0)
-    assert _runtime.running()
+    monkeypatch.setattr(TAICHI, "started", lambda: False)
+    monkeypatch.setattr(warmup._State, "spent", 0.0)
+    monkeypatch.setattr(warmup._State, "budget", 10.0)
+    assert TAICHI.running()
     F.pad(random_image((1, 4, 4), torch.float32, seed=92), 1, padding_mode="edge")
     assert launches[-1:] == ["pad"]
 
 
 def test_a_forked_child_starts_its_warmup_afresh(monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setattr(_route._Warmup, "spent", 0.4)
-    monkeypatch.setattr(_route._Warmup, "budget", 0.5)
-    monkeypatch.setattr(_route._Warmup, "chosen", 0.0)  # the parent's set_warmup(0)
+    monkeypatch.setattr(warmup._State, "spent", 0.4)
+    monkeypatch.setattr(warmup._State, "budget", 0.5)
+    monkeypatch.setattr(warmup._State, "chosen", 0.0)  # the parent's set_warmup(0)
     read, write = os.pipe()
     pid = os.fork()
     if pid == 0:  # the child: report and leave at once (no pytest teardown here)
         try:
-            state = [_route._Warmup.spent, _route._Warmup.budget, _route._Warmup.chosen]
+            state = [warmup._State.spent, warmup._State.budget, warmup._State.chosen]
             os.write(write, json.dumps(state).encode())
         finally:
             os._exit(0)
@@ -208,12 +210,10 @@ def test_a_forked_child_starts_its_warmup_afresh(monkeypatch: pytest.MonkeyPatch
     os.waitpid(pid, 0)
     # Nothing spent; its budget read from the environment at its own first use.
     assert report == [0.0, None, None]
-    assert (_route._Warmup.spent, _route._Warmup.budget, _route._Warmup.chosen) == (0.4, 0.5, 0)
+    assert (warmup._State.spent, warmup._State.budget, warmup._State.chosen) == (0.4, 0.5, 0)
 
 
-def test_the_rwkv_operators_do_not_warm_up(
-    fresh: type[_route._Warmup], launches: list[str]
-) -> None:
+def test_the_rwkv_operators_do_not_warm_up(fresh: type[warmup._State], launches: list[str]) -> None:
     # Their torch route rounds differently from the kernel: a warm-up would change bits.
     from tipad_transforms.ops import init_wkv_state, wkv
 
@@ -224,10 +224,10 @@ def test_the_rwkv_operators_do_not_warm_up(
 
 @pytest.mark.allow_fallback
 def test_a_refused_launch_still_warns_during_the_warm_up(
-    fresh: type[_route._Warmup], monkeypatch: pytest.MonkeyPatch
+    fresh: type[warmup._State], monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    monkeypatch.setattr(_runtime, "refusal", lambda device: "a test's refusal")
-    monkeypatch.setattr(_route, "_warned", set())
+    monkeypatch.setattr(TAICHI, "refusal", lambda device: "a test's refusal")
+    monkeypatch.setattr(backends, "_warned", set())
     with pytest.warns(RuntimeWarning, match="a test's refusal"):
         F.pad(random_image((1, 4, 4), torch.float32, seed=70), 1, padding_mode="reflect")
     assert fresh.spent == 0.0  # the refused route is not warm-up time
@@ -239,11 +239,11 @@ def test_a_refused_launch_still_warns_during_the_warm_up(
 def test_budget_from_the_environment(
     raw: str, seconds: float, budget: None, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    monkeypatch.setenv(_route.WARMUP_ENV, raw)
-    monkeypatch.setenv(_route.WORKER_WARMUP_ENV, "7")  # a worker's only
-    assert _route._warmup_budget() == seconds
-    monkeypatch.setenv(_route.WARMUP_ENV, "99")  # read once per process
-    assert _route._warmup_budget() == seconds
+    monkeypatch.setenv(warmup.WARMUP_ENV, raw)
+    monkeypatch.setenv(warmup.WORKER_WARMUP_ENV, "7")  # a worker's only
+    assert warmup.budget() == seconds
+    monkeypatch.setenv(warmup.WARMUP_ENV, "99")  # read once per process
+    assert warmup.budget() == seconds
 
 
 @pytest.mark.parametrize(
@@ -253,18 +253,18 @@ def test_budget_from_the_environment(
 def test_a_workers_budget_prefers_its_own_variable(
     worker_raw: str, raw: str, seconds: float, budget: None, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    monkeypatch.setattr(_route, "get_worker_info", lambda: SimpleNamespace(id=0))
-    monkeypatch.setenv(_route.WORKER_WARMUP_ENV, worker_raw)
-    monkeypatch.setenv(_route.WARMUP_ENV, raw)
-    assert _route._warmup_budget() == seconds
+    monkeypatch.setattr(warmup, "get_worker_info", lambda: SimpleNamespace(id=0))
+    monkeypatch.setenv(warmup.WORKER_WARMUP_ENV, worker_raw)
+    monkeypatch.setenv(warmup.WARMUP_ENV, raw)
+    assert warmup.budget() == seconds
 
 
 def test_set_warmup_wins_over_the_environment(
     budget: None, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    monkeypatch.setenv(_route.WARMUP_ENV, "3")
+    monkeypatch.setenv(warmup.WARMUP_ENV, "3")
     tipad_transforms.set_warmup(0.125)
-    assert _route._warmup_budget() == 0.125
+    assert warmup.budget() == 0.125
 
 
 @pytest.mark.parametrize("name", ["TIPAD_WARMUP", "TIPAD_WORKER_WARMUP"])
@@ -272,10 +272,10 @@ def test_set_warmup_wins_over_the_environment(
 def test_a_bad_budget_warns_and_keeps_the_default(
     name: str, raw: str, budget: None, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    monkeypatch.setattr(_route, "get_worker_info", lambda: SimpleNamespace(id=0))
+    monkeypatch.setattr(warmup, "get_worker_info", lambda: SimpleNamespace(id=0))
     monkeypatch.setenv(name, raw)
     with pytest.warns(RuntimeWarning, match=f"{name}='{raw}'"):
-        assert _route._warmup_budget() == 0.5
+        assert warmup.budget() == 0.5
 
 
 MAIN = """
@@ -283,15 +283,15 @@ import json, sys
 import torch
 import tipad_transforms
 import tipad_transforms.functional as F
-from tipad_transforms import _runtime
+from tipad_transforms.backends import TAICHI
 
 g = torch.Generator().manual_seed(3)
 x = torch.randint(0, 256, (3, 40, 30), dtype=torch.uint8, generator=g)
 warm = F.brick_pad(x, 5)
-report = {"started": _runtime.started(), "taichi_imported": "taichi" in sys.modules}
+report = {"started": TAICHI.started(), "taichi_imported": "taichi" in sys.modules}
 tipad_transforms.set_warmup(0)
 report["same"] = torch.equal(F.brick_pad(x, 5), warm)
-report["started_after"] = _runtime.started()
+report["started_after"] = TAICHI.started()
 print(json.dumps(report))
 """
 
@@ -316,7 +316,8 @@ WORKERS = """
 import json, sys
 import torch
 from torch.utils.data import DataLoader, Dataset
-from tipad_transforms import BrickPad, _runtime
+from tipad_transforms import BrickPad
+from tipad_transforms.backends import TAICHI
 
 
 def image(i):
@@ -330,7 +331,7 @@ class Items(Dataset):
 
     def __getitem__(self, i):
         out = BrickPad(3, offset=(i, 2 * i))(image(i))
-        return out, _runtime.started()
+        return out, TAICHI.started()
 
 
 if __name__ == "__main__":
@@ -370,17 +371,17 @@ def test_spawn_workers_warm_up_then_start_taichi(
 
 
 def test_no_warmup_launches_and_restores_the_setting(
-    fresh: type[_route._Warmup], budget: None, launches: list[str]
+    fresh: type[warmup._State], budget: None, launches: list[str]
 ) -> None:
     tipad_transforms.set_warmup(60)
-    with _route.no_warmup():
+    with warmup.no_warmup():
         F.pad(random_image((1, 5, 5), torch.float32, seed=80), 1, padding_mode="edge")
     assert launches == ["pad"]
-    assert _route._warmup_budget() == 60
+    assert warmup.budget() == 60
 
 
 def test_the_demo_timing_table_times_the_kernel(
-    fresh: type[_route._Warmup], budget: None, launches: list[str]
+    fresh: type[warmup._State], budget: None, launches: list[str]
 ) -> None:
     # A fresh process would pad on the torch route first; the table's rows must not.
     # (conftest fails any call the torch route serves.)
@@ -390,4 +391,4 @@ def test_the_demo_timing_table_times_the_kernel(
     rows = time_paddings(4, 1, 1, "cpu")
     assert [r.label for r in rows][:2] == ["BrickPad", "TexturePad (stripes)"]
     assert launches.count("pad") >= 2 * 6  # every tipad row, batch and image
-    assert _route._warmup_budget() == 60
+    assert warmup.budget() == 60

@@ -8,8 +8,7 @@ import json
 import PIL.Image
 import pytest
 import torch
-from reference import assert_bitwise_equal, random_image, texture_pad_ref
-from test_runtime import _run_child
+from reference import assert_bitwise_equal, random_image, run_child, texture_pad_ref
 
 import tipad_transforms.functional as F
 from tipad_transforms import TexturePad
@@ -82,7 +81,7 @@ def test_pad_out_op_refuses_a_non_contiguous_out() -> None:
 
 def test_fork_after_the_user_started_taichi_does_not_hang() -> None:
     # The user's own ti.init (not ours) in the parent: forked workers must not launch Taichi.
-    result = _run_child(
+    result = run_child(
         """
         import json, warnings
         import taichi as ti
@@ -119,8 +118,7 @@ def test_fork_after_the_user_started_taichi_does_not_hang() -> None:
 
 
 def test_out_of_bank_index_is_refused_by_the_op_and_never_read_by_the_kernel() -> None:
-    from tipad_transforms import _runtime
-    from tipad_transforms._geometry import PadGeometry
+    from tipad_transforms.ops.padding import PadCall, PadGeometry, taichi
 
     x = random_image((2, 1, 3, 3), torch.float32, seed=4)
     bank = random_image((2, 1, 2, 2), torch.float32, seed=5)
@@ -132,8 +130,7 @@ def test_out_of_bank_index_is_refused_by_the_op_and_never_read_by_the_kernel() -
     # into the bank, so it reads no memory outside the texture.
     g = PadGeometry.of(x.shape, [1, 1, 1, 1])
     canvas = torch.full(g.out_shape(x.shape), float("nan"))
-    _runtime.launch_pad(g, "texture", x, canvas, texture=bank, fill=torch.empty(0),
-                        offset=offsets, texture_index=bad, stagger=0)  # fmt: skip
+    taichi.forward(PadCall(g, "texture", torch.empty(0), bank, offsets, bad, 0), x, canvas)
     want = texture_pad_ref(x, 1, bank, texture_index=torch.tensor([0, 1]))
     assert_bitwise_equal(canvas, want)
 

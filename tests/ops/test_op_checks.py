@@ -12,7 +12,7 @@ import torch
 from torch._subclasses.fake_tensor import FakeTensorMode
 
 import tipad_transforms.ops  # noqa: F401  (registers torch.ops.tipad)
-from tipad_transforms import _runtime
+from tipad_transforms.backends import TAICHI
 
 I32 = torch.int32
 ops = torch.ops.tipad
@@ -555,7 +555,7 @@ def no_launch(monkeypatch: pytest.MonkeyPatch) -> None:
     def refuse(*args: object, **kwargs: object) -> None:
         raise AssertionError("a kernel session was entered")
 
-    monkeypatch.setattr(_runtime, "session", refuse)
+    monkeypatch.setattr(TAICHI, "session", refuse)
 
 
 @pytest.mark.parametrize(

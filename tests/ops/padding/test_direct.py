@@ -1,5 +1,5 @@
-"""The eager direct route of the padding functionals (``ops._pad.pad_direct``) and the runtime's
-per-signature launch plans (``_runtime/_pad.py _Plan``).
+"""The eager direct route of the padding functionals (``ops.padding.pad_direct``) and the Taichi
+kernel's per-signature launch plans (``ops/padding/taichi.py _Plan``).
 
 The direct route skips the ``tipad::pad`` custom-op dispatch for eager plain tensors without
 autograd; it must give the op's bits (seeded random inputs, poisoned ``out=``, every mode,
@@ -20,10 +20,9 @@ from torch.utils._python_dispatch import TorchDispatchMode
 
 from tipad_transforms import BrickPad, TexturePad
 from tipad_transforms import functional as F
-from tipad_transforms._runtime import _lean
-from tipad_transforms._runtime import _pad as runtime_pad
-from tipad_transforms.functional import _launch, _stack
-from tipad_transforms.ops import _pad as ops_pad
+from tipad_transforms._compat import taichi as _lean
+from tipad_transforms.ops.padding import op as ops_pad
+from tipad_transforms.ops.padding import taichi as runtime_pad
 
 MODES = ("constant", "edge", "reflect", "symmetric", "circular")
 DTYPES = (torch.uint8, torch.int16, torch.float32, torch.float64, torch.bool)
@@ -34,8 +33,7 @@ SHAPES = ((3, 8, 16), (2, 7, 5), (1, 13, 11))
 def _op_route(fn: Callable[[], torch.Tensor], monkeypatch: pytest.MonkeyPatch) -> torch.Tensor:
     """``fn()`` with the direct route switched off: through the custom op, as before."""
     with monkeypatch.context() as m:
-        m.setattr(_launch, "eager", lambda *tensors: False)
-        m.setattr(_stack, "eager", lambda *tensors: False)
+        m.setattr(ops_pad, "eager", lambda *tensors: False)
         before = ops_pad.direct_calls
         result = fn()
         assert ops_pad.direct_calls == before

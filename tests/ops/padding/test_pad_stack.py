@@ -22,7 +22,10 @@ from reference import (
 
 import tipad_transforms.functional as F
 import tipad_transforms.ops  # noqa: F401  (registers torch.ops.tipad)
-from tipad_transforms import _fallback, _runtime
+from tipad_transforms import backends
+from tipad_transforms.backends import TAICHI
+from tipad_transforms.ops.padding import PadCall, StackGeometry
+from tipad_transforms.ops.padding import taichi as pad_taichi
 
 MODES = (*STANDARD_MODES, "texture")
 SIZE = (13, 17)  # (H, W) of every canvas
@@ -109,7 +112,7 @@ def _reference(
 def per_pixel(request: pytest.FixtureRequest, monkeypatch: pytest.MonkeyPatch) -> Iterator[bool]:
     """Run under the CPU row walk (False) or CUDA's one-thread-per-pixel order (True)."""
     F.pad(torch.zeros(1, 1, 1), 1)  # initialise first: init would reset the switch
-    monkeypatch.setitem(_runtime._state, "per_pixel", request.param)
+    monkeypatch.setattr(TAICHI, "gpu_order", request.param)
     yield request.param
 
 
@@ -138,17 +141,9 @@ def test_launcher_writes_every_element(mode: str, per_pixel: bool) -> None:
     else:
         bank, offset, index = torch.empty(0), torch.zeros(5, 2), torch.zeros(5)
     fill = torch.tensor(kw.get("fill", []), dtype=torch.float32)
-    _runtime.launch_pad_stack(
-        sizes,
-        mode,
-        torch.cat([im.reshape(-1) for im in images]),
-        canvas,
-        texture=bank,
-        fill=fill,
-        offset=offset.to(torch.int32),
-        texture_index=index.to(torch.int32),
-        stagger=kw.get("stagger", 0),
-    )
+    call = PadCall(StackGeometry(sizes, 3, *SIZE), mode, fill, bank, offset.to(torch.int32),
+                   index.to(torch.int32), kw.get("stagger", 0))  # fmt: skip
+    pad_taichi.forward(call, torch.cat([im.reshape(-1) for im in images]), canvas)
     assert_bitwise_equal(canvas, _reference(images, placement, **kw))
 
 
@@ -184,24 +179,16 @@ def test_out_of_bank_index_is_clamped_in_the_kernel() -> None:
     sizes = torch.cat([torch.tensor([im.shape[1:] for im in images]), placement], 1)
     canvas = torch.full((5, 3, *SIZE), float("nan"))
     bad = torch.tensor([-5, 9, 2, 2**31 - 1, 1], dtype=torch.int32)
-    _runtime.launch_pad_stack(
-        sizes,
-        "texture",
-        torch.cat([im.reshape(-1) for im in images]),
-        canvas,
-        texture=kw["texture"],
-        fill=torch.empty(0),
-        offset=kw["offset"].to(torch.int32),
-        texture_index=bad,
-        stagger=3,
-    )
+    call = PadCall(StackGeometry(sizes, 3, *SIZE), "texture", torch.empty(0), kw["texture"],
+                   kw["offset"].to(torch.int32), bad, 3)  # fmt: skip
+    pad_taichi.forward(call, torch.cat([im.reshape(-1) for im in images]), canvas)
     kw["texture_index"] = bad.clamp(0, 2)
     assert_bitwise_equal(canvas, _reference(images, placement, **kw))
 
 
 def test_one_launch_forward_and_backward(monkeypatch: pytest.MonkeyPatch) -> None:
     F.pad(torch.zeros(1, 1, 1), 1)  # the kernel family exists from here on
-    kernels = _runtime._state["kernels"]["pad"]
+    kernels = TAICHI.kernels["pad"]
     launches = []
 
     def counting(*args: Any) -> None:
@@ -311,7 +298,7 @@ def test_fallback_equals_kernel(
     inputs = (*images, kw["texture"]) if mode == "texture" else tuple(images)
     kernel = F.pad_stack(images, SIZE, placement, **kw)
     reason = f"test refusal of pad_stack, {mode} {dtype}"
-    monkeypatch.setattr(_runtime, "refusal", lambda device: reason)
+    monkeypatch.setattr(TAICHI, "refusal", lambda device: reason)
     with pytest.warns(RuntimeWarning, match=reason):
         fallback = F.pad_stack(images, SIZE, placement, **kw)
     assert_bitwise_equal(fallback, kernel)
@@ -325,11 +312,13 @@ def test_fallback_equals_kernel(
             torch.testing.assert_close(g, w, rtol=1e-12, atol=1e-12)
 
 
-def test_fallback_routes_are_guarded() -> None:
+def test_fallback_routes_are_guarded(monkeypatch: pytest.MonkeyPatch) -> None:
     # The conftest guard must cover pad_stack's torch routes too, or a silent fallback would
     # pass every value test above.
-    with pytest.raises(AssertionError, match="fallback ran"):
-        _fallback.pad_stack(torch.empty(0, 4), "constant", torch.empty(0), (0, 1, 1, 1))
+    images, placement, kw = _case("reflect", torch.float32, seed=62, n=2)
+    monkeypatch.setattr(TAICHI, "refusal", lambda device: "refused by test_pad_stack")
+    with pytest.warns(RuntimeWarning), pytest.raises(backends.Forbidden, match="torch backend"):
+        F.pad_stack(images, SIZE, placement, **kw)
 
 
 # ---------------------------------------------------------------------------------------------

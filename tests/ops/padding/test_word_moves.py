@@ -1,4 +1,4 @@
-"""Word moves of the CPU row walk (``_runtime/_pad.py``: ``copy_run``, ``_word_span``).
+"""Word moves of the CPU row walk (``ops/padding/taichi.py``: ``copy_run``, ``_word_span``).
 
 The kernel copies an image row into the canvas 8 bytes at a time. An image row and its canvas
 row rarely start at the same place in a word (odd widths, odd paddings, images at odd addresses
@@ -24,8 +24,8 @@ import torch
 from reference import assert_bitwise_equal, numpy_pad, pad_ref, random_image, texture_pad_ref
 
 import tipad_transforms.functional as F
-from tipad_transforms import _runtime
-from tipad_transforms._runtime import _pad as runtime_pad
+from tipad_transforms.backends import TAICHI
+from tipad_transforms.ops.padding import taichi as runtime_pad
 
 # (dtype, lanes): pixels per 8-byte word.
 LANE_DTYPES = ((torch.uint8, 8), (torch.int16, 4), (torch.float32, 2))
@@ -35,7 +35,7 @@ LANE_DTYPES = ((torch.uint8, 8), (torch.int16, 4), (torch.float32, 2))
 def spans(monkeypatch: pytest.MonkeyPatch) -> Iterator[list[Any]]:
     """The word spans the runtime found for each image (None: it moved pixels)."""
     F.pad(torch.zeros(1, 1, 1), 1)  # Taichi running, on the CPU row walk
-    if _runtime._state["per_pixel"]:
+    if TAICHI.gpu_order:
         pytest.skip("the row walk's word moves run on the CPU only")
     seen: list[Any] = []
     real = runtime_pad._word_span

@@ -14,10 +14,10 @@ from typing import assert_type
 import pytest
 import torch
 
-from tipad_transforms import _runtime
-from tipad_transforms._runtime import _wkv as kernel_module
-from tipad_transforms.ops import _wkv as ops_module
+from tipad_transforms.backends import TAICHI
 from tipad_transforms.ops import init_wkv_state, wkv
+from tipad_transforms.ops.rwkv4 import op as ops_module
+from tipad_transforms.ops.rwkv4 import taichi as wkv_taichi
 
 Inputs = tuple[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor]
 
@@ -85,10 +85,11 @@ def make_state(b: int, c: int, dtype: torch.dtype = torch.float32, seed: int = 1
     return torch.stack([aa, bb, pp], 1).to(dtype)
 
 
-@pytest.fixture(params=[None, 1], ids=["cpu-order", "cuda-order"])
+@pytest.fixture(params=[False, True], ids=["cpu-order", "cuda-order"])
 def lanes(request: pytest.FixtureRequest, monkeypatch: pytest.MonkeyPatch) -> Iterator[None]:
     """Both loop orders of the kernels: lanes of adjacent channels (CPU), one chain per task."""
-    monkeypatch.setitem(kernel_module._options, "lanes", request.param)
+    wkv(torch.zeros(1), torch.zeros(1), torch.zeros(1, 1, 1), torch.zeros(1, 1, 1))  # started
+    monkeypatch.setattr(TAICHI, "gpu_order", request.param)
     yield
 
 
@@ -319,7 +320,7 @@ def test_launchers_write_every_output(save: bool, lanes: None) -> None:
     state = make_state(b, c)
     y = torch.full((b, t, c), float("nan"))
     states = torch.full((3, b, t + 1, c) if save else (b, 3, c), float("nan"))
-    _runtime.launch_wkv_forward(td, tf, state, k, v, y, states)
+    wkv_taichi.forward(td, tf, state, k, v, y, states)
     y_ref, s_ref = recurrence_wkv(td.double(), tf.double(), k.double(), v.double(), state.double())
     assert_close(y, y_ref, rtol=1e-5, atol=1e-5)
     final = states[:, :, -1].transpose(0, 1) if save else states
@@ -332,7 +333,7 @@ def test_launchers_write_every_output(save: bool, lanes: None) -> None:
     gk, gv = torch.full_like(k, float("nan")), torch.full_like(v, float("nan"))
     grads = torch.full((5 * b * c,), float("nan"))
     w = -torch.exp(td)  # the backward takes w itself
-    _runtime.launch_wkv_backward(w, tf, k, v, states, gy, gs, gk, gv, grads)
+    wkv_taichi.backward(td, w, tf, k, v, state, states, gy, gs, gk, gv, grads)
     assert torch.isfinite(gk).all() and torch.isfinite(gv).all() and torch.isfinite(grads).all()
     ref = _loss_grads(recurrence_wkv, [td, tf, k, v, state], gy, gs)
     assert_close(gk, ref[2], rtol=2e-4, atol=2e-4)
@@ -388,7 +389,7 @@ def test_fallback_route_equals_kernel_route(monkeypatch: pytest.MonkeyPatch) -> 
     gy, gs = torch.randn(2, 9, 7, generator=g), torch.randn(2, 3, 7, generator=g)
     args = [td, tf, k, v, state]
     kernel = wkv(*args), _loss_grads(wkv, args, gy, gs)
-    monkeypatch.setattr(_runtime, "refusal", lambda device: "refused by test_wkv")
+    monkeypatch.setattr(TAICHI, "refusal", lambda device: "refused by test_wkv")
     with pytest.warns(RuntimeWarning, match="refused by test_wkv"):
         torch_route = wkv(*args), _loss_grads(wkv, args, gy, gs)
     for a, b in zip(kernel[0], torch_route[0], strict=True):  # type: ignore[arg-type]
@@ -489,7 +490,7 @@ def test_nonfinite_inputs_propagate_like_torch_route(
         # A NaN in any input made the loss NaN (not finite, as it once was with a finite loss
         # and finite gradients).
         assert any(g.isnan().any() for g in kernel[1])
-    monkeypatch.setattr(_runtime, "refusal", lambda device: "refused by test_wkv")
+    monkeypatch.setattr(TAICHI, "refusal", lambda device: "refused by test_wkv")
     with warnings.catch_warnings():
         warnings.simplefilter("ignore", RuntimeWarning)
         torch_route = wkv(*args), _loss_grads(wkv, args, gy, gs)
@@ -546,7 +547,7 @@ def test_pos_inf_propagates_as_the_formula(
     y_ref, s_ref = recurrence_wkv(*(x.double() for x in (td, tf, k, v, state)))
     assert not torch.isfinite(y_ref).all()  # NaN (inf in v: +-inf), which the shortcut lost
     if route == "torch route":
-        monkeypatch.setattr(_runtime, "refusal", lambda device: "refused by test_wkv")
+        monkeypatch.setattr(TAICHI, "refusal", lambda device: "refused by test_wkv")
     with warnings.catch_warnings():
         warnings.simplefilter("ignore", RuntimeWarning)
         y, s = wkv(td, tf, k, v, state)

@@ -15,9 +15,10 @@ from typing import assert_type
 import pytest
 import torch
 
-from tipad_transforms import _runtime
-from tipad_transforms.ops import _wkv7 as ops_module
+from tipad_transforms.backends import TAICHI
 from tipad_transforms.ops import wkv7
+from tipad_transforms.ops.rwkv7 import op as ops_module
+from tipad_transforms.ops.rwkv7 import taichi as wkv7_taichi
 
 Inputs = list[torch.Tensor]
 
@@ -71,7 +72,8 @@ def make_state(
 @pytest.fixture(params=[False, True], ids=["cpu-order", "cuda-order"])
 def order(request: pytest.FixtureRequest, monkeypatch: pytest.MonkeyPatch) -> Iterator[None]:
     """Both loop orders of the backward's sums (one task per step and head, or per key)."""
-    monkeypatch.setitem(_runtime._state, "per_pixel", request.param)
+    wkv7(*(torch.zeros(1, 1, 1, 1) for _ in range(6)))  # Taichi started: its own order first
+    monkeypatch.setattr(TAICHI, "gpu_order", request.param)
     yield
 
 
@@ -396,7 +398,7 @@ def test_launchers_write_every_output(n_n: int, order: None) -> None:
         slots = math.ceil(n_t / chunk) + 1 if save else 1
         y = torch.full((n_b, n_t, n_h, n_n), float("nan"))
         states = torch.full((n_b, n_h, slots, n_n, n_n), float("nan"))
-        _runtime.launch_wkv7_forward(*ops, state, y, states, chunk)
+        wkv7_taichi.forward(*ops, state, y, states, chunk)
         y_ref, s_ref = recurrence_wkv7(*(x.double() for x in xs), state.double())
         assert_close(y, y_ref, rtol=1e-4, atol=1e-4)
         assert_close(states[:, :, -1], s_ref, rtol=1e-4, atol=1e-4)
@@ -407,7 +409,7 @@ def test_launchers_write_every_output(n_n: int, order: None) -> None:
     gy, gs = _upstream(n_b, n_t, n_h, n_n, torch.float32, seed=18)
     grads = torch.full((6, n_b, n_t, n_h, n_n), float("nan"))
     g_state = gs.clone()
-    _runtime.launch_wkv7_backward(*ops, states, gy, g_state, grads, chunk)
+    wkv7_taichi.backward(*ops, state, states, gy, g_state, grads, chunk)
     ref = _loss_grads(recurrence_wkv7, [x.double() for x in (*xs, state)], gy.double(), gs.double())
     ref[1] = ref[1] / torch.exp(xs[1].double())  # the launcher's is d/d(decay)
     for x, z in zip([*grads.unbind(0), g_state], ref, strict=True):
@@ -459,7 +461,7 @@ def test_fallback_route_equals_kernel_route(
     gy, gs = _upstream(*shape, torch.float32, seed=22)
     args = [*xs, state]
     kernel = wkv7(*args), _loss_grads(wkv7, args, gy, gs)
-    monkeypatch.setattr(_runtime, "refusal", lambda device: "refused by test_wkv7")
+    monkeypatch.setattr(TAICHI, "refusal", lambda device: "refused by test_wkv7")
     with pytest.warns(RuntimeWarning, match="refused by test_wkv7"):
         torch_route = wkv7(*args), _loss_grads(wkv7, args, gy, gs)
     for x, z in zip(kernel[0], torch_route[0], strict=True):  # type: ignore[arg-type]

@@ -14,8 +14,10 @@ import torch
 import torch.nn.functional as F
 
 import tipad_transforms.ops  # noqa: F401  (registers torch.ops.tipad)
-from tipad_transforms import _fallback, _runtime
+from tipad_transforms import backends
+from tipad_transforms.backends import TAICHI
 from tipad_transforms.ops import time_conv
+from tipad_transforms.ops.timex import taichi as timex_taichi
 
 # (B, C, T, L): L == T (RWKV's case), L < T, L > T, L == 1, T == 1, odd sizes.
 SHAPES = [
@@ -75,10 +77,10 @@ def conv1d_peer(w: torch.Tensor, k: torch.Tensor, eps: float = 0.0) -> torch.Ten
 def loop_order(request: pytest.FixtureRequest) -> Iterator[bool]:
     """Both loop orders on the CPU: the tiled CPU one and CUDA's one-thread-per-output one."""
     time_conv(torch.ones(1, 1), torch.ones(1, 1, 1))  # starts the runtime: the real setting
-    old = _runtime._state["per_pixel"]
-    _runtime._state["per_pixel"] = request.param
+    old = TAICHI.gpu_order
+    TAICHI.gpu_order = request.param
     yield request.param
-    _runtime._state["per_pixel"] = old
+    TAICHI.gpu_order = old
 
 
 # ---------------------------------------------------------------------------------------------
@@ -97,16 +99,15 @@ def test_launcher_all_passes(
         _rand(gen, b, c, t, dtype=dtype),
     )
     tol = {"rtol": 1e-5, "atol": 1e-5} if dtype == torch.float32 else {"rtol": 1e-12, "atol": 1e-12}
-    dims = dict(batch=b, channels=c, length=t)
     out = torch.full_like(k, float("nan"))
-    _runtime.launch_time_conv(w, k, out, offset=length - 1, eps=0.25, **dims)
+    timex_taichi.forward(w, k, out, 0.25)
     torch.testing.assert_close(out.double(), conv_ref(w, k, 0.25), **tol)
     dw_ref, dk_ref = conv_grads_ref(w, k, g)
-    dk = torch.full_like(k, float("nan"))
-    _runtime.launch_time_conv(w.flip(-1).contiguous(), g, dk, offset=0, **dims)
+    dk, dw = torch.full_like(k, float("nan")), torch.full_like(w, float("nan"))
+    timex_taichi.backward(g, w, k, dw, dk, False, True)
     torch.testing.assert_close(dk.double(), dk_ref, **tol)
-    dw = torch.full_like(w, float("nan"))
-    _runtime.launch_time_conv(g, k, dw, offset=length - 1, sum_batch=True, **dims)
+    assert dw.isnan().all()  # not asked for: not written
+    timex_taichi.backward(g, w, k, dw, dk, True, False)
     torch.testing.assert_close(dw.double(), dw_ref, **tol)
 
 
@@ -274,20 +275,15 @@ def test_refused_device_uses_fallback_with_one_warning(
     kernel_out = time_conv(w, k, 0.5)
     kernel_grads = torch.autograd.grad(kernel_out, (w, k), g)
     reason = "test refusal for time_conv"
-    monkeypatch.setattr(_runtime, "refusal", lambda device: reason)
-    calls: list[str] = []
-    for name in ("time_conv", "time_conv_backward"):
-        real = getattr(_fallback, name)
-        monkeypatch.setattr(
-            _fallback, name, lambda *a, _real=real, _n=name: calls.append(_n) or _real(*a)
-        )
-    with pytest.warns(RuntimeWarning, match=reason) as record:
-        out = time_conv(w, k, 0.5)
-    assert record[0].filename == __file__
-    with warnings.catch_warnings():
-        warnings.simplefilter("error")  # once per reason, not per call
-        grads = torch.autograd.grad(out, (w, k), g)
-    assert calls == ["time_conv", "time_conv_backward"]
+    monkeypatch.setattr(TAICHI, "refusal", lambda device: reason)
+    with backends.record() as ran:
+        with pytest.warns(RuntimeWarning, match=reason) as record:
+            out = time_conv(w, k, 0.5)
+        assert record[0].filename == __file__
+        with warnings.catch_warnings():
+            warnings.simplefilter("error")  # once per reason, not per call
+            grads = torch.autograd.grad(out, (w, k), g)
+    assert ran == [("time_conv", "forward", "torch"), ("time_conv", "backward", "torch")]
     torch.testing.assert_close(out, kernel_out, rtol=1e-12, atol=1e-12)
     for a, e in zip(grads, kernel_grads, strict=True):
         torch.testing.assert_close(a, e, rtol=1e-12, atol=1e-12)
