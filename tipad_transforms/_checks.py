@@ -11,6 +11,7 @@ from collections.abc import Sequence
 from typing import Any
 
 import torch
+from torch import Tensor
 
 __all__ = [
     "FLOATS",
@@ -47,11 +48,7 @@ def is_int(value: Any) -> bool:
 
 
 def check_int(
-    value: Any,
-    name: str,
-    *,
-    minimum: int = -INT64_MAX - 1,
-    maximum: int = INT64_MAX,
+    value: Any, name: str, *, minimum: int = -INT64_MAX - 1, maximum: int = INT64_MAX
 ) -> int:
     """``value`` as an int in ``[minimum, maximum]`` (default: what an int64 holds)."""
     if not is_int(value):
@@ -99,7 +96,7 @@ def check_generator(generator: Any) -> torch.Generator | None:
     return generator
 
 
-def unreadable(t: torch.Tensor) -> str | None:
+def unreadable(t: Tensor) -> str | None:
     """What makes ``t`` a tensor that cannot be read as strided memory (``"a quantized
     torch.quint8 tensor"``, ``"a nested tensor"``, ``"a torch.sparse_coo tensor"``), else None.
 
@@ -116,7 +113,7 @@ def unreadable(t: torch.Tensor) -> str | None:
     return None
 
 
-def check_dense(t: torch.Tensor, name: str, *, meta: bool = False) -> torch.Tensor:
+def check_dense(t: Tensor, name: str, *, meta: bool = False) -> Tensor:
     """``t`` if it is a dense (strided) tensor holding data, else an error naming ``name``.
 
     Raises:
@@ -134,11 +131,11 @@ def check_dense(t: torch.Tensor, name: str, *, meta: bool = False) -> torch.Tens
     return t
 
 
-def check_tensor(name: str, t: object) -> torch.Tensor:
+def check_tensor(name: str, t: object) -> Tensor:
     """``t`` if it is a dense (strided) tensor, else a TypeError naming it (the public
     functions' check): not a tensor, or quantized, nested or sparse (``_checks.unreadable``).
     Meta tensors pass: the ops' fake implementations give their shapes, as torch's ops do."""
-    if not isinstance(t, torch.Tensor):
+    if not isinstance(t, Tensor):
         raise TypeError(f"{name} must be a torch.Tensor, got {type(t).__name__}")
     kind = unreadable(t)
     if kind is not None:
@@ -146,10 +143,10 @@ def check_tensor(name: str, t: object) -> torch.Tensor:
     return t
 
 
-def check_float(name: str, t: object) -> torch.Tensor:
+def check_float(name: str, t: object) -> Tensor:
     """``t`` if it is a float16/bfloat16/float32/float64 tensor, else a TypeError naming it."""
     check_tensor(name, t)
-    assert isinstance(t, torch.Tensor)
+    assert isinstance(t, Tensor)
     if t.dtype not in FLOATS:
         raise TypeError(f"{name} must be float16, bfloat16, float32 or float64, got {t.dtype}")
     return t
@@ -178,7 +175,7 @@ def check_mode(mode: Any, name: str = "padding_mode") -> str:
 
 def _as_int(value: Any) -> int:
     if isinstance(value, bool) or not isinstance(value, (int, torch.SymInt)):
-        if isinstance(value, torch.Tensor) and value.numel() == 1 and not value.is_floating_point():
+        if isinstance(value, Tensor) and value.numel() == 1 and not value.is_floating_point():
             return int(value.item())
         raise TypeError(f"padding must contain ints, got {value!r} ({type(value).__name__})")
     return int(value)

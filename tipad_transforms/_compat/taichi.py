@@ -27,7 +27,7 @@ from __future__ import annotations
 import os
 from typing import Any
 
-import torch
+from torch import Tensor
 
 __all__ = [
     "KNOWN",
@@ -180,7 +180,7 @@ class LeanKernel:
         key: list[Any] = []
         for kind, edim, a in zip(self._kinds, self._edims, args, strict=True):
             if kind == _ARRAY:
-                if type(a) is not torch.Tensor or a.requires_grad or not a.is_contiguous():
+                if type(a) is not Tensor or a.requires_grad or not a.is_contiguous():
                     return None
                 key += (a.dtype, a.dim(), a.shape[-edim:]) if edim else (a.dtype, a.dim())
             elif kind == _TEMPLATE:
@@ -298,11 +298,11 @@ class Step:
         self.bound = bound
         # Every slot is 1-D, or (N, width) for a vector-typed one, whose shape counts vectors.
         self.sizes = [(t.numel() * t.element_size(), tuple(t.shape[:1])) for t in args[:n]]
-        self.held = [a for a in args[n:] if isinstance(a, torch.Tensor)]
+        self.held = [a for a in args[n:] if isinstance(a, Tensor)]
         self.raw_held = [(t.data_ptr(), t.numel() * t.element_size(), tuple(t.shape[:1]))
                          for t in self.held]  # fmt: skip
 
-    def launch(self, tensors: tuple[torch.Tensor, ...]) -> bool:
+    def launch(self, tensors: tuple[Tensor, ...]) -> bool:
         """Launch on ``tensors`` (contiguous, the signature's shapes and dtypes, in the order
         of the call it was made from); False when the lean path may not run now."""
         arrays = [(t.data_ptr(), *size) for t, size in zip(tensors, self.sizes, strict=True)]

@@ -33,6 +33,7 @@ from types import ModuleType
 from typing import Any
 
 import torch
+from torch import Tensor
 
 from .._compat import taichi as compat
 from . import Backend, Refused
@@ -310,7 +311,7 @@ class TaichiBackend(Backend):
         device: torch.device,
         family: str,
         build: Callable[[Any], dict[str, Any]],
-        tensors: tuple[torch.Tensor, ...] = (),
+        tensors: tuple[Tensor, ...] = (),
     ) -> _Session:
         """Hold the runtime for launches on ``device``: ``with TAICHI.session(...) as kernels``
         gives the kernels of ``family`` (``build(ti)`` makes them the first time; Taichi
@@ -345,7 +346,7 @@ class _Session:
         device: torch.device,
         family: str,
         build: Callable[[Any], dict[str, Any]],
-        tensors: tuple[torch.Tensor, ...],
+        tensors: tuple[Tensor, ...],
     ) -> None:
         for t in tensors:
             if t.numel() > MAX_ELEMENTS:
@@ -449,7 +450,7 @@ def seed_frozen_frames() -> None:
     seed_getmodule_cache(FROZEN_FILES)
 
 
-def serial_launch(out: torch.Tensor, limit: int | None = None) -> bool:
+def serial_launch(out: Tensor, limit: int | None = None) -> bool:
     """Whether a CPU launch writing ``out`` should run on the launching thread alone.
 
     Waking Taichi's thread pool costs tens of microseconds on a quiet machine and milliseconds on
@@ -465,7 +466,7 @@ _MADV_HUGEPAGE = 14
 _libc: list[Any] = []  # [ctypes libc] once loaded, [None] where madvise is unavailable
 
 
-def advise_huge_pages(out: torch.Tensor, min_bytes: int = 4 * _HUGE) -> None:
+def advise_huge_pages(out: Tensor, min_bytes: int = 4 * _HUGE) -> None:
     """Ask Linux to back a large, fresh CPU output with transparent huge pages.
 
     A fresh output's first touch costs a page fault per 4 KiB page: more than the kernel's own

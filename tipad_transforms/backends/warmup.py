@@ -16,7 +16,7 @@ import numbers
 import os
 from collections.abc import Iterator
 
-import torch
+from torch import Tensor
 from torch.utils.data import get_worker_info
 
 from .taichi import TAICHI
@@ -132,7 +132,7 @@ def spend(seconds: float) -> None:
     _State.spent += seconds
 
 
-def prefers_torch(out: torch.Tensor) -> bool:
+def prefers_torch(out: Tensor) -> bool:
     """Whether an exact operation writing ``out`` should run on the torch backend to spare this
     process Taichi's start: a CPU output of at most ``MAX_BYTES``, in a process where Taichi
     does not run yet (neither ours nor the user's), while the budget is not spent, and where

@@ -15,6 +15,7 @@ from typing import Any
 
 import torch
 import torch.nn.functional as nnF
+from torch import Tensor
 
 from .._checks import INT32_MAX, check_int, is_int
 from .._tracing import untraced
@@ -83,7 +84,7 @@ def _render(
     hue: float,
     grain: float,
     seed: int,
-) -> torch.Tensor:
+) -> Tensor:
     """The RGB float64 CPU tile; cached because ``brick_pad`` asks for it on every call."""
     f64 = torch.float64
     gen = torch.Generator().manual_seed(seed)
@@ -160,7 +161,7 @@ def make_brick_texture(
     seed: int = 0,
     dtype: torch.dtype = torch.float32,
     device: torch.device | str | None = None,
-) -> torch.Tensor:
+) -> Tensor:
     """A tile of running-bond brickwork, values in [0, 1].
 
     The tile is ``courses`` rows of bricks, ``bricks_per_tile`` bricks wide; each course is a

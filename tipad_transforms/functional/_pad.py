@@ -14,6 +14,7 @@ from typing import Any, TypeVar
 
 import PIL.Image
 import torch
+from torch import Tensor
 from torchvision import tv_tensors
 from torchvision.transforms.v2 import functional as tvF
 
@@ -30,14 +31,14 @@ from ._registry import get_kernel, register_kernel
 __all__ = ["brick_pad", "pad", "texture_pad"]
 
 Padding = int | Sequence[int]
-Offset = int | Sequence[int] | torch.Tensor
+Offset = int | Sequence[int] | Tensor
 T = TypeVar("T")
 
 
-def check_image(x: Any, name: str = "inpt") -> torch.Tensor:
+def check_image(x: Any, name: str = "inpt") -> Tensor:
     """``x`` as a plain tensor of shape ``(..., C, H, W)`` or ``(H, W)``, real or bool, dense
     and holding data (not quantized, sparse, nested or meta: ``_checks.check_dense``)."""
-    if not isinstance(x, torch.Tensor):
+    if not isinstance(x, Tensor):
         raise TypeError(f"{name} must be a torch.Tensor or PIL image, got {type(x).__name__}")
     check_dense(x, name)
     if x.dim() < 2:
@@ -51,11 +52,11 @@ def _check_out(out: Any, *inputs: Any) -> None:
     # What the user controls here; the op checks the output's shape, dtype, device, layout.
     if out is None:
         return
-    if not isinstance(out, torch.Tensor):
+    if not isinstance(out, Tensor):
         raise TypeError(f"out must be a torch.Tensor, got {type(out).__name__}")
     check_dense(out, "out")
     if torch.is_grad_enabled() and any(
-        isinstance(t, torch.Tensor) and t.requires_grad for t in (out, *inputs)
+        isinstance(t, Tensor) and t.requires_grad for t in (out, *inputs)
     ):
         raise ValueError("out= does not support autograd; call without out= to get gradients")
 
@@ -71,14 +72,14 @@ def _no_out(out: Any) -> None:
 def texture_pad(
     inpt: T,
     padding: Padding,
-    texture: torch.Tensor,
+    texture: Tensor,
     *,
     stagger: int = 0,
     offset: Offset = (0, 0),
-    texture_index: int | torch.Tensor | None = None,
+    texture_index: int | Tensor | None = None,
     fill: Fill = 0,
     mask_fill: Number | None = None,
-    out: torch.Tensor | None = None,
+    out: Tensor | None = None,
 ) -> T:
     """Pad an image with a tiled texture, in one kernel launch.
 
@@ -135,20 +136,20 @@ def texture_pad(
     )  # fmt: skip
 
 
-@register_kernel(texture_pad, torch.Tensor)
+@register_kernel(texture_pad, Tensor)
 @register_kernel(texture_pad, tv_tensors.Image)
 def texture_pad_image(
-    image: torch.Tensor,
+    image: Tensor,
     padding: Padding,
-    texture: torch.Tensor,
+    texture: Tensor,
     *,
     stagger: int = 0,
     offset: Offset = (0, 0),
-    texture_index: int | torch.Tensor | None = None,
+    texture_index: int | Tensor | None = None,
     fill: Fill = 0,
     mask_fill: Number | None = None,
-    out: torch.Tensor | None = None,
-) -> torch.Tensor:
+    out: Tensor | None = None,
+) -> Tensor:
     """``texture_pad``'s kernel for plain tensors and images (``fill`` and ``mask_fill`` are
     not used: the texture pads)."""
     x = check_image(image)
@@ -157,12 +158,12 @@ def texture_pad_image(
 
 
 def _texture_call(
-    x: torch.Tensor,
+    x: Tensor,
     padding: Padding,
     texture: Any,
     stagger: int,
     offset: Offset,
-    texture_index: int | torch.Tensor | None,
+    texture_index: int | Tensor | None,
     out: Any,
 ) -> tuple[PadCall, tuple[int, int, int, int]]:
     """The record (and crop) of a texture padding of ``x``, the user's arguments checked."""
@@ -177,18 +178,18 @@ def _texture_call(
 
 @register_kernel(texture_pad, tv_tensors.Video)
 def _texture_pad_video(
-    video: torch.Tensor,
+    video: Tensor,
     padding: Padding,
-    texture: torch.Tensor,
+    texture: Tensor,
     *,
     offset: Offset = (0, 0),
-    texture_index: int | torch.Tensor | None = None,
+    texture_index: int | Tensor | None = None,
     **kwargs: Any,
-) -> torch.Tensor:
+) -> Tensor:
     # Per-clip draws (*S, 2) / (*S,) get the time dim inserted, so one broadcasts over frames.
-    if isinstance(offset, torch.Tensor) and offset.dim() > 1:
+    if isinstance(offset, Tensor) and offset.dim() > 1:
         offset = offset.unsqueeze(-2)
-    if isinstance(texture_index, torch.Tensor) and texture_index.dim() > 0 and video.dim() > 4:
+    if isinstance(texture_index, Tensor) and texture_index.dim() > 0 and video.dim() > 4:
         texture_index = texture_index.unsqueeze(-1)
     return texture_pad_image(
         video, padding, texture, offset=offset, texture_index=texture_index, **kwargs
@@ -197,7 +198,7 @@ def _texture_pad_video(
 
 @register_kernel(texture_pad, PIL.Image.Image)
 def _texture_pad_pil(
-    img: PIL.Image.Image, padding: Padding, texture: torch.Tensor, *, out: Any = None, **kw: Any
+    img: PIL.Image.Image, padding: Padding, texture: Tensor, *, out: Any = None, **kw: Any
 ) -> PIL.Image.Image:
     _no_out(out)
     return pil_apply(img, functools.partial(texture_pad_image, padding=padding, texture=texture,
@@ -206,14 +207,14 @@ def _texture_pad_pil(
 
 @register_kernel(texture_pad, tv_tensors.Mask)
 def _texture_pad_mask(
-    mask: torch.Tensor,
+    mask: Tensor,
     padding: Padding,
     texture: Any,
     *,
     fill: Fill = 0,
     mask_fill: Number | None = None,
     **_: Any,
-) -> torch.Tensor:
+) -> Tensor:
     if mask_fill is not None:
         return pad_image(mask, padding, fill=mask_fill, fill_name="mask_fill")
     return pad_image(mask, padding, fill=fill)
@@ -234,7 +235,7 @@ def pad(
     fill: Fill = 0,
     padding_mode: str = "constant",
     *,
-    out: torch.Tensor | None = None,
+    out: Tensor | None = None,
 ) -> T:
     """Pad with a standard mode: ``torchvision.transforms.v2.functional.pad``, plus more.
 
@@ -270,19 +271,19 @@ def pad(
     return kernel(inpt, padding, fill=fill, padding_mode=padding_mode, out=out)
 
 
-@register_kernel(pad, torch.Tensor)
+@register_kernel(pad, Tensor)
 @register_kernel(pad, tv_tensors.Image)
 @register_kernel(pad, tv_tensors.Video)
 @register_kernel(pad, tv_tensors.Mask)
 def pad_image(
-    image: torch.Tensor,
+    image: Tensor,
     padding: Padding,
-    fill: Fill | torch.Tensor = 0,
+    fill: Fill | Tensor = 0,
     padding_mode: str = "constant",
     *,
-    out: torch.Tensor | None = None,
+    out: Tensor | None = None,
     fill_name: str = "fill",
-) -> torch.Tensor:
+) -> Tensor:
     """``pad``'s kernel for plain tensors, images, videos and masks (``fill`` may also be a
     tensor of 1 or C values, cast with ``.to(dtype)``)."""
     x = check_image(image)
@@ -337,7 +338,7 @@ def _pad_points(
 
 
 @torch.compiler.assume_constant_result
-def brick_tile(dtype: torch.dtype, device: torch.device, **brick: Any) -> torch.Tensor:
+def brick_tile(dtype: torch.dtype, device: torch.device, **brick: Any) -> Tensor:
     """The brick tile ``brick_pad`` uses for an image of ``dtype`` on ``device``.
 
     ``make_brick_texture(**brick)`` converted once per options, dtype and device: scaled to the
@@ -350,7 +351,7 @@ def brick_tile(dtype: torch.dtype, device: torch.device, **brick: Any) -> torch.
     # tensor on every call lets the Taichi backend reuse its word table for the tile.
     key = ("brick tile", repr(sorted(brick.items())), dtype, device)
 
-    def make() -> torch.Tensor:
+    def make() -> Tensor:
         tile = make_brick_texture(**brick).to(device)
         # In [0, 1] by construction: no data-dependent range check is needed.
         return tile >= 0.5 if dtype == torch.bool else scale_texture(tile, dtype)
@@ -368,7 +369,7 @@ def brick_pad(
     offset: Offset = (0, 0),
     fill: Fill = 0,
     mask_fill: Number | None = None,
-    out: torch.Tensor | None = None,
+    out: Tensor | None = None,
     **brick: Any,
 ) -> T:
     """Pad with a procedural brick wall: ``texture_pad`` with ``make_brick_texture(**brick)``.
@@ -390,26 +391,26 @@ def brick_pad(
     )  # fmt: skip
 
 
-def _brick(x: torch.Tensor, stagger: int | None, brick: dict[str, Any]) -> tuple[torch.Tensor, int]:
+def _brick(x: Tensor, stagger: int | None, brick: dict[str, Any]) -> tuple[Tensor, int]:
     """The tile for image ``x`` and the stagger (default: the tile's running bond)."""
     options = {"channels": brick_channels(image_channels(x.shape)), **brick}
     tile = brick_tile(x.dtype, x.device, **options)
     return tile, running_bond_stagger(**brick) if stagger is None else stagger
 
 
-@register_kernel(brick_pad, torch.Tensor)
+@register_kernel(brick_pad, Tensor)
 @register_kernel(brick_pad, tv_tensors.Image)
 def brick_pad_image(
-    image: torch.Tensor,
+    image: Tensor,
     padding: Padding,
     *,
     stagger: int | None = None,
     offset: Offset = (0, 0),
     fill: Fill = 0,
     mask_fill: Number | None = None,
-    out: torch.Tensor | None = None,
+    out: Tensor | None = None,
     **brick: Any,
-) -> torch.Tensor:
+) -> Tensor:
     """``brick_pad``'s kernel for plain tensors and images (``fill`` and ``mask_fill`` are not
     used: the wall pads)."""
     x = check_image(image)
@@ -420,8 +421,8 @@ def brick_pad_image(
 
 @register_kernel(brick_pad, tv_tensors.Video)
 def _brick_pad_video(
-    video: torch.Tensor, padding: Padding, *, stagger: int | None = None, **kwargs: Any
-) -> torch.Tensor:
+    video: Tensor, padding: Padding, *, stagger: int | None = None, **kwargs: Any
+) -> Tensor:
     brick = {k: v for k, v in kwargs.items() if k not in ("offset", "fill", "mask_fill", "out")}
     rest = {k: v for k, v in kwargs.items() if k in ("offset", "out")}
     tile, stagger = _brick(check_image(video), stagger, brick)

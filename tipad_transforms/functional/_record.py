@@ -12,6 +12,7 @@ import math
 from typing import Any
 
 import torch
+from torch import Tensor
 
 from .._checks import INT64_MAX
 from .._tracing import tracing
@@ -23,14 +24,14 @@ __all__ = ["Border", "check_size", "cropped", "pad_call", "standard", "textured"
 
 #: What fills the border: ``(mode, fill, texture, offset, texture_index, stagger)`` as
 #: ``PadCall`` holds them.
-Border = tuple[str, torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor, int]
+Border = tuple[str, Tensor, Tensor, Tensor, Tensor, int]
 
 
-def _empty(x: torch.Tensor) -> torch.Tensor:
+def _empty(x: Tensor) -> Tensor:
     return constant(("empty", x.dtype, x.device), lambda: x.new_empty(0))
 
 
-def _zeros(n: int, last: int, device: torch.device) -> torch.Tensor:
+def _zeros(n: int, last: int, device: torch.device) -> Tensor:
     """The default lattice: int32 zeros ``(n, last)`` (``(n,)`` for ``last == 0``), which the
     op saves for a backward."""
     shape = (n, last) if last else (n,)
@@ -39,7 +40,7 @@ def _zeros(n: int, last: int, device: torch.device) -> torch.Tensor:
 
 
 def standard(
-    mode: str, fill: Any, x: torch.Tensor, n: int, channels: int, fill_name: str = "fill"
+    mode: str, fill: Any, x: Tensor, n: int, channels: int, fill_name: str = "fill"
 ) -> Border:
     """A standard mode's border (``mode`` canonical); ``fill`` is read for constant only."""
     empty = _empty(x)
@@ -53,7 +54,7 @@ def standard(
 
 def textured(
     texture: Any,
-    x: torch.Tensor,
+    x: Tensor,
     lead: tuple[int, ...],
     channels: int,
     *,
@@ -98,7 +99,7 @@ def check_size(shape: list[int], itemsize: int, name: str = "padding") -> None:
 
 
 def pad_call(
-    x: torch.Tensor, pads: tuple[int, int, int, int], border: Border
+    x: Tensor, pads: tuple[int, int, int, int], border: Border
 ) -> tuple[PadCall, tuple[int, int, int, int]]:
     """The record of padding ``x`` (``(..., C, H, W)`` or ``(H, W)``, plain) by ``pads``
     (``(left, top, right, bottom)``, negative values crop) with ``border``, and the crop
@@ -119,8 +120,8 @@ def pad_call(
 
 
 def cropped(
-    x: torch.Tensor, call: PadCall, crop: tuple[int, int, int, int], out: torch.Tensor | None
-) -> torch.Tensor:
+    x: Tensor, call: PadCall, crop: tuple[int, int, int, int], out: Tensor | None
+) -> Tensor:
     """``pad_direct`` of ``call`` with ``crop`` cut off (into ``out`` when given)."""
     g = call.geometry
     assert isinstance(g, PadGeometry)

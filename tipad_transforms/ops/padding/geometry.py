@@ -13,6 +13,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 
 import torch
+from torch import Tensor
 
 from ..._checks import PADDING_MODES
 
@@ -85,7 +86,7 @@ class StackGeometry:
     its canvas at ``(top_i, left_i)``. The images are flattened and concatenated in order.
     """
 
-    sizes: torch.Tensor
+    sizes: Tensor
     c: int
     out_h: int
     out_w: int
@@ -118,14 +119,14 @@ class PadCall:
 
     geometry: PadGeometry | StackGeometry
     mode: str
-    fill: torch.Tensor
-    texture: torch.Tensor
-    offset: torch.Tensor
-    texture_index: torch.Tensor
+    fill: Tensor
+    texture: Tensor
+    offset: Tensor
+    texture_index: Tensor
     stagger: int
 
 
-def fold_index(i: torch.Tensor, n: int, mode: str) -> torch.Tensor:
+def fold_index(i: Tensor, n: int, mode: str) -> Tensor:
     """Source index along an axis of length ``n >= 1`` for positions ``i`` (any integers).
 
     The ``numpy.pad`` meaning, periodic beyond the first reflection: ``edge`` clamps,
@@ -147,7 +148,7 @@ def fold_index(i: torch.Tensor, n: int, mode: str) -> torch.Tensor:
     raise ValueError(f"fold_index: no index map for mode {mode!r}")
 
 
-def check_bank_index(bank_size: int, texture_index: torch.Tensor) -> None:
+def check_bank_index(bank_size: int, texture_index: Tensor) -> None:
     """Raise ValueError unless every value of ``texture_index`` lies in ``[0, bank_size)``.
 
     Reads the values: a host synchronisation when the tensor lives on a GPU.

@@ -16,6 +16,7 @@ from __future__ import annotations
 import math
 
 import torch
+from torch import Tensor
 
 from ... import backends
 from ..._tracing import eager, tracing
@@ -51,9 +52,7 @@ PAD = backends.family("pad", __package__, "padding", ("forward", "backward"), {"
 direct_calls = 0
 
 
-def pad_direct(
-    x: torch.Tensor, call: PadCall, out: torch.Tensor | None = None, *, op: bool = False
-) -> torch.Tensor:
+def pad_direct(x: Tensor, call: PadCall, out: Tensor | None = None, *, op: bool = False) -> Tensor:
     """Pad ``x`` as ``call`` says (its geometry of ``x`` and a non-negative padding), into
     ``out`` or a new contiguous canvas, and return it.
 
@@ -73,7 +72,7 @@ def pad_direct(
             args = (x, [g.left, g.top, g.right, g.bottom], call.mode, call.fill, call.texture,
                     call.offset, call.texture_index, call.stagger)  # fmt: skip
             if out is None:
-                result: torch.Tensor = _PAD(*args)
+                result: Tensor = _PAD(*args)
                 return result
             _PAD_OUT(*args, out)
             return out
@@ -91,7 +90,7 @@ def pad_direct(
     return out
 
 
-def pad_stack_direct(images: torch.Tensor, call: PadCall, *, op: bool = False) -> torch.Tensor:
+def pad_stack_direct(images: Tensor, call: PadCall, *, op: bool = False) -> Tensor:
     """``pad_direct`` for ``tipad::pad_stack``: ``images`` packed (1-D), ``call.geometry`` a
     ``StackGeometry`` whose table fits; returns ``(N, C, H, W)``."""
     global direct_calls
@@ -99,7 +98,7 @@ def pad_stack_direct(images: torch.Tensor, call: PadCall, *, op: bool = False) -
     assert isinstance(g, StackGeometry)
     if not op:
         if not eager(images, call.fill, call.texture, call.offset, call.texture_index):
-            out: torch.Tensor = _PAD_STACK(images, g.sizes, [g.c, g.out_h, g.out_w], call.mode,
+            out: Tensor = _PAD_STACK(images, g.sizes, [g.c, g.out_h, g.out_w], call.mode,
                                            call.fill, call.texture, call.offset,
                                            call.texture_index, call.stagger)  # fmt: skip
             return out
@@ -112,10 +111,10 @@ def pad_stack_direct(images: torch.Tensor, call: PadCall, *, op: bool = False) -
 def _record(
     geometry: PadGeometry | StackGeometry,
     mode: str,
-    fill: torch.Tensor,
-    texture: torch.Tensor,
-    offset: torch.Tensor,
-    texture_index: torch.Tensor,
+    fill: Tensor,
+    texture: Tensor,
+    offset: Tensor,
+    texture_index: Tensor,
     stagger: int,
     check_index: bool = True,
 ) -> PadCall:
@@ -139,10 +138,10 @@ def _check_params(
     n: int,
     c: int,
     mode: str,
-    fill: torch.Tensor | None,
-    texture: torch.Tensor,
-    offset: torch.Tensor,
-    texture_index: torch.Tensor,
+    fill: Tensor | None,
+    texture: Tensor,
+    offset: Tensor,
+    texture_index: Tensor,
     stagger: int,
     dtype: torch.dtype | None,
     device: torch.device,
@@ -206,13 +205,13 @@ def _check_pad(
 
 
 def _check_forward(
-    x: torch.Tensor,
+    x: Tensor,
     padding: list[int],
     mode: str,
-    fill: torch.Tensor,
-    texture: torch.Tensor,
-    offset: torch.Tensor,
-    texture_index: torch.Tensor,
+    fill: Tensor,
+    texture: Tensor,
+    offset: Tensor,
+    texture_index: Tensor,
     stagger: int,
     mode_name: str = "mode",
 ) -> PadGeometry:
@@ -222,13 +221,13 @@ def _check_forward(
     return g
 
 
-def _check_out(out: torch.Tensor, g: PadGeometry, x: torch.Tensor) -> None:
+def _check_out(out: Tensor, g: PadGeometry, x: Tensor) -> None:
     check_meta("out", out, shape=g.out_shape(x.shape), dtype=x.dtype, device=x.device)
     if not out.is_contiguous():
         raise ValueError(f"out must be contiguous, got strides {out.stride()}")
 
 
-def _allocate(shape: list[int], like: torch.Tensor, name: str) -> torch.Tensor:
+def _allocate(shape: list[int], like: Tensor, name: str) -> Tensor:
     """A new output of ``shape`` like ``like``, or a ValueError naming ``name`` (what set its
     size) when it cannot be allocated (the allocator's RuntimeError, CUDA's OutOfMemoryError:
     a border of 10**9 pixels is a bad argument, not a crash)."""
@@ -244,15 +243,15 @@ def _allocate(shape: list[int], like: torch.Tensor, name: str) -> torch.Tensor:
 
 @torch.library.custom_op("tipad::pad", mutates_args=())
 def _pad_op(
-    x: torch.Tensor,
+    x: Tensor,
     padding: list[int],
     mode: str,
-    fill: torch.Tensor,
-    texture: torch.Tensor,
-    offset: torch.Tensor,
-    texture_index: torch.Tensor,
+    fill: Tensor,
+    texture: Tensor,
+    offset: Tensor,
+    texture_index: Tensor,
     stagger: int,
-) -> torch.Tensor:
+) -> Tensor:
     g = _check_forward(x, padding, mode, fill, texture, offset, texture_index, stagger)
     call = _record(g, mode, fill, texture, offset, texture_index, stagger)
     return pad_direct(x, call, op=True)
@@ -266,15 +265,15 @@ def _(x, padding, mode, fill, texture, offset, texture_index, stagger):  # type:
 
 @torch.library.custom_op("tipad::pad_out", mutates_args=("out",))
 def _pad_out_op(
-    x: torch.Tensor,
+    x: Tensor,
     padding: list[int],
     pad_mode: str,
-    fill: torch.Tensor,
-    texture: torch.Tensor,
-    offset: torch.Tensor,
-    texture_index: torch.Tensor,
+    fill: Tensor,
+    texture: Tensor,
+    offset: Tensor,
+    texture_index: Tensor,
     stagger: int,
-    out: torch.Tensor,
+    out: Tensor,
 ) -> None:
     g = _check_forward(x, padding, pad_mode, fill, texture, offset, texture_index, stagger,
                        "pad_mode")  # fmt: skip
@@ -291,7 +290,7 @@ def _(x, padding, pad_mode, fill, texture, offset, texture_index, stagger, out):
     _check_out(out, g, x)
 
 
-def _check_float_grad(grad: torch.Tensor) -> torch.dtype:
+def _check_float_grad(grad: Tensor) -> torch.dtype:
     """The dtype the gradients accumulate in (float16 and bfloat16: float32)."""
     if not grad.is_floating_point():
         raise TypeError(f"grad must be a floating point tensor, got {grad.dtype}")
@@ -299,13 +298,13 @@ def _check_float_grad(grad: torch.Tensor) -> torch.dtype:
 
 
 def _check_backward(
-    grad: torch.Tensor,
+    grad: Tensor,
     x_shape: list[int],
     padding: list[int],
     mode: str,
-    texture: torch.Tensor,
-    offset: torch.Tensor,
-    texture_index: torch.Tensor,
+    texture: Tensor,
+    offset: Tensor,
+    texture_index: Tensor,
     stagger: int,
 ) -> PadGeometry:
     g = _check_pad(x_shape, padding, mode, x_name="x_shape")
@@ -321,8 +320,8 @@ def _check_backward(
 
 
 def _backward_into(
-    call: PadCall, grad: torch.Tensor, canvas_grad: torch.Tensor, grad_image: torch.Tensor
-) -> tuple[torch.Tensor, torch.Tensor]:
+    call: PadCall, grad: Tensor, canvas_grad: Tensor, grad_image: Tensor
+) -> tuple[Tensor, Tensor]:
     """Run the backward of ``call`` (``canvas_grad``: the accumulation dtype's contiguous copy
     of ``grad``) into the zeros ``grad_image``; both gradients in ``grad``'s dtype."""
     grad_texture = canvas_grad.new_zeros(call.texture.shape)
@@ -332,15 +331,15 @@ def _backward_into(
 
 @torch.library.custom_op("tipad::pad_backward", mutates_args=())
 def _pad_backward_op(
-    grad: torch.Tensor,
+    grad: Tensor,
     x_shape: list[int],
     padding: list[int],
     mode: str,
-    texture: torch.Tensor,
-    offset: torch.Tensor,
-    texture_index: torch.Tensor,
+    texture: Tensor,
+    offset: Tensor,
+    texture_index: Tensor,
     stagger: int,
-) -> tuple[torch.Tensor, torch.Tensor]:
+) -> tuple[Tensor, Tensor]:
     g = _check_backward(grad, x_shape, padding, mode, texture, offset, texture_index, stagger)
     canvas_grad = grad.detach().to(_check_float_grad(grad)).contiguous()
     call = _record(g, mode, canvas_grad.new_zeros(0), texture, offset, texture_index, stagger,
@@ -387,7 +386,7 @@ _pad_op.register_autograd(_backward, setup_context=_setup_context)
 # pad_stack: N images of different sizes, packed flat, each padded to one canvas size.
 
 
-def _check_stack(sizes: torch.Tensor, canvas: list[int], mode: str) -> int:
+def _check_stack(sizes: Tensor, canvas: list[int], mode: str) -> int:
     """The number of images ``N`` of a well-formed ``sizes`` table (metadata only)."""
     if sizes.dim() != 2 or sizes.shape[1] != 4 or sizes.is_floating_point():
         raise ValueError(
@@ -401,12 +400,8 @@ def _check_stack(sizes: torch.Tensor, canvas: list[int], mode: str) -> int:
 
 
 def _stack_sizes(
-    sizes: torch.Tensor,
-    numel: int,
-    canvas: list[int],
-    mode: str,
-    backward: bool = False,
-) -> torch.Tensor:
+    sizes: Tensor, numel: int, canvas: list[int], mode: str, backward: bool = False
+) -> Tensor:
     """``sizes`` (checked by ``_check_stack``) as an int64 CPU ``(N, 4)`` table, its values
     checked against the packed images' element count and the canvas ``[C, H, W]``: the kernel
     trusts it for every memory access. The errors name the arguments these come from: the
@@ -441,14 +436,14 @@ def _stack_sizes(
 
 
 def _check_stack_forward(
-    images: torch.Tensor,
-    sizes: torch.Tensor,
+    images: Tensor,
+    sizes: Tensor,
     canvas: list[int],
     mode: str,
-    fill: torch.Tensor,
-    texture: torch.Tensor,
-    offset: torch.Tensor,
-    texture_index: torch.Tensor,
+    fill: Tensor,
+    texture: Tensor,
+    offset: Tensor,
+    texture_index: Tensor,
     stagger: int,
 ) -> None:
     if images.dim() != 1:
@@ -460,31 +455,31 @@ def _check_stack_forward(
 
 @torch.library.custom_op("tipad::pad_stack", mutates_args=())
 def _pad_stack_op(
-    images: torch.Tensor,
-    sizes: torch.Tensor,
+    images: Tensor,
+    sizes: Tensor,
     canvas: list[int],
     mode: str,
-    fill: torch.Tensor,
-    texture: torch.Tensor,
-    offset: torch.Tensor,
-    texture_index: torch.Tensor,
+    fill: Tensor,
+    texture: Tensor,
+    offset: Tensor,
+    texture_index: Tensor,
     stagger: int,
-) -> torch.Tensor:
+) -> Tensor:
     return _stack_forward(images, sizes, canvas, mode, fill, texture, offset, texture_index,
                           stagger)  # fmt: skip
 
 
 def _stack_forward(
-    images: torch.Tensor,
-    sizes: torch.Tensor,
+    images: Tensor,
+    sizes: Tensor,
     canvas: list[int],
     mode: str,
-    fill: torch.Tensor,
-    texture: torch.Tensor,
-    offset: torch.Tensor,
-    texture_index: torch.Tensor,
+    fill: Tensor,
+    texture: Tensor,
+    offset: Tensor,
+    texture_index: Tensor,
     stagger: int,
-) -> torch.Tensor:
+) -> Tensor:
     _check_stack_forward(images, sizes, canvas, mode, fill, texture, offset, texture_index,
                          stagger)  # fmt: skip
     g = StackGeometry(_stack_sizes(sizes, images.numel(), canvas, mode), *canvas)
@@ -500,13 +495,13 @@ def _(images, sizes, canvas, mode, fill, texture, offset, texture_index, stagger
 
 
 def _check_stack_backward(
-    grad: torch.Tensor,
-    sizes: torch.Tensor,
+    grad: Tensor,
+    sizes: Tensor,
     numel: int,
     mode: str,
-    texture: torch.Tensor,
-    offset: torch.Tensor,
-    texture_index: torch.Tensor,
+    texture: Tensor,
+    offset: Tensor,
+    texture_index: Tensor,
     stagger: int,
 ) -> None:
     _check_float_grad(grad)
@@ -523,15 +518,15 @@ def _check_stack_backward(
 
 @torch.library.custom_op("tipad::pad_stack_backward", mutates_args=())
 def _pad_stack_backward_op(
-    grad: torch.Tensor,
-    sizes: torch.Tensor,
+    grad: Tensor,
+    sizes: Tensor,
     numel: int,
     mode: str,
-    texture: torch.Tensor,
-    offset: torch.Tensor,
-    texture_index: torch.Tensor,
+    texture: Tensor,
+    offset: Tensor,
+    texture_index: Tensor,
     stagger: int,
-) -> tuple[torch.Tensor, torch.Tensor]:
+) -> tuple[Tensor, Tensor]:
     _check_stack_backward(grad, sizes, numel, mode, texture, offset, texture_index, stagger)
     canvas = list(grad.shape[1:])
     g = StackGeometry(_stack_sizes(sizes, numel, canvas, mode, backward=True), *canvas)
@@ -573,11 +568,7 @@ _NO_PADDING = object()  # _check_call's padding for the ops that take none
 
 
 def _check_call(
-    padding: object,
-    mode: object,
-    stagger: object,
-    mode_name: str = "mode",
-    **tensors: torch.Tensor,
+    padding: object, mode: object, stagger: object, mode_name: str = "mode", **tensors: Tensor
 ) -> None:
     """The Python types the schema takes, as TypeError/ValueError naming the argument (the
     dispatcher's own complaint is a RuntimeError, and it takes ``True`` for an int), and dense
@@ -601,15 +592,15 @@ _PAD_STACK_BACKWARD = torch.ops.tipad.pad_stack_backward.default
 
 
 def pad(
-    x: torch.Tensor,
+    x: Tensor,
     padding: list[int],
     mode: str,
-    fill: torch.Tensor,
-    texture: torch.Tensor,
-    offset: torch.Tensor,
-    texture_index: torch.Tensor,
+    fill: Tensor,
+    texture: Tensor,
+    offset: Tensor,
+    texture_index: Tensor,
     stagger: int,
-) -> torch.Tensor:
+) -> Tensor:
     """``torch.ops.tipad.pad``: pad ``x`` into a new tensor, in one kernel launch.
 
     The op under ``tipad_transforms.functional``'s ``pad``, ``texture_pad`` and ``brick_pad``,
@@ -651,15 +642,15 @@ def pad(
 
 
 def pad_out(
-    x: torch.Tensor,
+    x: Tensor,
     padding: list[int],
     pad_mode: str,
-    fill: torch.Tensor,
-    texture: torch.Tensor,
-    offset: torch.Tensor,
-    texture_index: torch.Tensor,
+    fill: Tensor,
+    texture: Tensor,
+    offset: Tensor,
+    texture_index: Tensor,
     stagger: int,
-    out: torch.Tensor,
+    out: Tensor,
 ) -> None:
     """``torch.ops.tipad.pad_out``: ``pad`` writing into ``out``; returns None.
 
@@ -683,15 +674,15 @@ def pad_out(
 
 
 def pad_backward(
-    grad: torch.Tensor,
+    grad: Tensor,
     x_shape: list[int],
     padding: list[int],
     mode: str,
-    texture: torch.Tensor,
-    offset: torch.Tensor,
-    texture_index: torch.Tensor,
+    texture: Tensor,
+    offset: Tensor,
+    texture_index: Tensor,
     stagger: int,
-) -> tuple[torch.Tensor, torch.Tensor]:
+) -> tuple[Tensor, Tensor]:
     """``torch.ops.tipad.pad_backward``: the gradients of ``pad``, ``(grad_x, grad_texture)``.
 
     Every image pixel receives the sum of the gradients of all canvas pixels that read it (the
@@ -719,16 +710,16 @@ def pad_backward(
 
 
 def pad_stack(
-    images: torch.Tensor,
-    sizes: torch.Tensor,
+    images: Tensor,
+    sizes: Tensor,
     canvas: list[int],
     mode: str,
-    fill: torch.Tensor,
-    texture: torch.Tensor,
-    offset: torch.Tensor,
-    texture_index: torch.Tensor,
+    fill: Tensor,
+    texture: Tensor,
+    offset: Tensor,
+    texture_index: Tensor,
     stagger: int,
-) -> torch.Tensor:
+) -> Tensor:
     """``torch.ops.tipad.pad_stack``: pad ``N`` packed images each to ``canvas`` in one launch.
 
     The op under ``functional.pad_stack``. Canvas ``i`` equals ``pad`` of image ``i`` with
@@ -760,15 +751,15 @@ def pad_stack(
 
 
 def pad_stack_backward(
-    grad: torch.Tensor,
-    sizes: torch.Tensor,
+    grad: Tensor,
+    sizes: Tensor,
     numel: int,
     mode: str,
-    texture: torch.Tensor,
-    offset: torch.Tensor,
-    texture_index: torch.Tensor,
+    texture: Tensor,
+    offset: Tensor,
+    texture_index: Tensor,
     stagger: int,
-) -> tuple[torch.Tensor, torch.Tensor]:
+) -> tuple[Tensor, Tensor]:
     """``torch.ops.tipad.pad_stack_backward``: the gradients of ``pad_stack``,
     ``(grad_images, grad_texture)``.
 

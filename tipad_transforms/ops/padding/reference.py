@@ -11,13 +11,14 @@ from __future__ import annotations
 from dataclasses import replace
 
 import torch
+from torch import Tensor
 
 from .geometry import PadCall, PadGeometry, fold_index
 
 __all__ = ["backward", "forward"]
 
 
-def _tile_index(call: PadCall, g: PadGeometry) -> torch.Tensor:
+def _tile_index(call: PadCall, g: PadGeometry) -> Tensor:
     """``(N, 1, H'*W')`` flat ``ty * tw + tx`` of every canvas pixel (the texture mapping)."""
     dev = call.texture.device
     th, tw = call.texture.shape[-2:]
@@ -31,7 +32,7 @@ def _tile_index(call: PadCall, g: PadGeometry) -> torch.Tensor:
     return (ty[:, :, None] * tw + tx).reshape(g.n, 1, -1)
 
 
-def _texture_rows(call: PadCall, g: PadGeometry) -> torch.Tensor:
+def _texture_rows(call: PadCall, g: PadGeometry) -> Tensor:
     """``(N, Ct, H', W')``: every canvas pixel's texture value, indexed per row.
 
     Along a canvas row the tile column advances by one per pixel, wrapping at ``tw``: the row is
@@ -56,7 +57,7 @@ def _texture_rows(call: PadCall, g: PadGeometry) -> torch.Tensor:
     return windows.index_select(0, starts.reshape(-1)).view(g.n, ct, g.out_h, g.out_w)
 
 
-def _pad(call: PadCall, g: PadGeometry, image: torch.Tensor) -> torch.Tensor:
+def _pad(call: PadCall, g: PadGeometry, image: Tensor) -> Tensor:
     """``(N, C, H, W)`` image -> ``(N, C, H', W')`` canvas (``g`` one geometry of ``call``)."""
     dev = image.device
     if g.n * g.c * g.out_h * g.out_w == 0:  # no index maps for a canvas that holds nothing
@@ -86,7 +87,7 @@ def _per_image(call: PadCall) -> list[tuple[PadCall, PadGeometry, int]]:
     ]  # fmt: skip
 
 
-def forward(call: PadCall, image: torch.Tensor, canvas: torch.Tensor) -> None:
+def forward(call: PadCall, image: Tensor, canvas: Tensor) -> None:
     """Write every element of ``canvas`` (``N*C*H'*W'`` contiguous) from ``image``
     (``N*C*H*W`` contiguous; for a stack the packed images), the texture or the fill."""
     g = call.geometry
@@ -100,8 +101,8 @@ def forward(call: PadCall, image: torch.Tensor, canvas: torch.Tensor) -> None:
 
 
 def _backward(
-    call: PadCall, g: PadGeometry, grad: torch.Tensor, grad_image: torch.Tensor,
-    grad_texture: torch.Tensor,
+    call: PadCall, g: PadGeometry, grad: Tensor, grad_image: Tensor,
+    grad_texture: Tensor,
 ) -> None:  # fmt: skip
     """Add the canvas gradient ``grad`` ``(N, C, H'*W')`` into ``grad_image`` ``(N, C, H*W)``
     and, in texture mode, ``grad_texture`` along the forward index map (explicit scatter-adds:
@@ -126,9 +127,7 @@ def _backward(
         grad_texture.view(-1).index_add_(0, target.reshape(-1), grad[:, :, border].reshape(-1))
 
 
-def backward(
-    call: PadCall, canvas_grad: torch.Tensor, grad_image: torch.Tensor, grad_texture: torch.Tensor
-) -> None:
+def backward(call: PadCall, canvas_grad: Tensor, grad_image: Tensor, grad_texture: Tensor) -> None:
     """Add ``canvas_grad`` (the output's gradient, contiguous float) into ``grad_image`` (zeros:
     ``(N, C, H, W)``, or flat for a stack) and, in texture mode, ``grad_texture`` (zeros of the
     bank's shape): every image and texture pixel gets the sum over the canvas pixels it fed."""

@@ -10,6 +10,7 @@ import sys
 from typing import Any
 
 import torch
+from torch import Tensor
 
 from ..._compat.torch import tensor_version
 from ..._value_cache import ValueCache, constant
@@ -298,11 +299,11 @@ def _build_kernels(ti: Any) -> dict[str, Any]:
 _BITS = {1: torch.uint8, 2: torch.int16, 4: torch.int32, 8: torch.int64}
 
 
-def _bits(t: torch.Tensor) -> torch.Tensor:
+def _bits(t: Tensor) -> Tensor:
     return t.reshape(-1).view(_BITS[t.element_size()])
 
 
-def _word_span(t: torch.Tensor, before: bool) -> tuple[int, int] | None:
+def _word_span(t: Tensor, before: bool) -> tuple[int, int] | None:
     """``(address, bytes)`` of the 8-byte words the kernel may read (``before``: an image) or
     write (a canvas) for ``t``, or None when there is not one whole word.
 
@@ -323,7 +324,7 @@ def _word_span(t: torch.Tensor, before: bool) -> tuple[int, int] | None:
     return (start, size) if size >= 8 else None
 
 
-def _word_view(t: torch.Tensor, span: tuple[int, int]) -> torch.Tensor:
+def _word_view(t: Tensor, span: tuple[int, int]) -> Tensor:
     """The int64 words of ``t``'s storage at ``span`` (``_word_span``)."""
     storage = t.untyped_storage()
     bytes_ = torch.empty(0, dtype=torch.uint8, device=t.device)
@@ -332,15 +333,15 @@ def _word_view(t: torch.Tensor, span: tuple[int, int]) -> torch.Tensor:
 
 
 # Recent textures' word tables, checked against the texture's bits on every use.
-_words_cache: ValueCache[torch.Tensor] = ValueCache(8)
+_words_cache: ValueCache[Tensor] = ValueCache(8)
 
 
-def _cached_texture_words(tex: torch.Tensor, tw: int, lanes: int) -> torch.Tensor:
+def _cached_texture_words(tex: Tensor, tw: int, lanes: int) -> Tensor:
     """``tex``'s word table (``_texture_words``; ``tex`` flat), made once per texture."""
     return _words_cache.get(tex, (tw, lanes), lambda: _texture_words(tex.reshape(-1, tw), lanes))
 
 
-def _texture_words(rows: torch.Tensor, lanes: int) -> torch.Tensor:
+def _texture_words(rows: Tensor, lanes: int) -> Tensor:
     """``(R, tw)`` texture rows -> ``(R, tw)`` int64 where word ``[r, t]`` packs pixels
     ``t .. t+lanes-1`` of row ``r`` (wrapping) in memory order: one store writes them all."""
     tw = rows.shape[1]
@@ -350,7 +351,7 @@ def _texture_words(rows: torch.Tensor, lanes: int) -> torch.Tensor:
     return packed.reshape(-1).view(torch.uint8).view(torch.int64).reshape(rows.shape[0], tw)
 
 
-def _fold_maps(mode: str, g: PadGeometry) -> list[torch.Tensor]:
+def _fold_maps(mode: str, g: PadGeometry) -> list[Tensor]:
     """Where each canvas row and column of a standard mode reads the image (``fold_index``)."""
     if mode in ("constant", "texture"):
         return []
@@ -360,7 +361,7 @@ def _fold_maps(mode: str, g: PadGeometry) -> list[torch.Tensor]:
     ]
 
 
-def _stack_records(call: PadCall) -> tuple[torch.Tensor, list[torch.Tensor]]:
+def _stack_records(call: PadCall) -> tuple[Tensor, list[Tensor]]:
     """A ``pad_stack`` call's records (one per image, its image start made absolute) and its
     index maps (each image's pair, for standard modes)."""
     g = call.geometry
@@ -368,7 +369,7 @@ def _stack_records(call: PadCall) -> tuple[torch.Tensor, list[torch.Tensor]]:
     h, w, top, left = g.sizes.unbind(1)
     size = g.c * h * w
     records = torch.stack([h, w, top, left, size.cumsum(0) - size, torch.zeros_like(h)], 1)
-    maps: list[torch.Tensor] = []
+    maps: list[Tensor] = []
     if call.mode not in ("constant", "texture"):
         records[:, _RMAPS] = _HEADER + g.n * _RECORD + torch.arange(g.n) * (g.out_h + g.out_w)
         for gi, _ in g.each():
@@ -390,7 +391,7 @@ _AS_ELEMENTS, _AS_IS = range(2)
 
 
 def _plan(
-    call: PadCall, image: torch.Tensor, canvas: torch.Tensor, texture: torch.Tensor, backward: bool
+    call: PadCall, image: Tensor, canvas: Tensor, texture: Tensor, backward: bool
 ) -> "_Plan":
     """The launch plan of this call: cached for a single geometry, made for a stack."""
     g = call.geometry
@@ -424,15 +425,15 @@ class _Plan:
     def __init__(
         self,
         call: PadCall,
-        image: torch.Tensor,
-        canvas: torch.Tensor,
-        texture: torch.Tensor,
+        image: Tensor,
+        canvas: Tensor,
+        texture: Tensor,
         backward: bool,
         gpu: bool,
-        records: list[int] | torch.Tensor,
+        records: list[int] | Tensor,
         record_step: int,
         image_step: int,
-        maps: list[torch.Tensor],
+        maps: list[Tensor],
     ) -> None:
         g = call.geometry
         n, c, out_h, out_w = g.n, g.c, g.out_h, g.out_w
@@ -482,12 +483,12 @@ class _Plan:
         # Per (use of the word table, image phase): the host part of meta, and for standard
         # modes (which never read the lattice) and constant mode (whose lattice is zeros) the
         # whole meta. Texture mode appends each call's offsets and indices.
-        self.hosts: dict[tuple[bool, int], torch.Tensor] = {(False, 0): host}
-        self.metas: dict[tuple[bool, int], torch.Tensor | None] = {(False, 0): self._whole(host)}
+        self.hosts: dict[tuple[bool, int], Tensor] = {(False, 0): host}
+        self.metas: dict[tuple[bool, int], Tensor | None] = {(False, 0): self._whole(host)}
         # The last call's lattice tensors, their versions and the meta made of them.
         self.last: tuple[Any, ...] = ()
 
-    def _whole(self, host: torch.Tensor) -> torch.Tensor | None:
+    def _whole(self, host: Tensor) -> Tensor | None:
         if self.constant:
             n, device = 3 * self.n, self.device
             zeros = constant(("lattice", n, 0, device),
@@ -496,8 +497,8 @@ class _Plan:
         return None if self.texture_mode else host
 
     def meta(
-        self, variant: tuple[bool, int], offset: torch.Tensor, texture_index: torch.Tensor
-    ) -> torch.Tensor:
+        self, variant: tuple[bool, int], offset: Tensor, texture_index: Tensor
+    ) -> Tensor:
         """``meta`` for this variant (word table, image phase) and lattice."""
         host = self.hosts.get(variant)
         if host is None:  # first asked for now
@@ -513,7 +514,7 @@ class _Plan:
         last = self.last
         same = last and last[0] is offset and last[1] is texture_index
         if same and last[2:4] == (variant, versions):
-            last_meta: torch.Tensor = last[4]
+            last_meta: Tensor = last[4]
             return last_meta
         meta = torch.cat([host, offset.reshape(-1), texture_index.reshape(-1)])
         if not inference:
@@ -521,14 +522,14 @@ class _Plan:
             self.last = (offset, texture_index, variant, versions, meta)
         return meta
 
-    def view(self, t: torch.Tensor, how: int | tuple[int, int]) -> torch.Tensor:
+    def view(self, t: Tensor, how: int | tuple[int, int]) -> Tensor:
         if isinstance(how, tuple):
             return _word_view(t, how)
         flat = t.reshape(-1)
         return flat.view(self.dtype) if how == _AS_ELEMENTS else flat
 
 
-def _raw(t: torch.Tensor, how: int | tuple[int, int]) -> tuple[int, int, tuple[int, ...]]:
+def _raw(t: Tensor, how: int | tuple[int, int]) -> tuple[int, int, tuple[int, ...]]:
     """``_Plan.view(t, how)`` as ``(data_ptr, nbytes, shape)``: a same-size view keeps all
     three; a word view is its span (``_word_span``)."""
     if isinstance(how, tuple):
@@ -538,10 +539,10 @@ def _raw(t: torch.Tensor, how: int | tuple[int, int]) -> tuple[int, int, tuple[i
 
 def forward(
     call: PadCall,
-    image: torch.Tensor,
-    canvas: torch.Tensor,
+    image: Tensor,
+    canvas: Tensor,
     backward: bool = False,
-    texture: torch.Tensor | None = None,
+    texture: Tensor | None = None,
 ) -> None:
     """Write every element of ``canvas`` (``N*C*H'*W'`` contiguous, any shape) from ``image``
     (``N*C*H*W`` contiguous, or the packed images of a stack), the texture or the fill.
@@ -601,13 +602,13 @@ def forward(
 
 
 def backward(
-    call: PadCall, canvas_grad: torch.Tensor, grad_image: torch.Tensor, grad_texture: torch.Tensor
+    call: PadCall, canvas_grad: Tensor, grad_image: Tensor, grad_texture: Tensor
 ) -> None:
     """Add ``canvas_grad`` (float32/float64, contiguous) into ``grad_image`` (zeros of the
     image's elements) and, in texture mode, ``grad_texture`` (zeros of the bank's shape)."""
     forward(call, grad_image, canvas_grad, True, grad_texture)
 
 
-def _dummy(dtype: torch.dtype, device: torch.device) -> torch.Tensor:
+def _dummy(dtype: torch.dtype, device: torch.device) -> Tensor:
     """A read-only one-element stand-in for an empty argument (never read by the kernel)."""
     return constant(("dummy", dtype, device), lambda: torch.zeros(1, dtype=dtype, device=device))

@@ -15,6 +15,7 @@ from __future__ import annotations
 from typing import overload
 
 import torch
+from torch import Tensor
 
 from ... import backends
 from ..._checks import check_float, check_tensor
@@ -37,7 +38,7 @@ def init_wkv_state(
     *,
     device: torch.device | str | None = None,
     dtype: torch.dtype = torch.float32,
-) -> torch.Tensor:
+) -> Tensor:
     """The WKV state before the first token: ``(batch_size, 3, channels)``.
 
     Rows: numerator ``aa = 0``, denominator ``bb = 0``, running max ``pp = -1e38``. ``dtype``:
@@ -80,11 +81,7 @@ def _math(dtype: torch.dtype) -> torch.dtype:
 
 
 def _check(
-    time_decay: torch.Tensor,
-    time_first: torch.Tensor,
-    k: torch.Tensor,
-    v: torch.Tensor,
-    state: torch.Tensor,
+    time_decay: Tensor, time_first: Tensor, k: Tensor, v: Tensor, state: Tensor
 ) -> tuple[int, int, int]:
     """``(B, T, C)`` of arguments the kernels can take, else a TypeError/ValueError naming the
     culprit (metadata only: the fake implementations run it too)."""
@@ -116,12 +113,8 @@ def _check(
 
 
 def _operands(
-    time_decay: torch.Tensor,
-    time_first: torch.Tensor,
-    k: torch.Tensor,
-    v: torch.Tensor,
-    state: torch.Tensor,
-) -> tuple[torch.Tensor, ...]:
+    time_decay: Tensor, time_first: Tensor, k: Tensor, v: Tensor, state: Tensor
+) -> tuple[Tensor, ...]:
     """``w = -exp(time_decay)``, ``u``, ``k``, ``v``, ``state``: detached, contiguous, in the
     math dtype (the kernels take no bfloat16, and half precision loses the recurrence)."""
     m = _math(k.dtype)
@@ -129,7 +122,7 @@ def _operands(
     return tuple(_operand(t, m) for t in (w, time_first, k, v, state))
 
 
-def _operand(t: torch.Tensor, m: torch.dtype) -> torch.Tensor:
+def _operand(t: Tensor, m: torch.dtype) -> Tensor:
     # Most calls (one-token steps included) pass tensors that need nothing: skip three calls.
     if t.dtype == m and not t.requires_grad and t.is_contiguous():
         return t
@@ -137,13 +130,8 @@ def _operand(t: torch.Tensor, m: torch.dtype) -> torch.Tensor:
 
 
 def _forward(
-    time_decay: torch.Tensor,
-    time_first: torch.Tensor,
-    k: torch.Tensor,
-    v: torch.Tensor,
-    state: torch.Tensor,
-    save: bool,
-) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor | None]:
+    time_decay: Tensor, time_first: Tensor, k: Tensor, v: Tensor, state: Tensor, save: bool
+) -> tuple[Tensor, Tensor, Tensor | None]:
     """``wkv_forward``'s implementation, also run directly by the eager no-grad path (``wkv``
     and the layers' one-token steps): the same code, so the same bits.
 
@@ -170,13 +158,8 @@ def _forward(
 
 @torch.library.custom_op("tipad::wkv_forward", mutates_args=())
 def wkv_forward(
-    time_decay: torch.Tensor,
-    time_first: torch.Tensor,
-    k: torch.Tensor,
-    v: torch.Tensor,
-    state: torch.Tensor,
-    save: bool,
-) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    time_decay: Tensor, time_first: Tensor, k: Tensor, v: Tensor, state: Tensor, save: bool
+) -> tuple[Tensor, Tensor, Tensor]:
     """``(y, new_state, saved)``: ``y`` ``(B, T, C)`` in ``k``'s dtype, the state after the last
     token ``(B, 3, C)``, and ``saved`` ``(3, B, S, C)`` in the math dtype: with ``save`` (S = T
     + 1) the state before every step, what ``wkv_backward`` reads, else empty (S = 0: the
@@ -197,14 +180,14 @@ def _(time_decay, time_first, k, v, state, save):  # type: ignore[no-untyped-def
 
 
 def _check_backward(
-    time_decay: torch.Tensor,
-    time_first: torch.Tensor,
-    k: torch.Tensor,
-    v: torch.Tensor,
-    state: torch.Tensor,
-    saved: torch.Tensor,
-    grad_y: torch.Tensor,
-    grad_state: torch.Tensor,
+    time_decay: Tensor,
+    time_first: Tensor,
+    k: Tensor,
+    v: Tensor,
+    state: Tensor,
+    saved: Tensor,
+    grad_y: Tensor,
+    grad_state: Tensor,
 ) -> tuple[int, int, int]:
     b, t, c = _check(time_decay, time_first, k, v, state)
     if saved.dim() != 4 or tuple(saved.shape) not in ((3, b, 0, c), (3, b, t + 1, c)):
@@ -221,15 +204,15 @@ def _check_backward(
 
 @torch.library.custom_op("tipad::wkv_backward", mutates_args=())
 def wkv_backward(
-    time_decay: torch.Tensor,
-    time_first: torch.Tensor,
-    k: torch.Tensor,
-    v: torch.Tensor,
-    state: torch.Tensor,
-    saved: torch.Tensor,
-    grad_y: torch.Tensor,
-    grad_state: torch.Tensor,
-) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor]:
+    time_decay: Tensor,
+    time_first: Tensor,
+    k: Tensor,
+    v: Tensor,
+    state: Tensor,
+    saved: Tensor,
+    grad_y: Tensor,
+    grad_state: Tensor,
+) -> tuple[Tensor, Tensor, Tensor, Tensor, Tensor]:
     """Gradients of ``wkv_forward`` w.r.t. ``(time_decay, time_first, k, v, state)``, each in
     its input's dtype, given those of ``y`` and of the new state.
 
@@ -297,31 +280,19 @@ wkv_forward.register_autograd(_backward, setup_context=_setup_context)
 
 @overload
 def wkv(
-    time_decay: torch.Tensor,
-    time_first: torch.Tensor,
-    k: torch.Tensor,
-    v: torch.Tensor,
-    state: None = None,
-) -> torch.Tensor: ...
+    time_decay: Tensor, time_first: Tensor, k: Tensor, v: Tensor, state: None = None
+) -> Tensor: ...
 
 
 @overload
 def wkv(
-    time_decay: torch.Tensor,
-    time_first: torch.Tensor,
-    k: torch.Tensor,
-    v: torch.Tensor,
-    state: torch.Tensor,
-) -> tuple[torch.Tensor, torch.Tensor]: ...
+    time_decay: Tensor, time_first: Tensor, k: Tensor, v: Tensor, state: Tensor
+) -> tuple[Tensor, Tensor]: ...
 
 
 def wkv(
-    time_decay: torch.Tensor,
-    time_first: torch.Tensor,
-    k: torch.Tensor,
-    v: torch.Tensor,
-    state: torch.Tensor | None = None,
-) -> torch.Tensor | tuple[torch.Tensor, torch.Tensor]:
+    time_decay: Tensor, time_first: Tensor, k: Tensor, v: Tensor, state: Tensor | None = None
+) -> Tensor | tuple[Tensor, Tensor]:
     """RWKV-4 WKV: ``y[b,t,c]``, the softmax-like mix of past ``v`` weighted by decayed ``k``.
 
     ``y_t = (sum_{i<t} e^{(t-1-i)w + k_i} v_i + e^{u+k_t} v_t) / (same without v)`` per channel,
@@ -358,7 +329,7 @@ def wkv(
         b, c = (k.shape[0], k.shape[2]) if k.dim() == 3 else (0, 0)
         dtype = _math(k.dtype) if k.is_floating_point() else torch.float32
         s = init_wkv_state(b, c, device=k.device, dtype=dtype)
-    elif not isinstance(state, torch.Tensor):
+    elif not isinstance(state, Tensor):
         raise TypeError(f"state must be a torch.Tensor or None, got {type(state).__name__}")
     else:
         s = check_tensor("state", state)

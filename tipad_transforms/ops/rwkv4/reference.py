@@ -5,11 +5,12 @@ where autograd is off)."""
 from __future__ import annotations
 
 import torch
+from torch import Tensor
 
 __all__ = ["backward", "forward"]
 
 
-def _scales(a: torch.Tensor, b: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+def _scales(a: Tensor, b: Tensor) -> tuple[Tensor, Tensor]:
     """``(exp(a - m), exp(b - m))`` with ``m = max(a, b)``, as the kernels compute it: the
     other's is ``exp(-|a - b|)``, the leader's ``exp(m - m)``, which is 1 where ``m`` is finite
     and NaN where it is not (``+inf``, both ``-inf``, a NaN), as the formula gives."""
@@ -22,13 +23,8 @@ def _scales(a: torch.Tensor, b: torch.Tensor) -> tuple[torch.Tensor, torch.Tenso
 
 
 def _recurrence(
-    w: torch.Tensor,
-    u: torch.Tensor,
-    k: torch.Tensor,
-    v: torch.Tensor,
-    state: torch.Tensor,
-    save: bool = False,
-) -> tuple[torch.Tensor, torch.Tensor]:
+    w: Tensor, u: Tensor, k: Tensor, v: Tensor, state: Tensor, save: bool = False
+) -> tuple[Tensor, Tensor]:
     """WKV recurrence in the stable (aa, bb, pp) form, one torch step per token.
 
     ``w = -exp(time_decay)`` and ``u = time_first``: ``(C,)``; ``k, v``: ``(B, T, C)`` float32
@@ -53,14 +49,8 @@ def _recurrence(
 
 
 def _gradients(
-    w: torch.Tensor,
-    u: torch.Tensor,
-    k: torch.Tensor,
-    v: torch.Tensor,
-    state: torch.Tensor,
-    gy: torch.Tensor,
-    gstate: torch.Tensor,
-) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor]:
+    w: Tensor, u: Tensor, k: Tensor, v: Tensor, state: Tensor, gy: Tensor, gstate: Tensor
+) -> tuple[Tensor, Tensor, Tensor, Tensor, Tensor]:
     """Gradients of ``_recurrence`` given ``gy`` ``(B, T, C)`` and ``gstate`` ``(B, 3, C)``
     (of ``y`` and of the final state): ``(gw, gu)`` per chain ``(B, C)`` (not summed over B),
     ``gk, gv`` ``(B, T, C)`` and the initial state's ``(B, 3, C)``.
@@ -97,13 +87,13 @@ def _gradients(
 
 
 def forward(
-    time_decay: torch.Tensor,
-    time_first: torch.Tensor,
-    state: torch.Tensor,
-    k: torch.Tensor,
-    v: torch.Tensor,
-    y: torch.Tensor,
-    states: torch.Tensor,
+    time_decay: Tensor,
+    time_first: Tensor,
+    state: Tensor,
+    k: Tensor,
+    v: Tensor,
+    y: Tensor,
+    states: Tensor,
 ) -> None:
     """``taichi.forward``'s contract: writes ``y`` and ``states`` (every state, or the final)."""
     save = states.dim() == 4
@@ -113,18 +103,18 @@ def forward(
 
 
 def backward(
-    time_decay: torch.Tensor,
-    w: torch.Tensor,
-    u: torch.Tensor,
-    k: torch.Tensor,
-    v: torch.Tensor,
-    state: torch.Tensor,
-    saved: torch.Tensor,
-    gy: torch.Tensor,
-    gstate: torch.Tensor,
-    gk: torch.Tensor,
-    gv: torch.Tensor,
-    grads: torch.Tensor,
+    time_decay: Tensor,
+    w: Tensor,
+    u: Tensor,
+    k: Tensor,
+    v: Tensor,
+    state: Tensor,
+    saved: Tensor,
+    gy: Tensor,
+    gstate: Tensor,
+    gk: Tensor,
+    gv: Tensor,
+    grads: Tensor,
 ) -> None:
     """``taichi.backward``'s contract (the states are recomputed here whatever ``saved``)."""
     gw, gu, gk_, gv_, gs = _gradients(w, u, k, v, state, gy, gstate)

@@ -17,6 +17,7 @@ the one-step-late stores in ``forward_chain``).
 from typing import Any
 
 import torch
+from torch import Tensor
 
 from ..._compat.taichi import Steps
 from ..._value_cache import constant
@@ -308,7 +309,7 @@ def _build_kernels(ti: Any) -> dict[str, Any]:
 
 
 # fmt: on
-def _switches(k: torch.Tensor) -> tuple[int, bool, bool]:
+def _switches(k: Tensor) -> tuple[int, bool, bool]:
     """(lanes, the float32 polynomial exp, packed loads) for a launch on ``k`` ``(B, T, C)``:
     the CPU reads float32 inputs as vectors of ``_LANES`` where C allows."""
     lanes = 1 if TAICHI.gpu_order else _LANES
@@ -316,11 +317,11 @@ def _switches(k: torch.Tensor) -> tuple[int, bool, bool]:
     return lanes, fast, fast and lanes == _LANES and k.shape[2] % _LANES == 0
 
 
-def _loads(t: torch.Tensor, packed: bool) -> torch.Tensor:
+def _loads(t: Tensor, packed: bool) -> Tensor:
     return t.reshape(-1, _LANES) if packed else t.reshape(-1)
 
 
-def _meta(k: torch.Tensor) -> torch.Tensor:
+def _meta(k: Tensor) -> Tensor:
     """``[B, T, C]`` int32 on ``k``'s device (read only; one per shape in use)."""
     return constant(
         ("wkv meta", *k.shape, k.device),
@@ -333,13 +334,13 @@ _steps = Steps()
 
 
 def forward(
-    time_decay: torch.Tensor,
-    time_first: torch.Tensor,
-    state: torch.Tensor,
-    k: torch.Tensor,
-    v: torch.Tensor,
-    y: torch.Tensor,
-    states: torch.Tensor,
+    time_decay: Tensor,
+    time_first: Tensor,
+    state: Tensor,
+    k: Tensor,
+    v: Tensor,
+    y: Tensor,
+    states: Tensor,
 ) -> None:
     """The WKV forward. All tensors contiguous, detached, float32 or float64 (one dtype), on
     one device, none empty.
@@ -369,18 +370,18 @@ def forward(
 
 
 def backward(
-    time_decay: torch.Tensor,
-    w: torch.Tensor,
-    u: torch.Tensor,
-    k: torch.Tensor,
-    v: torch.Tensor,
-    state: torch.Tensor,
-    saved: torch.Tensor,
-    gy: torch.Tensor,
-    gstate: torch.Tensor,
-    gk: torch.Tensor,
-    gv: torch.Tensor,
-    grads: torch.Tensor,
+    time_decay: Tensor,
+    w: Tensor,
+    u: Tensor,
+    k: Tensor,
+    v: Tensor,
+    state: Tensor,
+    saved: Tensor,
+    gy: Tensor,
+    gstate: Tensor,
+    gk: Tensor,
+    gv: Tensor,
+    grads: Tensor,
 ) -> None:
     """The WKV backward; same conventions as ``forward``, ``w = -exp(time_decay)``.
 

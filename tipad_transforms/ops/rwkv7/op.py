@@ -25,6 +25,7 @@ from functools import reduce
 from typing import Any, overload
 
 import torch
+from torch import Tensor
 
 from ... import backends
 from ..._checks import check_float
@@ -57,12 +58,12 @@ def _slots(t: Any, save: bool) -> Any:
     return (t + _CHUNK - 1) // _CHUNK + 1 if save else 1
 
 
-def _result_dtype(inputs: tuple[torch.Tensor, ...]) -> torch.dtype:
+def _result_dtype(inputs: tuple[Tensor, ...]) -> torch.dtype:
     """The dtype of ``y``: the six inputs' float dtypes promoted as torch promotes them."""
     return reduce(torch.promote_types, (t.dtype for t in inputs))
 
 
-def _check_dense(name: str, t: torch.Tensor) -> None:
+def _check_dense(name: str, t: Tensor) -> None:
     """TypeError naming ``t`` for the layouts the kernels cannot read (sparse, nested)."""
     if t.is_nested:
         raise TypeError(f"{name} must be a dense tensor, got a nested tensor")
@@ -88,7 +89,7 @@ def _check(inputs: tuple[Any, ...], state: Any) -> tuple[int, int, int, int]:
         )
     named = list(zip(_NAMES[1:], inputs[1:], strict=True))
     if state is not None:
-        if not isinstance(state, torch.Tensor):
+        if not isinstance(state, Tensor):
             raise TypeError(f"state must be a torch.Tensor or None, got {type(state).__name__}")
         _check_dense("state", state)
         if state.shape != (b, h, n, n):
@@ -106,7 +107,7 @@ def _check(inputs: tuple[Any, ...], state: Any) -> tuple[int, int, int, int]:
     return b, t, h, n
 
 
-Six = tuple[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor]
+Six = tuple[Tensor, Tensor, Tensor, Tensor, Tensor, Tensor]
 
 
 def _operands(inputs: Six) -> Six:
@@ -120,15 +121,8 @@ def _operands(inputs: Six) -> Six:
 
 @torch.library.custom_op("tipad::wkv7_forward", mutates_args=())
 def wkv7_forward(
-    r: torch.Tensor,
-    w: torch.Tensor,
-    k: torch.Tensor,
-    v: torch.Tensor,
-    a: torch.Tensor,
-    b: torch.Tensor,
-    state: torch.Tensor,
-    save: bool,
-) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    r: Tensor, w: Tensor, k: Tensor, v: Tensor, a: Tensor, b: Tensor, state: Tensor, save: bool
+) -> tuple[Tensor, Tensor, Tensor]:
     """``(y, new_state, saved)``: ``y`` ``(B, T, H, N)`` in the inputs' promoted dtype, the
     state after the last token ``(B, H, N, N)``, and ``saved`` ``(B, H, S, N, N)`` in the math
     dtype: with ``save`` (S = ceil(T / _CHUNK) + 1) the checkpoints ``wkv7_backward`` reads and
@@ -139,16 +133,16 @@ def wkv7_forward(
 
 
 def _forward(
-    r: torch.Tensor,
-    w: torch.Tensor,
-    k: torch.Tensor,
-    v: torch.Tensor,
-    a: torch.Tensor,
-    b: torch.Tensor,
-    state: torch.Tensor,
+    r: Tensor,
+    w: Tensor,
+    k: Tensor,
+    v: Tensor,
+    a: Tensor,
+    b: Tensor,
+    state: Tensor,
     save: bool,
     checked: bool = False,
-) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+) -> tuple[Tensor, Tensor, Tensor]:
     """``wkv7_forward``'s implementation, also run directly by ``wkv7`` without a graph to
     record (same code, same bits). Without ``save`` the new state it returns is a view of the
     states it returns (the op clones it: custom ops' outputs must not alias). ``checked``: the
@@ -181,19 +175,17 @@ def _(r, w, k, v, a, b, state, save):  # type: ignore[no-untyped-def]
 
 @torch.library.custom_op("tipad::wkv7_backward", mutates_args=())
 def wkv7_backward(
-    r: torch.Tensor,
-    w: torch.Tensor,
-    k: torch.Tensor,
-    v: torch.Tensor,
-    a: torch.Tensor,
-    b: torch.Tensor,
-    state: torch.Tensor,
-    saved: torch.Tensor,
-    grad_y: torch.Tensor,
-    grad_state: torch.Tensor,
-) -> tuple[
-    torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor
-]:
+    r: Tensor,
+    w: Tensor,
+    k: Tensor,
+    v: Tensor,
+    a: Tensor,
+    b: Tensor,
+    state: Tensor,
+    saved: Tensor,
+    grad_y: Tensor,
+    grad_state: Tensor,
+) -> tuple[Tensor, Tensor, Tensor, Tensor, Tensor, Tensor, Tensor]:
     """Gradients of ``wkv7_forward`` w.r.t. ``(r, w, k, v, a, b, state)``, each in its input's
     dtype, given those of ``y`` and of the new state.
 
@@ -249,37 +241,19 @@ wkv7_forward.register_autograd(_backward, setup_context=_setup_context)
 
 @overload
 def wkv7(
-    r: torch.Tensor,
-    w: torch.Tensor,
-    k: torch.Tensor,
-    v: torch.Tensor,
-    a: torch.Tensor,
-    b: torch.Tensor,
-    state: None = None,
-) -> torch.Tensor: ...
+    r: Tensor, w: Tensor, k: Tensor, v: Tensor, a: Tensor, b: Tensor, state: None = None
+) -> Tensor: ...
 
 
 @overload
 def wkv7(
-    r: torch.Tensor,
-    w: torch.Tensor,
-    k: torch.Tensor,
-    v: torch.Tensor,
-    a: torch.Tensor,
-    b: torch.Tensor,
-    state: torch.Tensor,
-) -> tuple[torch.Tensor, torch.Tensor]: ...
+    r: Tensor, w: Tensor, k: Tensor, v: Tensor, a: Tensor, b: Tensor, state: Tensor
+) -> tuple[Tensor, Tensor]: ...
 
 
 def wkv7(
-    r: torch.Tensor,
-    w: torch.Tensor,
-    k: torch.Tensor,
-    v: torch.Tensor,
-    a: torch.Tensor,
-    b: torch.Tensor,
-    state: torch.Tensor | None = None,
-) -> torch.Tensor | tuple[torch.Tensor, torch.Tensor]:
+    r: Tensor, w: Tensor, k: Tensor, v: Tensor, a: Tensor, b: Tensor, state: Tensor | None = None
+) -> Tensor | tuple[Tensor, Tensor]:
     """RWKV-7 ("Goose", x070) WKV with a state in and out.
 
     Per batch and head, with the state ``S`` ``(N, N)`` indexed ``S[value, key]``:

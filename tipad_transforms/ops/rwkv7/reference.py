@@ -5,21 +5,22 @@ inside each chunk), so its memory is bounded the same way."""
 from __future__ import annotations
 
 import torch
+from torch import Tensor
 
 __all__ = ["backward", "forward"]
 
 
 def _recurrence(
-    r: torch.Tensor,
-    d: torch.Tensor,
-    k: torch.Tensor,
-    v: torch.Tensor,
-    a: torch.Tensor,
-    b: torch.Tensor,
-    state: torch.Tensor,
+    r: Tensor,
+    d: Tensor,
+    k: Tensor,
+    v: Tensor,
+    a: Tensor,
+    b: Tensor,
+    state: Tensor,
     chunk: int,
     save: bool,
-) -> tuple[torch.Tensor, torch.Tensor]:
+) -> tuple[Tensor, Tensor]:
     """``S_t = S_{t-1} diag(d_t) + (S_{t-1} a_t) b_t^T + v_t k_t^T``, ``y_t = S_t r_t``.
 
     ``r, d, k, v, a, b``: ``(B, T, H, N)`` (``d = exp(w)``, the decay itself), ``state``:
@@ -40,30 +41,23 @@ def _recurrence(
     return y, torch.stack(kept, 2)
 
 
-def _wkv7_step(
-    s: torch.Tensor,
-    d: torch.Tensor,
-    k: torch.Tensor,
-    v: torch.Tensor,
-    a: torch.Tensor,
-    b: torch.Tensor,
-) -> torch.Tensor:
+def _wkv7_step(s: Tensor, d: Tensor, k: Tensor, v: Tensor, a: Tensor, b: Tensor) -> Tensor:
     sa = torch.einsum("bhij,bhj->bhi", s, a)
     return s * d[:, :, None, :] + sa[..., None] * b[:, :, None, :] + v[..., None] * k[:, :, None, :]
 
 
 def _gradients(
-    r: torch.Tensor,
-    d: torch.Tensor,
-    k: torch.Tensor,
-    v: torch.Tensor,
-    a: torch.Tensor,
-    b: torch.Tensor,
-    states: torch.Tensor,
-    gy: torch.Tensor,
-    gstate: torch.Tensor,
+    r: Tensor,
+    d: Tensor,
+    k: Tensor,
+    v: Tensor,
+    a: Tensor,
+    b: Tensor,
+    states: Tensor,
+    gy: Tensor,
+    gstate: Tensor,
     chunk: int,
-) -> tuple[torch.Tensor, ...]:
+) -> tuple[Tensor, ...]:
     """Gradients of ``_recurrence`` w.r.t. ``(r, d, k, v, a, b, state)`` given ``gy``
     ``(B, T, H, N)`` and ``gstate`` ``(B, H, N, N)`` (of ``y`` and of the final state).
 
@@ -96,15 +90,15 @@ def _gradients(
 
 
 def forward(
-    r: torch.Tensor,
-    d: torch.Tensor,
-    k: torch.Tensor,
-    v: torch.Tensor,
-    a: torch.Tensor,
-    b: torch.Tensor,
-    state: torch.Tensor,
-    y: torch.Tensor,
-    states: torch.Tensor,
+    r: Tensor,
+    d: Tensor,
+    k: Tensor,
+    v: Tensor,
+    a: Tensor,
+    b: Tensor,
+    state: Tensor,
+    y: Tensor,
+    states: Tensor,
     chunk: int,
 ) -> None:
     """``taichi.forward``'s contract: writes ``y`` and ``states`` (checkpoints, or the final)."""
@@ -114,17 +108,17 @@ def forward(
 
 
 def backward(
-    r: torch.Tensor,
-    d: torch.Tensor,
-    k: torch.Tensor,
-    v: torch.Tensor,
-    a: torch.Tensor,
-    b: torch.Tensor,
-    state: torch.Tensor,
-    saved: torch.Tensor,
-    gy: torch.Tensor,
-    gstate: torch.Tensor,
-    grads: torch.Tensor,
+    r: Tensor,
+    d: Tensor,
+    k: Tensor,
+    v: Tensor,
+    a: Tensor,
+    b: Tensor,
+    state: Tensor,
+    saved: Tensor,
+    gy: Tensor,
+    gstate: Tensor,
+    grads: Tensor,
     chunk: int,
 ) -> None:
     """``taichi.backward``'s contract: writes ``grads``, overwrites ``gstate``."""

@@ -26,6 +26,7 @@ one chunk, never a state per step.
 from typing import Any
 
 import torch
+from torch import Tensor
 
 from ..._compat.taichi import Steps
 from ..._value_cache import constant
@@ -349,7 +350,7 @@ def _build_kernels(ti: Any) -> dict[str, Any]:
 
 
 # fmt: on
-def _meta(k: torch.Tensor, chunk: int, slots: int) -> torch.Tensor:
+def _meta(k: Tensor, chunk: int, slots: int) -> Tensor:
     """``[B, T, H, N, chunk, S]`` int32 on ``k``'s device (read only; one per shape in use:
     building it costs a one-token step more than the kernel's arguments)."""
     return constant(
@@ -365,15 +366,15 @@ _steps = Steps()
 
 
 def forward(
-    r: torch.Tensor,
-    d: torch.Tensor,
-    k: torch.Tensor,
-    v: torch.Tensor,
-    a: torch.Tensor,
-    b: torch.Tensor,
-    state: torch.Tensor,
-    y: torch.Tensor,
-    states: torch.Tensor,
+    r: Tensor,
+    d: Tensor,
+    k: Tensor,
+    v: Tensor,
+    a: Tensor,
+    b: Tensor,
+    state: Tensor,
+    y: Tensor,
+    states: Tensor,
     chunk: int,
 ) -> None:
     """The RWKV-7 forward. All tensors contiguous, detached, float32 or float64 (one dtype), on
@@ -408,17 +409,17 @@ def forward(
 
 
 def backward(
-    r: torch.Tensor,
-    d: torch.Tensor,
-    k: torch.Tensor,
-    v: torch.Tensor,
-    a: torch.Tensor,
-    b: torch.Tensor,
-    state: torch.Tensor,
-    saved: torch.Tensor,
-    gy: torch.Tensor,
-    gstate: torch.Tensor,
-    grads: torch.Tensor,
+    r: Tensor,
+    d: Tensor,
+    k: Tensor,
+    v: Tensor,
+    a: Tensor,
+    b: Tensor,
+    state: Tensor,
+    saved: Tensor,
+    gy: Tensor,
+    gstate: Tensor,
+    grads: Tensor,
     chunk: int,
 ) -> None:
     """The RWKV-7 backward; same conventions as ``forward``.

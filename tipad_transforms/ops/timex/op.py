@@ -14,6 +14,7 @@ from __future__ import annotations
 import numbers
 
 import torch
+from torch import Tensor
 
 from ... import backends
 from ..._checks import check_float, check_tensor
@@ -33,7 +34,7 @@ def _math(*dtypes: torch.dtype) -> torch.dtype:
     return torch.float64 if torch.float64 in dtypes else torch.float32
 
 
-def _check(w: torch.Tensor, k: torch.Tensor) -> None:
+def _check(w: Tensor, k: Tensor) -> None:
     """TypeError/ValueError naming the argument unless ``w`` is ``(C, L)`` and ``k`` ``(B, C, T)``
     float tensors on one device with ``L >= 1`` (metadata only: the fake implementations run
     it too)."""
@@ -54,12 +55,12 @@ def _check(w: torch.Tensor, k: torch.Tensor) -> None:
         raise ValueError(f"w is on {w.device}, k on {k.device}: use one device")
 
 
-def _operand(t: torch.Tensor, dtype: torch.dtype) -> torch.Tensor:
+def _operand(t: Tensor, dtype: torch.dtype) -> Tensor:
     return t.detach().to(dtype).contiguous()
 
 
 @torch.library.custom_op("tipad::time_conv_forward", mutates_args=())
-def time_conv_forward(w: torch.Tensor, k: torch.Tensor, eps: float) -> torch.Tensor:
+def time_conv_forward(w: Tensor, k: Tensor, eps: float) -> Tensor:
     """``time_conv`` for ``w`` ``(C, L)`` (checked as ``time_conv`` checks): a new ``(B, C, T)``
     tensor of dtype ``promote_types(w.dtype, k.dtype)``."""
     _check(w, k)
@@ -76,7 +77,7 @@ def _(w, k, eps):  # type: ignore[no-untyped-def]
     return k.new_empty(k.shape, dtype=torch.promote_types(w.dtype, k.dtype))
 
 
-def _check_backward(grad: torch.Tensor, w: torch.Tensor, k: torch.Tensor) -> None:
+def _check_backward(grad: Tensor, w: Tensor, k: Tensor) -> None:
     _check(w, k)
     check_float("grad", grad)
     check_meta("grad", grad, shape=k.shape, device=k.device, like="k")
@@ -84,8 +85,8 @@ def _check_backward(grad: torch.Tensor, w: torch.Tensor, k: torch.Tensor) -> Non
 
 @torch.library.custom_op("tipad::time_conv_backward", mutates_args=())
 def time_conv_backward(
-    grad: torch.Tensor, w: torch.Tensor, k: torch.Tensor, grad_w: bool, grad_k: bool
-) -> tuple[torch.Tensor, torch.Tensor]:
+    grad: Tensor, w: Tensor, k: Tensor, grad_w: bool, grad_k: bool
+) -> tuple[Tensor, Tensor]:
     """Gradients of ``time_conv_forward``: ``(dw, dk)`` with ``w``'s and ``k``'s shapes and dtypes.
 
     ``grad``: ``(B, C, T)``. ``dk[b,c,u] = sum_t grad[b,c,t] w[c, L-1-(t-u)]`` and
@@ -121,7 +122,7 @@ def _backward(ctx, grad):  # type: ignore[no-untyped-def]
 time_conv_forward.register_autograd(_backward, setup_context=_setup_context)
 
 
-def time_conv(w: torch.Tensor, k: torch.Tensor, eps: float = 0.0) -> torch.Tensor:
+def time_conv(w: Tensor, k: Tensor, eps: float = 0.0) -> Tensor:
     """Causal depthwise time convolution (RWKV's "timex"), differentiable in ``w`` and ``k``.
 
     ``out[b,c,t] = eps + sum_{j=0..min(t, L-1)} w[c, L-1-j] * k[b,c,t-j]``, i.e.
@@ -158,5 +159,5 @@ def time_conv(w: torch.Tensor, k: torch.Tensor, eps: float = 0.0) -> torch.Tenso
         if w.shape[1] != 1:
             raise ValueError(f"w must be (C, L) or (C, 1, L), got shape {tuple(w.shape)}")
         w = w.squeeze(1)
-    out: torch.Tensor = torch.ops.tipad.time_conv_forward(w, k, float(eps))
+    out: Tensor = torch.ops.tipad.time_conv_forward(w, k, float(eps))
     return out

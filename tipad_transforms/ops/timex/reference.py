@@ -4,14 +4,14 @@ custom op's implementation, where autograd is off)."""
 
 from __future__ import annotations
 
-import torch
 import torch.nn.functional as F
+from torch import Tensor
 from torch.nn.grad import conv1d_input, conv1d_weight
 
 __all__ = ["backward", "forward"]
 
 
-def forward(w: torch.Tensor, k: torch.Tensor, out: torch.Tensor, eps: float) -> None:
+def forward(w: Tensor, k: Tensor, out: Tensor, eps: float) -> None:
     """``taichi.forward``'s contract."""
     if k.numel() == 0:  # conv1d refuses an input shorter than the kernel (T = 0)
         out.fill_(eps)
@@ -23,13 +23,7 @@ def forward(w: torch.Tensor, k: torch.Tensor, out: torch.Tensor, eps: float) -> 
 
 
 def backward(
-    grad: torch.Tensor,
-    w: torch.Tensor,
-    k: torch.Tensor,
-    dw: torch.Tensor,
-    dk: torch.Tensor,
-    grad_w: bool,
-    grad_k: bool,
+    grad: Tensor, w: Tensor, k: Tensor, dw: Tensor, dk: Tensor, grad_w: bool, grad_k: bool
 ) -> None:
     """``taichi.backward``'s contract."""
     if k.numel() == 0:

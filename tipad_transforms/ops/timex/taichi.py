@@ -19,6 +19,7 @@ vectoriser wants (Taichi compiles with fast-math, so it may reassociate the sums
 from typing import Any
 
 import torch
+from torch import Tensor
 
 from ...backends import Refused
 from ...backends.taichi import MAX_ELEMENTS, TAICHI
@@ -142,13 +143,7 @@ def _build_kernels(ti: Any) -> dict[str, Any]:
 
 # fmt: on
 def _window_dot(
-    a: torch.Tensor,
-    x: torch.Tensor,
-    y: torch.Tensor,
-    *,
-    offset: int,
-    sum_batch: bool = False,
-    eps: float = 0.0,
+    a: Tensor, x: Tensor, y: Tensor, *, offset: int, sum_batch: bool = False, eps: float = 0.0
 ) -> None:
     """Write every element of ``y`` with the windowed dot of the module docstring.
 
@@ -187,20 +182,14 @@ def _window_dot(
             _poison_padding_terms(a, y, channels, offset, sum_batch)
 
 
-def forward(w: torch.Tensor, k: torch.Tensor, out: torch.Tensor, eps: float) -> None:
+def forward(w: Tensor, k: Tensor, out: Tensor, eps: float) -> None:
     """``out[b,c,t] = eps + sum_j w[c, L-1-j] * k[b,c,t-j]``: ``w`` ``(C, L)``, ``k`` and
     ``out`` ``(B, C, T)``, contiguous, one float dtype."""
     _window_dot(w, k, out, offset=w.shape[1] - 1, eps=eps)
 
 
 def backward(
-    grad: torch.Tensor,
-    w: torch.Tensor,
-    k: torch.Tensor,
-    dw: torch.Tensor,
-    dk: torch.Tensor,
-    grad_w: bool,
-    grad_k: bool,
+    grad: Tensor, w: Tensor, k: Tensor, dw: Tensor, dk: Tensor, grad_w: bool, grad_k: bool
 ) -> None:
     """Write ``dk`` (if ``grad_k``) and ``dw`` (if ``grad_w``), the gradients of ``forward``
     for the output gradient ``grad`` ``(B, C, T)``; tensors as ``forward``'s."""
@@ -211,7 +200,7 @@ def backward(
 
 
 def _poison_padding_terms(
-    a: torch.Tensor, y: torch.Tensor, channels: int, offset: int, sum_batch: bool
+    a: Tensor, y: Tensor, channels: int, offset: int, sum_batch: bool
 ) -> None:
     """NaN into the outputs whose sums hold ``a[s] * 0`` terms of x's front padding (``s <
     offset - o``) with a non-finite ``a[s]``: the kernel leaves most of those terms out."""
