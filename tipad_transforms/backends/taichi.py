@@ -289,7 +289,7 @@ class TaichiBackend(Backend):
                     # Kernels read torch memory; Taichi's own pool only needs to be tiny.
                     device_memory_GB=0.25,
                     # taichi_forge compiles at compile_tier="fast" by default (no advanced IR
-                    # passes: RWKV kernels 3-5x slower); "full" is upstream's pipeline.
+                    # passes: much slower RWKV kernels); "full" is upstream's pipeline.
                     **({"compile_tier": "full"}
                        if ti.__name__ == "taichi_forge" and not os.environ.get("TI_COMPILE_TIER")
                        else {}),

@@ -334,8 +334,8 @@ def wkv(
     else:
         s = check_tensor("state", state)
     if eager(time_decay, time_first, k, v, s):
-        # No graph to record: the op's implementation itself, without the dispatcher's ~80 us
-        # (a one-token step's WKV is a few microseconds of work).
+        # No graph to record: the op's implementation itself, without the dispatcher (which
+        # costs a one-token step's WKV many times over).
         y, new_state, _ = _forward(time_decay, time_first, k, v, s, False)
     else:
         save = torch.is_grad_enabled() and any(

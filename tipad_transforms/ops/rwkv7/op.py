@@ -28,7 +28,7 @@ import torch
 from torch import Tensor
 
 from ... import backends
-from ..._checks import check_float
+from ..._checks import check_float, check_tensor
 from ..._tracing import eager
 
 __all__ = ["MAX_HEAD_SIZE", "WKV7", "wkv7", "wkv7_backward", "wkv7_forward"]
@@ -63,19 +63,10 @@ def _result_dtype(inputs: tuple[Tensor, ...]) -> torch.dtype:
     return reduce(torch.promote_types, (t.dtype for t in inputs))
 
 
-def _check_dense(name: str, t: Tensor) -> None:
-    """TypeError naming ``t`` for the layouts the kernels cannot read (sparse, nested)."""
-    if t.is_nested:
-        raise TypeError(f"{name} must be a dense tensor, got a nested tensor")
-    if t.layout != torch.strided:
-        raise TypeError(f"{name} must be a dense (strided) tensor, got layout {t.layout}")
-
-
 def _check(inputs: tuple[Any, ...], state: Any) -> tuple[int, int, int, int]:
     """``(B, T, H, N)`` of valid arguments, else a TypeError/ValueError naming the culprit."""
     for name, t in zip(_NAMES, inputs, strict=True):
-        check_float(name, t)
-        _check_dense(name, t)
+        check_float(name, t)  # a dense float tensor
     r = inputs[0]
     if r.dim() != 4:
         raise ValueError(f"r must be (B, T, H, N), got shape {tuple(r.shape)}")
@@ -91,7 +82,7 @@ def _check(inputs: tuple[Any, ...], state: Any) -> tuple[int, int, int, int]:
     if state is not None:
         if not isinstance(state, Tensor):
             raise TypeError(f"state must be a torch.Tensor or None, got {type(state).__name__}")
-        _check_dense("state", state)
+        check_tensor("state", state)
         if state.shape != (b, h, n, n):
             raise ValueError(
                 f"state must be ({b}, {h}, {n}, {n}) for r of shape {tuple(r.shape)}, "
