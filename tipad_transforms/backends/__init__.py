@@ -72,10 +72,6 @@ class Backend:
         nothing). A launch may still raise ``Refused`` for reasons of its own (its size)."""
         return None
 
-    def running(self) -> bool:
-        """Whether the backend is ready in this process without a start-up cost."""
-        return True
-
 
 # Frames of these packages sit between the user's call and an operation, how many depends on
 # the path taken (functional, transform, torch.compile, autograd, a DataLoader worker's loop).

@@ -22,49 +22,45 @@ def _scales(a: Tensor, b: Tensor) -> tuple[Tensor, Tensor]:
     return torch.where(ahead, lead, e), torch.where(ahead, e, lead)
 
 
-def _recurrence(
-    w: Tensor, u: Tensor, k: Tensor, v: Tensor, state: Tensor, save: bool = False
-) -> tuple[Tensor, Tensor]:
-    """WKV recurrence in the stable (aa, bb, pp) form, one torch step per token.
-
-    ``w = -exp(time_decay)`` and ``u = time_first``: ``(C,)``; ``k, v``: ``(B, T, C)`` float32
-    or float64; ``state``: ``(B, 3, C)`` (aa, bb, pp) of that dtype. Returns ``y`` ``(B, T, C)``
-    and the states ``(3, B, S, C)`` in the kernel's layout: with ``save`` (S = T + 1) the state
-    before every step and after the last, else (S = 1) the final state only.
-    """
+def forward(
+    time_decay: Tensor, time_first: Tensor, state: Tensor, k: Tensor, v: Tensor, y: Tensor,
+    states: Tensor,
+) -> None:  # fmt: skip
+    """The recurrence in the stable (aa, bb, pp) form, one torch step per token, with ``w =
+    -exp(time_decay)`` and ``u = time_first``: writes ``y`` and ``states`` (``(3, B, T + 1,
+    C)``: every state; ``(B, 3, C)``: the final one)."""
+    w, u = -torch.exp(time_decay), time_first
     aa, bb, pp = state.unbind(1)
-    ys, kept = [], []
     for t in range(k.shape[1]):
         kt, vt = k[:, t], v[:, t]
-        if save:
-            kept.append(torch.stack([aa, bb, pp]))
+        if states.dim() == 4:
+            states[:, :, t] = torch.stack([aa, bb, pp])
         e1, e2 = _scales(pp, u + kt)
-        ys.append((e1 * aa + e2 * vt) / (e1 * bb + e2))
+        y[:, t] = (e1 * aa + e2 * vt) / (e1 * bb + e2)
         ww = w + pp
         f1, f2 = _scales(ww, kt)
         aa, bb, pp = f1 * aa + f2 * vt, f1 * bb + f2, torch.maximum(ww, kt)
-    kept.append(torch.stack([aa, bb, pp]))
-    y = torch.stack(ys, 1) if ys else k.new_empty(k.shape)
-    return y, torch.stack(kept, 2)
+    if states.dim() == 4:
+        states[:, :, -1] = torch.stack([aa, bb, pp])
+    else:
+        states.copy_(torch.stack([aa, bb, pp], 1))
 
 
-def _gradients(
-    w: Tensor, u: Tensor, k: Tensor, v: Tensor, state: Tensor, gy: Tensor, gstate: Tensor
-) -> tuple[Tensor, Tensor, Tensor, Tensor, Tensor]:
-    """Gradients of ``_recurrence`` given ``gy`` ``(B, T, C)`` and ``gstate`` ``(B, 3, C)``
-    (of ``y`` and of the final state): ``(gw, gu)`` per chain ``(B, C)`` (not summed over B),
-    ``gk, gv`` ``(B, T, C)`` and the initial state's ``(B, 3, C)``.
-
-    Reverse mode through every step from the state before it (recomputed here), as autograd
-    would, except through the max of the output's pair: the output is invariant to that common
-    scale, so that gradient is exactly zero. A tie of the state's max splits its gradient in half,
-    like ``torch.maximum``.
-    """
-    states = _recurrence(w, u, k, v, state, save=True)[1]
+def backward(
+    time_decay: Tensor, w: Tensor, u: Tensor, k: Tensor, v: Tensor, state: Tensor, saved: Tensor,
+    gy: Tensor, gstate: Tensor, gk: Tensor, gv: Tensor, grads: Tensor,
+) -> None:  # fmt: skip
+    """Reverse mode through every step from the state before it (recomputed here whatever
+    ``saved``), as autograd would, except through the max of the output's pair: the output is
+    invariant to that common scale, so that gradient is exactly zero. A tie of the state's max
+    splits its gradient in half, like ``torch.maximum``. Writes ``gk``, ``gv`` and ``grads``
+    (``gw``, ``gu`` per chain, then the initial state's)."""
+    n_b, n_t, n_c = k.shape
+    states = k.new_empty(3, n_b, n_t + 1, n_c)
+    forward(time_decay, u, state, k, v, torch.empty_like(k), states)
     ga, gb, gp = gstate.unbind(1)
     gw, gu = torch.zeros_like(ga), torch.zeros_like(ga)
-    gk, gv = torch.empty_like(k), torch.empty_like(v)
-    for t in reversed(range(k.shape[1])):
+    for t in reversed(range(n_t)):
         aa, bb, pp = states[:, :, t]
         kt, vt = k[:, t], v[:, t]
         e1, e2 = _scales(pp, u + kt)
@@ -83,41 +79,6 @@ def _gradients(
         gv[:, t] = ga * f2 + g_num * e2
         gw, gu = gw + g_ww, gu + g_uk
         ga, gb, gp = ga * f1 + g_num * e1, gb * f1 + g_den * e1, g_ww - g_uk
-    return gw, gu, gk, gv, torch.stack([ga, gb, gp], 1)
-
-
-def forward(
-    time_decay: Tensor,
-    time_first: Tensor,
-    state: Tensor,
-    k: Tensor,
-    v: Tensor,
-    y: Tensor,
-    states: Tensor,
-) -> None:
-    """``taichi.forward``'s contract: writes ``y`` and ``states`` (every state, or the final)."""
-    save = states.dim() == 4
-    out, full = _recurrence(-torch.exp(time_decay), time_first, k, v, state, save)
-    y.copy_(out)
-    states.copy_(full if save else full[:, :, -1].transpose(0, 1))
-
-
-def backward(
-    time_decay: Tensor,
-    w: Tensor,
-    u: Tensor,
-    k: Tensor,
-    v: Tensor,
-    state: Tensor,
-    saved: Tensor,
-    gy: Tensor,
-    gstate: Tensor,
-    gk: Tensor,
-    gv: Tensor,
-    grads: Tensor,
-) -> None:
-    """``taichi.backward``'s contract (the states are recomputed here whatever ``saved``)."""
-    gw, gu, gk_, gv_, gs = _gradients(w, u, k, v, state, gy, gstate)
-    gk.copy_(gk_)
-    gv.copy_(gv_)
-    grads.copy_(torch.cat([gw.reshape(-1), gu.reshape(-1), gs.reshape(-1)]))
+    grads.copy_(
+        torch.cat([gw.reshape(-1), gu.reshape(-1), torch.stack([ga, gb, gp], 1).reshape(-1)])
+    )
