@@ -56,6 +56,24 @@ def test_use_chooses_the_backend_and_both_give_the_same_bits(mode: str) -> None:
     assert_bitwise_equal(on_taichi, pad_ref(x, (3, 1, 2, 4), mode, 9))
 
 
+def test_an_implementation_is_read_at_each_call(monkeypatch: pytest.MonkeyPatch) -> None:
+    # A test may replace a family's implementation (to spy on what it writes, say).
+    from tipad_transforms.ops.rwkv4 import taichi as wkv_taichi
+
+    real, written = wkv_taichi.forward, []
+
+    def spy(*tensors: torch.Tensor) -> None:
+        written.extend(t.data_ptr() for t in tensors[5:])  # y, the new state
+        real(*tensors)
+
+    k = torch.rand(2, 1, 8)
+    ops.wkv(torch.rand(8), torch.rand(8), k, k)
+    monkeypatch.setattr(wkv_taichi, "forward", spy)
+    with torch.no_grad():
+        y, new = ops.wkv(torch.rand(8), torch.rand(8), k, k, ops.init_wkv_state(2, 8))
+    assert written == [y.data_ptr(), new.data_ptr()]
+
+
 def test_use_refuses_names_it_does_not_know() -> None:
     with pytest.raises(ValueError, match="backends must be some of"):
         with backends.use("cuda"):

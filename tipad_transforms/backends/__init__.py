@@ -24,8 +24,8 @@ import contextlib
 import importlib
 import os
 import time
-from collections.abc import Callable, Iterator
-from types import SimpleNamespace
+from collections.abc import Iterator
+from types import ModuleType, SimpleNamespace
 from typing import Any
 
 import torch
@@ -128,14 +128,14 @@ class Operation:
         self.package = package
         self.what = what
         self.exact = exact
-        self._chain: tuple[tuple[Backend, Callable[..., Any]], ...] = ()
+        self._chain: tuple[tuple[Backend, ModuleType], ...] = ()
 
-    def _resolve(self) -> tuple[tuple[Backend, Callable[..., Any]], ...]:
-        """(backend, implementation) in the order of use, the family's modules imported now:
-        a process that only pads never imports the RWKV kernels."""
+    def _resolve(self) -> tuple[tuple[Backend, ModuleType], ...]:
+        """(backend, the family's module of it) in the order of use, imported now: a process
+        that only pads never imports the RWKV kernels. The implementation is read from the
+        module at each call (a test may replace it)."""
         self._chain = tuple(
-            (b, getattr(importlib.import_module(f"{self.package}.{b.module}"), self.name))
-            for b in _order
+            (b, importlib.import_module(f"{self.package}.{b.module}")) for b in _order
         )
         return self._chain
 
@@ -146,14 +146,14 @@ class Operation:
             chain = tuple(c for c in chain if c[0] is TORCH) or chain
             start = time.perf_counter()
         reasons = []
-        for backend, implementation in chain:
+        for backend, module in chain:
             if backend.name in _forbidden:
                 raise Forbidden(
                     f"the {backend.name} backend ran {self.family}.{self.name} where a test "
                     "forbade it (backends.forbid)"
                 )
             try:
-                implementation(*args)
+                getattr(module, self.name)(*args)
             except Refused as refused:
                 reasons.append(f"{backend.name}: {refused}")
                 warn_once(str(refused), self.what)
