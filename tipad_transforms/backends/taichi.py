@@ -307,12 +307,9 @@ class TaichiBackend(Backend):
             self.gpu_order = arch != "cpu"
 
     def session(
-        self,
-        device: torch.device,
-        family: str,
-        build: Callable[[Any], dict[str, Any]],
+        self, device: torch.device, family: str, build: Callable[[Any], dict[str, Any]],
         tensors: tuple[Tensor, ...] = (),
-    ) -> _Session:
+    ) -> _Session:  # fmt: skip
         """Hold the runtime for launches on ``device``: ``with TAICHI.session(...) as kernels``
         gives the kernels of ``family`` (``build(ti)`` makes them the first time; Taichi
         compiles each on its first launch per signature).
@@ -341,13 +338,9 @@ class _Session:
     __slots__ = ("_backend", "_build", "_device", "_family", "_lock", "_side")
 
     def __init__(
-        self,
-        backend: TaichiBackend,
-        device: torch.device,
-        family: str,
-        build: Callable[[Any], dict[str, Any]],
-        tensors: tuple[Tensor, ...],
-    ) -> None:
+        self, backend: TaichiBackend, device: torch.device, family: str,
+        build: Callable[[Any], dict[str, Any]], tensors: tuple[Tensor, ...],
+    ) -> None:  # fmt: skip
         for t in tensors:
             if t.numel() > MAX_ELEMENTS:
                 raise Refused(f"more than {MAX_ELEMENTS} elements in one call")

@@ -53,16 +53,9 @@ def standard(
 
 
 def textured(
-    texture: Any,
-    x: Tensor,
-    lead: tuple[int, ...],
-    channels: int,
-    *,
-    stagger: int,
-    offset: Any,
-    texture_index: Any,
-    image_name: str = "inpt",
-) -> Border:
+    texture: Any, x: Tensor, lead: tuple[int, ...], channels: int, *, stagger: int, offset: Any,
+    texture_index: Any, image_name: str = "inpt",
+) -> Border:  # fmt: skip
     """A texture border for samples of leading shape ``lead`` (``N = prod(lead)``);
     ``image_name``: what the errors call the image."""
     bank = texture_bank(texture, x.dtype, x.device, channels, image_name).contiguous()

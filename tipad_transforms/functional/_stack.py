@@ -82,17 +82,10 @@ def _sizes(images: list[Tensor], where: Tensor, mode: str, size: Any) -> Tensor:
 
 
 def pad_stack(
-    images: Sequence[Tensor],
-    size: Sequence[int],
-    placement: Tensor,
-    fill: Fill = 0,
-    padding_mode: str = "constant",
-    *,
-    texture: Tensor | None = None,
-    stagger: int = 0,
-    offset: Sequence[int] | Tensor = (0, 0),
-    texture_index: int | Tensor | None = None,
-) -> Tensor:
+    images: Sequence[Tensor], size: Sequence[int], placement: Tensor, fill: Fill = 0,
+    padding_mode: str = "constant", *, texture: Tensor | None = None, stagger: int = 0,
+    offset: Sequence[int] | Tensor = (0, 0), texture_index: int | Tensor | None = None,
+) -> Tensor:  # fmt: skip
     """Pad each ``(C, h_i, w_i)`` image to ``size`` at its own ``placement``; stack the results.
 
     One kernel launch for the whole batch. The images are first packed into one flat tensor

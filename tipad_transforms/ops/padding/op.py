@@ -31,17 +31,6 @@ from .._common import (
 )
 from .geometry import MAX_PAD, MODES, PadCall, PadGeometry, StackGeometry, check_bank_index
 
-__all__ = [
-    "PAD",
-    "pad",
-    "pad_backward",
-    "pad_direct",
-    "pad_out",
-    "pad_stack",
-    "pad_stack_backward",
-    "pad_stack_direct",
-]
-
 #: The padding family: ``forward(call, image, canvas)`` (exact: the warm-up may serve it on the
 #: torch backend) and ``backward(call, canvas_grad, grad_image, grad_texture)``.
 PAD = backends.family("pad", __package__, "padding", ("forward", "backward"), {"forward": 2})
@@ -109,15 +98,9 @@ def pad_stack_direct(images: Tensor, call: PadCall, *, op: bool = False) -> Tens
 
 
 def _record(
-    geometry: PadGeometry | StackGeometry,
-    mode: str,
-    fill: Tensor,
-    texture: Tensor,
-    offset: Tensor,
-    texture_index: Tensor,
-    stagger: int,
-    check_index: bool = True,
-) -> PadCall:
+    geometry: PadGeometry | StackGeometry, mode: str, fill: Tensor, texture: Tensor, offset: Tensor,
+    texture_index: Tensor, stagger: int, check_index: bool = True,
+) -> PadCall:  # fmt: skip
     """The call of the ops' (checked) arguments: contiguous, detached tensors."""
     tex = (texture.detach() if texture.requires_grad else texture).contiguous()
     if check_index and tex.numel() > 0 and texture_index.device.type == "cpu":
@@ -135,19 +118,10 @@ def _check_mode(mode: str, name: str) -> None:
 
 
 def _check_params(
-    n: int,
-    c: int,
-    mode: str,
-    fill: Tensor | None,
-    texture: Tensor,
-    offset: Tensor,
-    texture_index: Tensor,
-    stagger: int,
-    dtype: torch.dtype | None,
-    device: torch.device,
-    like: str,
+    n: int, c: int, mode: str, fill: Tensor | None, texture: Tensor, offset: Tensor,
+    texture_index: Tensor, stagger: int, dtype: torch.dtype | None, device: torch.device, like: str,
     mode_name: str = "mode",
-) -> None:
+) -> None:  # fmt: skip
     """What the kernel reads besides the image, for ``n`` samples of ``c`` channels: ``fill``
     ``(C,)`` (constant mode, unless None), ``texture`` ``(K >= 1, 1 or C, th >= 1, tw >= 1)``
     (texture mode), ``offset`` ``(N, 2)`` and ``texture_index`` ``(N,)`` int32, one device;
@@ -178,12 +152,9 @@ def _check_params(
 
 
 def _check_pad(
-    x_shape: list[int] | torch.Size,
-    padding: list[int],
-    mode: str,
-    mode_name: str = "mode",
+    x_shape: list[int] | torch.Size, padding: list[int], mode: str, mode_name: str = "mode",
     x_name: str = "x",
-) -> PadGeometry:
+) -> PadGeometry:  # fmt: skip
     """The geometry of a valid ``x_shape`` and ``padding``, else a ValueError naming them
     (``x_name``: what holds the shape)."""
     if len(x_shape) < 2 or min(x_shape) < 0:
@@ -205,16 +176,9 @@ def _check_pad(
 
 
 def _check_forward(
-    x: Tensor,
-    padding: list[int],
-    mode: str,
-    fill: Tensor,
-    texture: Tensor,
-    offset: Tensor,
-    texture_index: Tensor,
-    stagger: int,
-    mode_name: str = "mode",
-) -> PadGeometry:
+    x: Tensor, padding: list[int], mode: str, fill: Tensor, texture: Tensor, offset: Tensor,
+    texture_index: Tensor, stagger: int, mode_name: str = "mode",
+) -> PadGeometry:  # fmt: skip
     g = _check_pad(x.shape, padding, mode, mode_name)
     _check_params(g.n, g.c, mode, fill, texture, offset, texture_index, stagger, x.dtype,
                   x.device, "x", mode_name)  # fmt: skip
@@ -243,15 +207,9 @@ def _allocate(shape: list[int], like: Tensor, name: str) -> Tensor:
 
 @torch.library.custom_op("tipad::pad", mutates_args=())
 def _pad_op(
-    x: Tensor,
-    padding: list[int],
-    mode: str,
-    fill: Tensor,
-    texture: Tensor,
-    offset: Tensor,
-    texture_index: Tensor,
-    stagger: int,
-) -> Tensor:
+    x: Tensor, padding: list[int], mode: str, fill: Tensor, texture: Tensor, offset: Tensor,
+    texture_index: Tensor, stagger: int,
+) -> Tensor:  # fmt: skip
     g = _check_forward(x, padding, mode, fill, texture, offset, texture_index, stagger)
     call = _record(g, mode, fill, texture, offset, texture_index, stagger)
     return pad_direct(x, call, op=True)
@@ -265,16 +223,9 @@ def _(x, padding, mode, fill, texture, offset, texture_index, stagger):  # type:
 
 @torch.library.custom_op("tipad::pad_out", mutates_args=("out",))
 def _pad_out_op(
-    x: Tensor,
-    padding: list[int],
-    pad_mode: str,
-    fill: Tensor,
-    texture: Tensor,
-    offset: Tensor,
-    texture_index: Tensor,
-    stagger: int,
-    out: Tensor,
-) -> None:
+    x: Tensor, padding: list[int], pad_mode: str, fill: Tensor, texture: Tensor, offset: Tensor,
+    texture_index: Tensor, stagger: int, out: Tensor,
+) -> None:  # fmt: skip
     g = _check_forward(x, padding, pad_mode, fill, texture, offset, texture_index, stagger,
                        "pad_mode")  # fmt: skip
     _check_out(out, g, x)
@@ -298,15 +249,9 @@ def _check_float_grad(grad: Tensor) -> torch.dtype:
 
 
 def _check_backward(
-    grad: Tensor,
-    x_shape: list[int],
-    padding: list[int],
-    mode: str,
-    texture: Tensor,
-    offset: Tensor,
-    texture_index: Tensor,
-    stagger: int,
-) -> PadGeometry:
+    grad: Tensor, x_shape: list[int], padding: list[int], mode: str, texture: Tensor,
+    offset: Tensor, texture_index: Tensor, stagger: int,
+) -> PadGeometry:  # fmt: skip
     g = _check_pad(x_shape, padding, mode, x_name="x_shape")
     _check_float_grad(grad)
     if tuple(grad.shape) != tuple(g.out_shape(x_shape)):
@@ -331,15 +276,9 @@ def _backward_into(
 
 @torch.library.custom_op("tipad::pad_backward", mutates_args=())
 def _pad_backward_op(
-    grad: Tensor,
-    x_shape: list[int],
-    padding: list[int],
-    mode: str,
-    texture: Tensor,
-    offset: Tensor,
-    texture_index: Tensor,
-    stagger: int,
-) -> tuple[Tensor, Tensor]:
+    grad: Tensor, x_shape: list[int], padding: list[int], mode: str, texture: Tensor,
+    offset: Tensor, texture_index: Tensor, stagger: int,
+) -> tuple[Tensor, Tensor]:  # fmt: skip
     g = _check_backward(grad, x_shape, padding, mode, texture, offset, texture_index, stagger)
     canvas_grad = grad.detach().to(_check_float_grad(grad)).contiguous()
     call = _record(g, mode, canvas_grad.new_zeros(0), texture, offset, texture_index, stagger,
@@ -436,16 +375,9 @@ def _stack_sizes(
 
 
 def _check_stack_forward(
-    images: Tensor,
-    sizes: Tensor,
-    canvas: list[int],
-    mode: str,
-    fill: Tensor,
-    texture: Tensor,
-    offset: Tensor,
-    texture_index: Tensor,
-    stagger: int,
-) -> None:
+    images: Tensor, sizes: Tensor, canvas: list[int], mode: str, fill: Tensor, texture: Tensor,
+    offset: Tensor, texture_index: Tensor, stagger: int,
+) -> None:  # fmt: skip
     if images.dim() != 1:
         raise ValueError(f"images must be 1-D (packed), got shape {tuple(images.shape)}")
     n = _check_stack(sizes, canvas, mode)
@@ -455,31 +387,17 @@ def _check_stack_forward(
 
 @torch.library.custom_op("tipad::pad_stack", mutates_args=())
 def _pad_stack_op(
-    images: Tensor,
-    sizes: Tensor,
-    canvas: list[int],
-    mode: str,
-    fill: Tensor,
-    texture: Tensor,
-    offset: Tensor,
-    texture_index: Tensor,
-    stagger: int,
-) -> Tensor:
+    images: Tensor, sizes: Tensor, canvas: list[int], mode: str, fill: Tensor, texture: Tensor,
+    offset: Tensor, texture_index: Tensor, stagger: int,
+) -> Tensor:  # fmt: skip
     return _stack_forward(images, sizes, canvas, mode, fill, texture, offset, texture_index,
                           stagger)  # fmt: skip
 
 
 def _stack_forward(
-    images: Tensor,
-    sizes: Tensor,
-    canvas: list[int],
-    mode: str,
-    fill: Tensor,
-    texture: Tensor,
-    offset: Tensor,
-    texture_index: Tensor,
-    stagger: int,
-) -> Tensor:
+    images: Tensor, sizes: Tensor, canvas: list[int], mode: str, fill: Tensor, texture: Tensor,
+    offset: Tensor, texture_index: Tensor, stagger: int,
+) -> Tensor:  # fmt: skip
     _check_stack_forward(images, sizes, canvas, mode, fill, texture, offset, texture_index,
                          stagger)  # fmt: skip
     g = StackGeometry(_stack_sizes(sizes, images.numel(), canvas, mode), *canvas)
@@ -495,15 +413,9 @@ def _(images, sizes, canvas, mode, fill, texture, offset, texture_index, stagger
 
 
 def _check_stack_backward(
-    grad: Tensor,
-    sizes: Tensor,
-    numel: int,
-    mode: str,
-    texture: Tensor,
-    offset: Tensor,
-    texture_index: Tensor,
-    stagger: int,
-) -> None:
+    grad: Tensor, sizes: Tensor, numel: int, mode: str, texture: Tensor, offset: Tensor,
+    texture_index: Tensor, stagger: int,
+) -> None:  # fmt: skip
     _check_float_grad(grad)
     if grad.dim() != 4:
         raise ValueError(f"grad must be (N, C, H, W), got shape {tuple(grad.shape)}")
@@ -518,15 +430,9 @@ def _check_stack_backward(
 
 @torch.library.custom_op("tipad::pad_stack_backward", mutates_args=())
 def _pad_stack_backward_op(
-    grad: Tensor,
-    sizes: Tensor,
-    numel: int,
-    mode: str,
-    texture: Tensor,
-    offset: Tensor,
-    texture_index: Tensor,
-    stagger: int,
-) -> tuple[Tensor, Tensor]:
+    grad: Tensor, sizes: Tensor, numel: int, mode: str, texture: Tensor, offset: Tensor,
+    texture_index: Tensor, stagger: int,
+) -> tuple[Tensor, Tensor]:  # fmt: skip
     _check_stack_backward(grad, sizes, numel, mode, texture, offset, texture_index, stagger)
     canvas = list(grad.shape[1:])
     g = StackGeometry(_stack_sizes(sizes, numel, canvas, mode, backward=True), *canvas)
@@ -592,15 +498,9 @@ _PAD_STACK_BACKWARD = torch.ops.tipad.pad_stack_backward.default
 
 
 def pad(
-    x: Tensor,
-    padding: list[int],
-    mode: str,
-    fill: Tensor,
-    texture: Tensor,
-    offset: Tensor,
-    texture_index: Tensor,
-    stagger: int,
-) -> Tensor:
+    x: Tensor, padding: list[int], mode: str, fill: Tensor, texture: Tensor, offset: Tensor,
+    texture_index: Tensor, stagger: int,
+) -> Tensor:  # fmt: skip
     """``torch.ops.tipad.pad``: pad ``x`` into a new tensor, in one kernel launch.
 
     The op under ``tipad_transforms.functional``'s ``pad``, ``texture_pad`` and ``brick_pad``,
@@ -642,16 +542,9 @@ def pad(
 
 
 def pad_out(
-    x: Tensor,
-    padding: list[int],
-    pad_mode: str,
-    fill: Tensor,
-    texture: Tensor,
-    offset: Tensor,
-    texture_index: Tensor,
-    stagger: int,
-    out: Tensor,
-) -> None:
+    x: Tensor, padding: list[int], pad_mode: str, fill: Tensor, texture: Tensor, offset: Tensor,
+    texture_index: Tensor, stagger: int, out: Tensor,
+) -> None:  # fmt: skip
     """``torch.ops.tipad.pad_out``: ``pad`` writing into ``out``; returns None.
 
     Arguments as ``pad``, with ``out`` contiguous, of the output's shape, ``x``'s dtype and
@@ -674,15 +567,9 @@ def pad_out(
 
 
 def pad_backward(
-    grad: Tensor,
-    x_shape: list[int],
-    padding: list[int],
-    mode: str,
-    texture: Tensor,
-    offset: Tensor,
-    texture_index: Tensor,
-    stagger: int,
-) -> tuple[Tensor, Tensor]:
+    grad: Tensor, x_shape: list[int], padding: list[int], mode: str, texture: Tensor,
+    offset: Tensor, texture_index: Tensor, stagger: int,
+) -> tuple[Tensor, Tensor]:  # fmt: skip
     """``torch.ops.tipad.pad_backward``: the gradients of ``pad``, ``(grad_x, grad_texture)``.
 
     Every image pixel receives the sum of the gradients of all canvas pixels that read it (the
@@ -710,16 +597,9 @@ def pad_backward(
 
 
 def pad_stack(
-    images: Tensor,
-    sizes: Tensor,
-    canvas: list[int],
-    mode: str,
-    fill: Tensor,
-    texture: Tensor,
-    offset: Tensor,
-    texture_index: Tensor,
-    stagger: int,
-) -> Tensor:
+    images: Tensor, sizes: Tensor, canvas: list[int], mode: str, fill: Tensor, texture: Tensor,
+    offset: Tensor, texture_index: Tensor, stagger: int,
+) -> Tensor:  # fmt: skip
     """``torch.ops.tipad.pad_stack``: pad ``N`` packed images each to ``canvas`` in one launch.
 
     The op under ``functional.pad_stack``. Canvas ``i`` equals ``pad`` of image ``i`` with
@@ -751,15 +631,9 @@ def pad_stack(
 
 
 def pad_stack_backward(
-    grad: Tensor,
-    sizes: Tensor,
-    numel: int,
-    mode: str,
-    texture: Tensor,
-    offset: Tensor,
-    texture_index: Tensor,
-    stagger: int,
-) -> tuple[Tensor, Tensor]:
+    grad: Tensor, sizes: Tensor, numel: int, mode: str, texture: Tensor, offset: Tensor,
+    texture_index: Tensor, stagger: int,
+) -> tuple[Tensor, Tensor]:  # fmt: skip
     """``torch.ops.tipad.pad_stack_backward``: the gradients of ``pad_stack``,
     ``(grad_images, grad_texture)``.
 

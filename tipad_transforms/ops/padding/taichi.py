@@ -423,18 +423,10 @@ class _Plan:
     (offsets, bank indices) of texture mode, and which lean launcher runs it."""
 
     def __init__(
-        self,
-        call: PadCall,
-        image: Tensor,
-        canvas: Tensor,
-        texture: Tensor,
-        backward: bool,
-        gpu: bool,
-        records: list[int] | Tensor,
-        record_step: int,
-        image_step: int,
+        self, call: PadCall, image: Tensor, canvas: Tensor, texture: Tensor, backward: bool,
+        gpu: bool, records: list[int] | Tensor, record_step: int, image_step: int,
         maps: list[Tensor],
-    ) -> None:
+    ) -> None:  # fmt: skip
         g = call.geometry
         n, c, out_h, out_w = g.n, g.c, g.out_h, g.out_w
         mode, stagger, texture_grad = call.mode, call.stagger, call.mode == "texture"
@@ -538,12 +530,9 @@ def _raw(t: Tensor, how: int | tuple[int, int]) -> tuple[int, int, tuple[int, ..
 
 
 def forward(
-    call: PadCall,
-    image: Tensor,
-    canvas: Tensor,
-    backward: bool = False,
+    call: PadCall, image: Tensor, canvas: Tensor, backward: bool = False,
     texture: Tensor | None = None,
-) -> None:
+) -> None:  # fmt: skip
     """Write every element of ``canvas`` (``N*C*H'*W'`` contiguous, any shape) from ``image``
     (``N*C*H*W`` contiguous, or the packed images of a stack), the texture or the fill.
 

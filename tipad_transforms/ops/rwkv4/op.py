@@ -33,12 +33,9 @@ _DENSE = torch.contiguous_format
 
 
 def init_wkv_state(
-    batch_size: int,
-    channels: int,
-    *,
-    device: torch.device | str | None = None,
+    batch_size: int, channels: int, *, device: torch.device | str | None = None,
     dtype: torch.dtype = torch.float32,
-) -> Tensor:
+) -> Tensor:  # fmt: skip
     """The WKV state before the first token: ``(batch_size, 3, channels)``.
 
     Rows: numerator ``aa = 0``, denominator ``bb = 0``, running max ``pp = -1e38``. ``dtype``:
@@ -180,15 +177,9 @@ def _(time_decay, time_first, k, v, state, save):  # type: ignore[no-untyped-def
 
 
 def _check_backward(
-    time_decay: Tensor,
-    time_first: Tensor,
-    k: Tensor,
-    v: Tensor,
-    state: Tensor,
-    saved: Tensor,
-    grad_y: Tensor,
-    grad_state: Tensor,
-) -> tuple[int, int, int]:
+    time_decay: Tensor, time_first: Tensor, k: Tensor, v: Tensor, state: Tensor, saved: Tensor,
+    grad_y: Tensor, grad_state: Tensor,
+) -> tuple[int, int, int]:  # fmt: skip
     b, t, c = _check(time_decay, time_first, k, v, state)
     if saved.dim() != 4 or tuple(saved.shape) not in ((3, b, 0, c), (3, b, t + 1, c)):
         raise ValueError(
@@ -204,15 +195,9 @@ def _check_backward(
 
 @torch.library.custom_op("tipad::wkv_backward", mutates_args=())
 def wkv_backward(
-    time_decay: Tensor,
-    time_first: Tensor,
-    k: Tensor,
-    v: Tensor,
-    state: Tensor,
-    saved: Tensor,
-    grad_y: Tensor,
-    grad_state: Tensor,
-) -> tuple[Tensor, Tensor, Tensor, Tensor, Tensor]:
+    time_decay: Tensor, time_first: Tensor, k: Tensor, v: Tensor, state: Tensor, saved: Tensor,
+    grad_y: Tensor, grad_state: Tensor,
+) -> tuple[Tensor, Tensor, Tensor, Tensor, Tensor]:  # fmt: skip
     """Gradients of ``wkv_forward`` w.r.t. ``(time_decay, time_first, k, v, state)``, each in
     its input's dtype, given those of ``y`` and of the new state.
 

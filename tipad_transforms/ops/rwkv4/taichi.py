@@ -334,14 +334,9 @@ _steps = Steps()
 
 
 def forward(
-    time_decay: Tensor,
-    time_first: Tensor,
-    state: Tensor,
-    k: Tensor,
-    v: Tensor,
-    y: Tensor,
+    time_decay: Tensor, time_first: Tensor, state: Tensor, k: Tensor, v: Tensor, y: Tensor,
     states: Tensor,
-) -> None:
+) -> None:  # fmt: skip
     """The WKV forward. All tensors contiguous, detached, float32 or float64 (one dtype), on
     one device, none empty.
 
@@ -370,19 +365,9 @@ def forward(
 
 
 def backward(
-    time_decay: Tensor,
-    w: Tensor,
-    u: Tensor,
-    k: Tensor,
-    v: Tensor,
-    state: Tensor,
-    saved: Tensor,
-    gy: Tensor,
-    gstate: Tensor,
-    gk: Tensor,
-    gv: Tensor,
-    grads: Tensor,
-) -> None:
+    time_decay: Tensor, w: Tensor, u: Tensor, k: Tensor, v: Tensor, state: Tensor, saved: Tensor,
+    gy: Tensor, gstate: Tensor, gk: Tensor, gv: Tensor, grads: Tensor,
+) -> None:  # fmt: skip
     """The WKV backward; same conventions as ``forward``, ``w = -exp(time_decay)``.
 
     ``saved``: the forward's states ``(3, B, T + 1, C)``, or an empty ``(3, B, 0, C)`` to

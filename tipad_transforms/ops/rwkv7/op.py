@@ -124,16 +124,9 @@ def wkv7_forward(
 
 
 def _forward(
-    r: Tensor,
-    w: Tensor,
-    k: Tensor,
-    v: Tensor,
-    a: Tensor,
-    b: Tensor,
-    state: Tensor,
-    save: bool,
+    r: Tensor, w: Tensor, k: Tensor, v: Tensor, a: Tensor, b: Tensor, state: Tensor, save: bool,
     checked: bool = False,
-) -> tuple[Tensor, Tensor, Tensor]:
+) -> tuple[Tensor, Tensor, Tensor]:  # fmt: skip
     """``wkv7_forward``'s implementation, also run directly by ``wkv7`` without a graph to
     record (same code, same bits). Without ``save`` the new state it returns is a view of the
     states it returns (the op clones it: custom ops' outputs must not alias). ``checked``: the
@@ -166,17 +159,9 @@ def _(r, w, k, v, a, b, state, save):  # type: ignore[no-untyped-def]
 
 @torch.library.custom_op("tipad::wkv7_backward", mutates_args=())
 def wkv7_backward(
-    r: Tensor,
-    w: Tensor,
-    k: Tensor,
-    v: Tensor,
-    a: Tensor,
-    b: Tensor,
-    state: Tensor,
-    saved: Tensor,
-    grad_y: Tensor,
-    grad_state: Tensor,
-) -> tuple[Tensor, Tensor, Tensor, Tensor, Tensor, Tensor, Tensor]:
+    r: Tensor, w: Tensor, k: Tensor, v: Tensor, a: Tensor, b: Tensor, state: Tensor, saved: Tensor,
+    grad_y: Tensor, grad_state: Tensor,
+) -> tuple[Tensor, Tensor, Tensor, Tensor, Tensor, Tensor, Tensor]:  # fmt: skip
     """Gradients of ``wkv7_forward`` w.r.t. ``(r, w, k, v, a, b, state)``, each in its input's
     dtype, given those of ``y`` and of the new state.
 

@@ -366,17 +366,9 @@ _steps = Steps()
 
 
 def forward(
-    r: Tensor,
-    d: Tensor,
-    k: Tensor,
-    v: Tensor,
-    a: Tensor,
-    b: Tensor,
-    state: Tensor,
-    y: Tensor,
-    states: Tensor,
-    chunk: int,
-) -> None:
+    r: Tensor, d: Tensor, k: Tensor, v: Tensor, a: Tensor, b: Tensor, state: Tensor, y: Tensor,
+    states: Tensor, chunk: int,
+) -> None:  # fmt: skip
     """The RWKV-7 forward. All tensors contiguous, detached, float32 or float64 (one dtype), on
     one device; ``T >= 1``, ``1 <= N <= 128``.
 
@@ -409,19 +401,9 @@ def forward(
 
 
 def backward(
-    r: Tensor,
-    d: Tensor,
-    k: Tensor,
-    v: Tensor,
-    a: Tensor,
-    b: Tensor,
-    state: Tensor,
-    saved: Tensor,
-    gy: Tensor,
-    gstate: Tensor,
-    grads: Tensor,
-    chunk: int,
-) -> None:
+    r: Tensor, d: Tensor, k: Tensor, v: Tensor, a: Tensor, b: Tensor, state: Tensor, saved: Tensor,
+    gy: Tensor, gstate: Tensor, grads: Tensor, chunk: int,
+) -> None:  # fmt: skip
     """The RWKV-7 backward; same conventions as ``forward``.
 
     ``saved``: the forward's checkpoints ``(B, H, ceil(T / chunk) + 1, N, N)``, or its final
