@@ -73,19 +73,11 @@ def _scramble_step(bricks_per_tile: int) -> int:
 
 @functools.lru_cache(maxsize=16)
 def _render(
-    bh: int,
-    bw: int,
-    m: int,
-    per_tile: int,
-    n_courses: int,
-    base_rgb: tuple[float, float, float],
-    mortar_rgb: tuple[float, float, float],
-    shade: float,
-    hue: float,
-    grain: float,
-    seed: int,
-) -> Tensor:
-    """The RGB float64 CPU tile; cached because ``brick_pad`` asks for it on every call."""
+    bh: int, bw: int, m: int, per_tile: int, n_courses: int, base_rgb: tuple[float, float, float],
+    mortar_rgb: tuple[float, float, float], shade: float, hue: float, grain: float, seed: int,
+) -> Tensor:  # fmt: skip
+    """The RGB float64 CPU tile; cached: a ``BrickPad`` renders it at construction (to check its
+    options), ``brick_pad`` at its first call per dtype and device."""
     f64 = torch.float64
     gen = torch.Generator().manual_seed(seed)
     course_h, pitch = bh + m, bw + m

@@ -158,14 +158,9 @@ def texture_pad_image(
 
 
 def _texture_call(
-    x: Tensor,
-    padding: Padding,
-    texture: Any,
-    stagger: int,
-    offset: Offset,
-    texture_index: int | Tensor | None,
-    out: Any,
-) -> tuple[PadCall, tuple[int, int, int, int]]:
+    x: Tensor, padding: Padding, texture: Any, stagger: int, offset: Offset,
+    texture_index: int | Tensor | None, out: Any,
+) -> tuple[PadCall, tuple[int, int, int, int]]:  # fmt: skip
     """The record (and crop) of a texture padding of ``x``, the user's arguments checked."""
     pads = parse_padding(padding)
     _check_out(out, x, texture)
@@ -178,14 +173,9 @@ def _texture_call(
 
 @register_kernel(texture_pad, tv_tensors.Video)
 def _texture_pad_video(
-    video: Tensor,
-    padding: Padding,
-    texture: Tensor,
-    *,
-    offset: Offset = (0, 0),
-    texture_index: int | Tensor | None = None,
-    **kwargs: Any,
-) -> Tensor:
+    video: Tensor, padding: Padding, texture: Tensor, *, offset: Offset = (0, 0),
+    texture_index: int | Tensor | None = None, **kwargs: Any,
+) -> Tensor:  # fmt: skip
     # Per-clip draws (*S, 2) / (*S,) get the time dim inserted, so one broadcasts over frames.
     if isinstance(offset, Tensor) and offset.dim() > 1:
         offset = offset.unsqueeze(-2)
@@ -207,14 +197,9 @@ def _texture_pad_pil(
 
 @register_kernel(texture_pad, tv_tensors.Mask)
 def _texture_pad_mask(
-    mask: Tensor,
-    padding: Padding,
-    texture: Any,
-    *,
-    fill: Fill = 0,
-    mask_fill: Number | None = None,
-    **_: Any,
-) -> Tensor:
+    mask: Tensor, padding: Padding, texture: Any, *, fill: Fill = 0,
+    mask_fill: Number | None = None, **_: Any,
+) -> Tensor:  # fmt: skip
     if mask_fill is not None:
         return pad_image(mask, padding, fill=mask_fill, fill_name="mask_fill")
     return pad_image(mask, padding, fill=fill)
@@ -300,13 +285,9 @@ def pad_image(
 
 @register_kernel(pad, PIL.Image.Image)
 def _pad_pil(
-    img: PIL.Image.Image,
-    padding: Padding,
-    fill: Fill = 0,
-    padding_mode: str = "constant",
-    *,
+    img: PIL.Image.Image, padding: Padding, fill: Fill = 0, padding_mode: str = "constant", *,
     out: Any = None,
-) -> PIL.Image.Image:
+) -> PIL.Image.Image:  # fmt: skip
     _no_out(out)
     # As torchvision pads a PIL image: palette images as their indices, a constant fill as the
     # pixel PIL makes of it in the image's mode (pil_fill), every other mode as numpy.pad does.
@@ -431,14 +412,9 @@ def _brick_pad_video(
 
 @register_kernel(brick_pad, PIL.Image.Image)
 def _brick_pad_pil(
-    img: PIL.Image.Image,
-    padding: Padding,
-    *,
-    out: Any = None,
-    fill: Fill = 0,
-    mask_fill: Number | None = None,
-    **kw: Any,
-) -> PIL.Image.Image:
+    img: PIL.Image.Image, padding: Padding, *, out: Any = None, fill: Fill = 0,
+    mask_fill: Number | None = None, **kw: Any,
+) -> PIL.Image.Image:  # fmt: skip
     _no_out(out)
     return pil_apply(img, functools.partial(brick_pad_image, padding=padding, **kw))
 
