@@ -6,7 +6,7 @@ import sys
 import types
 from typing import Any
 
-__all__ = ["MISSING", "caller_frame", "seed_getmodule_cache", "warn_at_caller"]
+__all__ = ["MISSING", "caller_frame", "import_main_path", "seed_getmodule_cache", "warn_at_caller"]
 
 #: The private names this Python lacks (``tests/test_compat.py`` requires it to be empty).
 MISSING: list[str] = []
@@ -69,3 +69,19 @@ def seed_getmodule_cache(filenames: tuple[str, ...]) -> None:
         return
     for filename in filenames:
         cache.setdefault(filename, filename)
+
+
+def import_main_path(path: str) -> None:
+    """Import the script at ``path`` as ``__mp_main__``, as a forkserver server imports
+    ``"__main__"`` for its workers: with ``multiprocessing``'s private ``_inheriting`` flag of
+    the current process set meanwhile, so that a worker's ``prepare`` finds the main module in
+    place and does not run it again (where a Python reads the flag no more, the worker imports
+    the module again: slower, same result)."""
+    from multiprocessing import process, spawn
+
+    current: Any = process.current_process()
+    current._inheriting = True
+    try:
+        spawn.import_main_path(path)
+    finally:
+        del current._inheriting
