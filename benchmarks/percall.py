@@ -255,7 +255,13 @@ def rwkv4_peers(
             logits, state = model(torch.tensor([[t]]), state)
             ours.append(logits[0, 0])
     label = f"tipad RWKV4 {n_layer}x{n_embd}"
-    peers = [Peer("tipad", label, lambda: model(torch.tensor([[5]]), state)[0], "rwkv")]
+    rec = model.recurrent()  # the one-token step: what generate runs
+    peers = [
+        Peer("tipad", f"{label} recurrent", lambda: rec(torch.tensor([[5]]), state)[0], "rwkv"),
+        # The module path rounds differently from the snapshot: a group of its own.
+        Peer("tipad-module", f"{label} model(idx, state)",
+             lambda: model(torch.tensor([[5]]), state)[0], "rwkv-module"),
+    ]  # fmt: skip
     note = ""
     if compiled:
         # One graph (the custom op inside); inductor fuses the elementwise ops, so its bits

@@ -23,8 +23,16 @@ from torchvision import tv_tensors
 from torchvision.transforms import v2
 
 from . import functional as F
-from ._checks import Number, check_flag, check_generator, check_int, check_number, check_offset
-from ._geometry import check_mode, parse_padding
+from ._checks import (
+    Number,
+    check_flag,
+    check_generator,
+    check_int,
+    check_mode,
+    check_number,
+    check_offset,
+    parse_padding,
+)
 from ._seeding import GeneratorsPickleAsBytes, uniform
 from .functional._brick import brick_options
 from .functional._convert import Fill, as_bank

@@ -332,7 +332,7 @@ def test_worker_context_preloads_taichi_in_the_forkserver() -> None:
     try:
         ctx = worker_context("forkserver")
         assert ctx.get_start_method() == "forkserver"
-        assert fs._forkserver._preload_modules == ["__main__", "tipad_transforms._runtime._preload"]
+        assert fs._forkserver._preload_modules == ["__main__", "tipad_transforms.backends.preload"]
         assert worker_context("spawn").get_start_method() == "spawn"
         with pytest.raises(ValueError, match="method"):
             worker_context("fork")

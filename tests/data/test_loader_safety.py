@@ -44,7 +44,8 @@ _COMMON = """
 import json, multiprocessing, sys, time, traceback
 import torch
 from torch.utils.data import DataLoader, Dataset, default_collate, get_worker_info
-from tipad_transforms import BrickPad, _runtime
+from tipad_transforms import BrickPad
+from tipad_transforms.backends import TAICHI
 import tipad_transforms.functional as F
 from tipad_transforms.data import DeviceLoader, PadCollate
 
@@ -71,7 +72,7 @@ class Padded(Dataset):
 
     def __getitem__(self, i):
         out = self.pads[i](image(i))
-        return out, torch.tensor(_runtime.refusal(torch.device("cpu")) is None)
+        return out, torch.tensor(TAICHI.refusal(torch.device("cpu")) is None)
 
 
 def loader(method, workers=2, **kwargs):
@@ -103,12 +104,12 @@ if __name__ == "__main__":
     report = {}
     if sys.argv[1] == "used":
         F.brick_pad(torch.zeros(3, 2, 2, dtype=torch.uint8), 1)
-    report["parent_before"] = _runtime.runtime_arch()
+    report["parent_before"] = TAICHI.runtime_arch()
     # One worker for the fresh-interpreter methods: each costs seconds of imports and Taichi
     # start-up, and the parent's state cannot reach them anyway; two fork workers.
     for method, workers in (("fork", 2), ("forkserver", 1), ("spawn", 1)):
         attempt(report, method, lambda: listed(loader(method, workers)))
-    report["parent_after"] = _runtime.runtime_arch()
+    report["parent_after"] = TAICHI.runtime_arch()
     print("REPORT " + json.dumps(report))
 """
 

@@ -93,13 +93,13 @@ class Tagged(RayPadBatch):
     could run in the worker."""
 
     def __call__(self, batch: Any) -> Any:
-        from tipad_transforms import _runtime
+        from tipad_transforms.backends import TAICHI
 
         out = super().__call__(batch)
         n = len(batch["path"])
         out["call"] = np.array(["|".join(map(str, batch["path"]))] * n)
         # Whether this worker's Taichi runtime serves CPU tensors (else: the torch route).
-        out["kernel"] = np.array([_runtime.refusal(torch.device("cpu")) is None] * n)
+        out["kernel"] = np.array([TAICHI.refusal(torch.device("cpu")) is None] * n)
         return out
 
 

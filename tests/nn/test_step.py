@@ -17,7 +17,7 @@ from torch import nn
 
 from tipad_transforms.nn import RWKV4, RWKVBlock, RWKVChannelMix, RWKVTimeMix
 from tipad_transforms.nn._recurrent import snapshot
-from tipad_transforms.ops import _wkv as ops_module
+from tipad_transforms.ops.rwkv4 import op as ops_module
 
 pytestmark = pytest.mark.usefixtures("one_torch_thread")
 

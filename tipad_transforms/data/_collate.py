@@ -15,8 +15,15 @@ import torch
 from torchvision import tv_tensors
 
 from .. import functional as F
-from .._checks import Number, check_flag, check_generator, check_int, check_number, unreadable
-from .._geometry import check_mode
+from .._checks import (
+    Number,
+    check_flag,
+    check_generator,
+    check_int,
+    check_mode,
+    check_number,
+    unreadable,
+)
 from .._seeding import GeneratorsPickleAsBytes
 from ..functional._brick import brick_tile_size
 from ..functional._convert import Fill, as_bank

@@ -17,14 +17,14 @@ from typing import Any
 
 import torch
 
-from .. import _runtime
 from .._checks import check_flag, check_int
+from .._compat.cpython import main_path
 from ._device import Transforms, apply_transforms, check_device, check_transforms
 from ._tree import iter_tensors, to_device
 
 __all__ = ["DeviceLoader", "worker_context"]
 
-_PRELOAD = "tipad_transforms._runtime._preload"
+_PRELOAD = "tipad_transforms.backends.preload"
 
 
 def worker_context(method: str = "forkserver") -> BaseContext:
@@ -45,12 +45,11 @@ def worker_context(method: str = "forkserver") -> BaseContext:
     already ran a kernel cannot run it: see docs/data-loading.md).
     """
     if method == "forkserver":
-        from multiprocessing import spawn
+        from ..backends.taichi import FORKSERVER_MAIN_ENV
 
-        # The path exactly as a worker's `prepare` will compare it (absolute, normalised).
-        main_path = spawn.get_preparation_data("ignore").get("init_main_from_path")
-        if main_path:
-            os.environ[_runtime.FORKSERVER_MAIN_ENV] = main_path
+        path = main_path()
+        if path:
+            os.environ[FORKSERVER_MAIN_ENV] = path
         multiprocessing.set_forkserver_preload(["__main__", _PRELOAD])
     elif method != "spawn":
         raise ValueError(f"method must be 'forkserver' or 'spawn', got {method!r}")

@@ -27,8 +27,7 @@ from torchvision import tv_tensors
 from torchvision.transforms.v2 import functional as tvF
 
 from .. import functional as F
-from .._checks import INT32_MAX, is_int
-from .._geometry import parse_padding
+from .._checks import INT32_MAX, is_int, parse_padding
 from ._sampler import check_pair
 
 __all__ = ["Regions"]

@@ -32,6 +32,7 @@ import torch.nn.functional as F
 from torch import nn
 
 from ..ops import wkv7
+from ..ops.rwkv7 import MAX_HEAD_SIZE
 from ._common import (
     ValueLayer,
     channel_ramp,
@@ -54,8 +55,6 @@ __all__ = [
     "lora_widths",
 ]
 
-# ops.wkv7's largest head size (its docstring states it).
-MAX_HEAD_SIZE = 128
 
 # The log-decay scale: w = -exp(-0.5) * sigmoid(...), i.e. RWKV-LM's -softplus(-x) - 0.5 under exp.
 _DECAY_SCALE = math.exp(-0.5)

@@ -5,7 +5,6 @@ different sizes (``forward``, ``backward``)."""
 # No `from __future__ import annotations`: Taichi reads the kernels' annotations at runtime.
 # Taichi kernels annotate arguments with calls (ti.types.ndarray(...)), which mypy cannot read,
 # and stay unannotated (Taichi would read a "-> None").
-# mypy: disable-error-code="valid-type, no-untyped-def"
 import sys
 from typing import Any
 

@@ -22,7 +22,6 @@ one chunk, never a state per step.
 # No `from __future__ import annotations`: Taichi reads the kernels' annotations at runtime.
 # Taichi kernels annotate arguments with calls (ti.types.ndarray(...)), which mypy cannot read,
 # and stay unannotated (Taichi would read a "-> None").
-# mypy: disable-error-code="valid-type, no-untyped-def"
 from typing import Any
 
 import torch

@@ -15,7 +15,6 @@ vectoriser wants (Taichi compiles with fast-math, so it may reassociate the sums
 # No `from __future__ import annotations`: Taichi reads the kernels' annotations at runtime.
 # Taichi kernels annotate arguments with calls (ti.types.ndarray(...)), which mypy cannot read,
 # and stay unannotated (Taichi would read a "-> None").
-# mypy: disable-error-code="valid-type, no-untyped-def"
 from typing import Any
 
 import torch

@@ -14,9 +14,9 @@ import pytest
 import torch
 from torch.utils._python_dispatch import TorchDispatchMode
 
-from tipad_transforms import _runtime
-from tipad_transforms.ops import _wkv as ops_module
 from tipad_transforms.ops import init_wkv_state, wkv
+from tipad_transforms.ops.rwkv4 import op as ops_module
+from tipad_transforms.ops.rwkv4 import taichi as wkv_taichi
 
 pytestmark = pytest.mark.usefixtures("one_torch_thread")
 
@@ -90,13 +90,13 @@ def test_eager_step_allocates_only_what_it_returns(monkeypatch: pytest.MonkeyPat
     b, c = 2, 24
     td, tf, k, v, state = inputs(b, 1, c, torch.float32, seed=2)
     written: list[torch.Tensor] = []
-    launch = _runtime.launch_wkv_forward
+    launch = wkv_taichi.forward
 
     def spy(*tensors: torch.Tensor) -> None:
         written.extend(tensors[5:])  # y, the new state
         launch(*tensors)
 
-    monkeypatch.setattr(_runtime, "launch_wkv_forward", spy)
+    monkeypatch.setattr(wkv_taichi, "forward", spy)
     with torch.no_grad():
         y, new = wkv(td, tf, k, v, state)
     assert [t.data_ptr() for t in written] == [y.data_ptr(), new.data_ptr()]
@@ -145,7 +145,8 @@ def wkv7_inputs(b: int, t: int, h: int, n: int, dtype: torch.dtype, seed: int) -
 def test_eager_wkv7_is_the_op_bit_for_bit(
     dtype: torch.dtype, b: int, t: int, h: int, n: int, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    from tipad_transforms.ops import _wkv7, wkv7
+    from tipad_transforms.ops import wkv7
+    from tipad_transforms.ops.rwkv7 import op as _wkv7
 
     args = wkv7_inputs(b, t, h, n, dtype, seed=b + t + h + n)
     y_op, s_op, _ = torch.ops.tipad.wkv7_forward(*args, False)
