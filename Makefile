@@ -13,11 +13,12 @@ export NO_MKDOCS_2_WARNING := 1
 FORGE_VENV ?= .venv-forge
 FORGE_PY := $(FORGE_VENV)/bin/python
 FORGE_STAMP := $(FORGE_VENV)/.installed
-# Every kernel family and the runtime seam, run again on taichi_forge: padding (texture and
-# standard modes), pad_stack, wkv, wkv7, time_conv, the seam, workers.
-KERNEL_TESTS := tests/test_backend.py tests/test_texture_pad.py tests/test_modes.py \
-	tests/test_pad_stack.py tests/test_wkv.py tests/test_wkv7.py tests/test_time_conv.py \
-	tests/test_runtime.py tests/test_loader_safety.py
+# Every kernel family (tests/ops: a new family's folder is in without a change here), the
+# backends and the functionals that reach the kernels, run again on taichi_forge.
+KERNEL_TESTS := tests/ops tests/backends/test_taichi_choice.py tests/backends/test_runtime.py \
+	tests/backends/test_policy.py tests/backends/test_compat_taichi.py \
+	tests/functional/test_texture_pad.py tests/functional/test_pad.py \
+	tests/data/test_loader_safety.py
 
 .PHONY: demo test lint typecheck docs docs-serve pytest pytest-forge dist bench bench-backends clean
 

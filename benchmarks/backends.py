@@ -127,7 +127,7 @@ import json, sys, time
 import torch
 t0 = time.perf_counter()
 import tipad_transforms.functional as F
-from tipad_transforms import _runtime
+from tipad_transforms.backends import TAICHI
 x = torch.randint(0, 256, (3, 224, 224), dtype=torch.uint8)
 t1 = time.perf_counter()
 F.brick_pad(x, 32)
@@ -135,7 +135,7 @@ t2 = time.perf_counter()
 F.brick_pad(x, 32)
 t3 = time.perf_counter()
 print(json.dumps({"first_call_s": t2 - t1, "second_call_s": t3 - t2,
-                  "backend": _runtime.taichi_backend()}))
+                  "backend": TAICHI.describe()}))
 """
 
 
@@ -167,7 +167,7 @@ def _sample(fn: Callable[[], torch.Tensor], calls: int) -> float:
 
 def child(args: argparse.Namespace) -> None:
     """Serve the parent over stdin/stdout: ``ready`` after the warm-up, one line per round."""
-    from tipad_transforms import _runtime
+    from tipad_transforms.backends import TAICHI
 
     send: IO[str] = sys.stdout
     sys.stdout = sys.stderr  # anything else printed must not break the protocol
@@ -185,7 +185,7 @@ def child(args: argparse.Namespace) -> None:
         per_sample[key] = max(1, min(200, round(args.min_sample / max(dt, 1e-9))))
     torch.save(outputs, args.child_outputs)
     info = {
-        "backend": _runtime.taichi_backend(),
+        "backend": TAICHI.describe(),
         "first_call": first,
         "first_call_in_this_process_s": compile_s,
         "calls_per_sample": per_sample,

@@ -96,10 +96,10 @@ def two_process(
     import json
     import socket
 
-    from tipad_transforms import _runtime
+    from tipad_transforms.backends import TAICHI
 
     problems: list[str] = []
-    reason = _runtime.refusal(torch.device("cuda", 1)) or ""
+    reason = TAICHI.refusal(torch.device("cuda", 1)) or ""
     if "tipad_transforms.distributed.bind_device()" not in reason:
         problems.append(f"refusal of cuda:1 does not name bind_device: {reason!r}")
     x = torch.randint(0, 256, (3, 5, 7), dtype=torch.uint8, device="cuda:1")
@@ -534,10 +534,10 @@ def tipad_engine(device: torch.device) -> str:
     "unknown (...)" when tipad's private runtime API has changed (then the fallback warnings,
     public behaviour, are the only evidence)."""
     try:
-        from tipad_transforms import _runtime
+        from tipad_transforms.backends import TAICHI
 
-        reason = _runtime.refusal(device)
-        arch = _runtime.runtime_arch()
+        reason = TAICHI.refusal(device)
+        arch = TAICHI.runtime_arch()
     except (ImportError, AttributeError, TypeError) as exc:
         return f"unknown ({type(exc).__name__}: {exc})"
     if reason is None and arch == device.type:
@@ -937,7 +937,7 @@ def main(argv: list[str] | None = None) -> int:
         return 1
     finally:
         if runtime_sha() != payload["machine"]["runtime_py_sha256"]:
-            failures.append("tipad_transforms/_runtime/ changed during the run; run again")
+            failures.append("tipad_transforms' kernel sources changed during the run; run again")
         payload["failures"] = failures
         payload["skipped"] = skipped
         payload["verdict"] = "FAIL" if failures else "PASS"

@@ -496,7 +496,7 @@ def main(argv: list[str] | None = None) -> int:
     warnings_: list[str] = []
     if info["runtime_py_sha256_at_end"] != info["runtime_py_sha256"]:
         warnings_.append(
-            "tipad_transforms/_runtime/ changed during the run: check which kernel file "
+            "tipad_transforms' kernel sources changed during the run: check which kernel file "
             "changed (the padding kernel is _pad.py) and run again if it was that one"
         )
         print("WARNING: " + warnings_[-1])

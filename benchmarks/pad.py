@@ -312,7 +312,7 @@ def main(argv: list[str] | None = None) -> int:
     warnings_: list[str] = []
     if info["runtime_py_sha256_at_end"] != info["runtime_py_sha256"]:
         warnings_.append(
-            "tipad_transforms/_runtime/ changed during the run: the numbers mix kernel "
+            "tipad_transforms' kernel sources changed during the run: the numbers mix kernel "
             "versions; run again"
         )
         summary.append("WARNING: " + warnings_[-1])

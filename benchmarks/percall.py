@@ -88,12 +88,14 @@ from peers import gather_texture_pad
 from torchvision.transforms import v2
 
 import tipad_transforms as tt
-from tipad_transforms import _runtime
 from tipad_transforms import functional as F
-from tipad_transforms._runtime import _lean
+from tipad_transforms._compat import taichi as _lean
+from tipad_transforms.backends import TAICHI
+from tipad_transforms.backends import warmup as warm_up
+from tipad_transforms.backends.taichi import advise_huge_pages
+from tipad_transforms.backends.warmup import WORKER_WARMUP_ENV
 from tipad_transforms.nn import RWKV4
-from tipad_transforms.ops import _route, init_wkv_state, wkv
-from tipad_transforms.ops._route import WORKER_WARMUP_ENV
+from tipad_transforms.ops import init_wkv_state, wkv
 
 
 @contextlib.contextmanager
@@ -101,33 +103,34 @@ def public_launcher() -> Iterator[None]:
     """Taichi's public call and the thread pool for every launch (the launch path before)."""
     kernels = [
         k
-        for family in _runtime._state["kernels"].values()
+        for family in TAICHI.kernels.values()
         for k in family.values()
         if isinstance(k, _lean.LeanKernel)
     ]
-    saved = [k.enabled for k in kernels], _runtime.SERIAL_BYTES
+    saved = [k.enabled for k in kernels], TAICHI.serial_bytes
     for k in kernels:
         k.enabled = False
-    _runtime.SERIAL_BYTES = -1
+    TAICHI.serial_bytes = -1
     try:
         yield
     finally:
         for k, e in zip(kernels, saved[0], strict=True):
             k.enabled = e
-        _runtime.SERIAL_BYTES = saved[1]
+        TAICHI.serial_bytes = saved[1]
 
 
 def warming_up(fn: Callable[[], Any]) -> Callable[[], Any]:
     """``fn`` as a process runs it before starting Taichi (its warm-up): on the torch route."""
 
     def run() -> Any:
-        saved = _runtime.running, _route._Warmup.budget
-        _runtime.running = lambda: False
-        _route._Warmup.budget, _route._Warmup.spent = math.inf, 0.0
+        saved = warm_up._State.budget
+        TAICHI.running = lambda: False  # the instance attribute hides the method
+        warm_up._State.budget, warm_up._State.spent = math.inf, 0.0
         try:
             return fn()
         finally:
-            _runtime.running, _route._Warmup.budget = saved
+            del TAICHI.running
+            warm_up._State.budget = saved
 
     return run
 
@@ -252,7 +255,13 @@ def rwkv4_peers(
             logits, state = model(torch.tensor([[t]]), state)
             ours.append(logits[0, 0])
     label = f"tipad RWKV4 {n_layer}x{n_embd}"
-    peers = [Peer("tipad", label, lambda: model(torch.tensor([[5]]), state)[0], "rwkv")]
+    rec = model.recurrent()  # the one-token step: what generate runs
+    peers = [
+        Peer("tipad", f"{label} recurrent", lambda: rec(torch.tensor([[5]]), state)[0], "rwkv"),
+        # The module path rounds differently from the snapshot: a group of its own.
+        Peer("tipad-module", f"{label} model(idx, state)",
+             lambda: model(torch.tensor([[5]]), state)[0], "rwkv-module"),
+    ]  # fmt: skip
     note = ""
     if compiled:
         # One graph (the custom op inside); inductor fuses the elementwise ops, so its bits
@@ -409,13 +418,13 @@ def canvas_breakdown(quick: bool, rounds: int) -> dict[str, Any]:
     def fill(advise: bool) -> None:
         t = torch.empty(shape)
         if advise:
-            _runtime.advise_huge_pages(t)
+            advise_huge_pages(t)
         t.fill_(1)
 
     for _ in range(rounds):
         base = _anon_huge_kib()
         canvas = step("empty", torch.empty, shape)
-        step("advise", _runtime.advise_huge_pages, canvas)
+        step("advise", advise_huge_pages, canvas)
         f0, v0 = _minor_faults(), _vmstat(*thp_keys)
         step("first_touch_launch", pad_into, canvas)
         f1, v1 = _minor_faults(), _vmstat(*thp_keys)
@@ -478,9 +487,9 @@ def first_calls(runs: int) -> list[dict[str, Any]]:
     for _ in range(runs):
         for warmup in ("default", "0"):
             env = dict(os.environ, PYTHONPATH=path)
-            env.pop(_route.WARMUP_ENV, None)
+            env.pop(warm_up.WARMUP_ENV, None)
             if warmup == "0":
-                env[_route.WARMUP_ENV] = "0"
+                env[warm_up.WARMUP_ENV] = "0"
             done = subprocess.run(
                 [sys.executable, "-c", FIRST_CALL_CODE, "cpu"],
                 env=env,

@@ -4,11 +4,13 @@
 
 The model of the released 0.1B x070 (vocabulary 65536, 12 layers, 768 wide, heads of 64; LoRA
 widths 64/64/32/128) with random weights rounded to bfloat16 as released files are, run one
-token at a time from a state built by a few tokens: ``RWKV7(idx (1, 1), state)`` against the
-package's ``RWKV(..., strategy="cpu fp32").forward([token], state)`` (``RWKV_V7_ON=1``, its
-TorchScript path). Before timing, both run the same tokens and their logits are compared. Each
-timed call starts from the same state (the package's list is copied, its tensors are not
-written in place), so every call is the same work. Target (issue 10): tipad no slower per token.
+token at a time from a state built by a few tokens: its recurrent form
+(``model.recurrent()(idx (1, 1), state)``, what ``generate`` runs) against the package's
+``RWKV(..., strategy="cpu fp32").forward([token], state)`` (``RWKV_V7_ON=1``, its TorchScript
+path), and the module path ``model(idx, state)`` beside them. Before timing, each runs the
+same tokens and their logits are compared. Each timed call starts from the same state (the
+package's list is copied, its tensors are not written in place), so every call is the same
+work. Target (issue 10): tipad's recurrent form no slower per token.
 Writes ``<out>/rwkv7_generate.json``. Without the package installed, only tipad is timed.
 ``--quick``: a 2-layer, 128-wide model (a smoke run, not a measurement).
 """
@@ -67,15 +69,23 @@ def main(argv: list[str] | None = None) -> None:
 
     with tempfile.TemporaryDirectory() as tmp, torch.no_grad():
         theirs = load_package(model, Path(tmp))
-        ours_state = model.init_state(1)
+        rec = model.recurrent()
+        ours_state, module_state = rec.init_state(1), model.init_state(1)
         ours_logits = []
         for token in prompt:
-            logits, ours_state = model(torch.tensor([[token]]), ours_state)
+            logits, ours_state = rec(torch.tensor([[token]]), ours_state)
+            module_logits, module_state = model(torch.tensor([[token]]), module_state)
+            gap = float((module_logits - logits).abs().max() / logits.abs().max())
+            if gap > 1e-5:
+                sys.exit(f"the recurrent form's logits differ from the model's: {gap:.2e}")
             ours_logits.append(logits[0, 0])
         check = "rwkv package not installed: tipad timed alone"
         peers = [
-            Peer("tipad", "tipad RWKV7", lambda: model(torch.tensor([[5]]), ours_state)[0], "tipad")
-        ]
+            Peer("tipad", "tipad RWKV7 recurrent",
+                 lambda: rec(torch.tensor([[5]]), ours_state)[0], "tipad"),
+            Peer("tipad-module", "tipad RWKV7 model(idx, state)",
+                 lambda: model(torch.tensor([[5]]), module_state)[0], "tipad-module"),
+        ]  # fmt: skip
         if theirs is not None:
             their_state = None
             worst = 0.0
@@ -94,8 +104,8 @@ def main(argv: list[str] | None = None) -> None:
     rows = [[m.peer.label, format_ms(m.stats.median_s), format_ms(m.stats.min_s)] for m in results]
     print(format_table(["per token", "median", "min"], rows, right="12"))
     ratio = None
-    if len(results) == 2:
-        ratio = results[1].stats.median_s / results[0].stats.median_s
+    if len(results) == 3:
+        ratio = results[2].stats.median_s / results[0].stats.median_s
         verdict = "MET" if ratio >= 1 else "MISSED"
         print(f"target: tipad no slower than the package per token: {ratio:.2f}x -> {verdict}")
     args.out.mkdir(parents=True, exist_ok=True)

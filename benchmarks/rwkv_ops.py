@@ -544,7 +544,7 @@ def main(argv: list[str] | None = None) -> int:
     info["runtime_py_sha256_at_end"] = runtime_sha()
     warnings_: list[str] = []
     if info["runtime_py_sha256_at_end"] != info["runtime_py_sha256"]:
-        warnings_.append("tipad_transforms/_runtime/ changed during the run: run again")
+        warnings_.append("tipad_transforms' kernel sources changed during the run: run again")
     info["wkv_route"] = _wkv_route()
     rows = [[t["target"], t["measured"], "MET" if t["met"] else "MISSED"] for t in targets]
     print("\nTargets (the issue's)\n" + format_table(["target", "measured", "verdict"], rows))
@@ -588,9 +588,9 @@ def main(argv: list[str] | None = None) -> int:
 
 def _wkv_route() -> str:
     """Which WKV implementation ``ops.wkv`` ran: the Taichi kernels or the torch route."""
-    from tipad_transforms import _runtime
+    from tipad_transforms.backends import TAICHI
 
-    kernels = _runtime._state["kernels"]
+    kernels = TAICHI.kernels
     return "taichi kernels: " + ", ".join(sorted(kernels)) if kernels else "torch route"
 
 

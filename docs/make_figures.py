@@ -4,12 +4,22 @@ Every picture is computed by the package itself (``tipad_transforms.functional``
 images bundled in ``tipad_transforms.assets``; where those are missing (a partial checkout) it
 paints a small synthetic landscape instead, so the script always runs. It needs matplotlib (the
 ``bench`` extra). Each PNG is kept under 300 KB.
+
+The benchmark figures (``bench-*``) and the tables of ``docs/benchmarks.md`` (``bench-tables``)
+are drawn from the recorded runs in ``docs/results``; ``--check`` only compares the tables with
+them.
 """
 
 from __future__ import annotations
 
 import argparse
+import importlib
 import io
+import json
+import re
+import statistics
+import sys
+import tempfile
 from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
@@ -570,51 +580,474 @@ def fig_padded_batch() -> None:
     save(fig, "padded-batch.png", dpi=86)
 
 
-def redraw_benchmark(record_name: str, figure: str, what: str, yardstick: str) -> None:
-    """``figures/<figure>`` redrawn from the recorded run ``results/<record_name>`` with the
-    benchmarks' own plot (``benchmarks/_common.plot_workloads``); ``yardstick`` is the key in
-    each workload record that names the peer the ratios divide by."""
-    import json
-    import sys
-    import tempfile
+# ------------------------------------------------------------------------ benchmark records ---
+#
+# docs/results holds the newest run of each benchmark, one JSON each. Every number on
+# docs/benchmarks.md (the blocks between its "generated from results/..." markers) and every
+# bench-*.png figure is drawn from them. After a new run: copy its JSON over the old one, then
+# `python docs/make_figures.py bench-tables bench-cpu bench-rwkv-cpu bench-percall-cpu
+# bench-loader-cpu`, and read the diff.
 
-    bench = Path(__file__).resolve().parent.parent / "benchmarks"
-    sys.path.insert(0, str(bench))
-    from _common import measurements_from_json, plot_workloads
+DOCS = Path(__file__).resolve().parent
+RESULTS = DOCS / "results"
+BENCHMARKS_PAGE = DOCS / "benchmarks.md"
+BENCHMARKS = DOCS.parent / "benchmarks"
 
-    record = json.loads((Path(__file__).resolve().parent / "results" / record_name).read_text())
-    info = record["machine"]
-    plots = []
-    for w in record["workloads"]:
-        yard = w[yardstick]
-        plots.append(
-            (
-                w["title"],
-                measurements_from_json(w),
-                yard["fresh"] if isinstance(yard, dict) else yard,
-            )
+# Records whose package metadata does not name the release their code shipped in, keyed by
+# record and commit: a newer record, made at another commit, drops its note by itself.
+RELEASE_NOTES = {
+    ("cpu-backends.json", "62fdffb"): "0.3.0's code; its metadata still said 0.2.0",
+    ("cpu-scaling.json", "7bf4f4b"): "0.3.0's code; its metadata still said 0.2.0",
+    ("cpu-loader.json", "2216458"): "0.5.2's word-move kernel, committed before the version "
+    "bump; its metadata said 0.5.1",
+    ("cpu-percall-first.json", "f62647f"): "0.5.2's word-move kernel, uncommitted on 0.5.1",
+    ("cpu-percall.json", "b87f808"): "0.5.2 before its last kernel change, the standard-mode "
+    "rows of `d96d7dc`",
+}
+GENERATED = re.compile(
+    r"(<!-- generated from results/(?P<name>[\w.-]+\.json)[^\n]*-->\n)(?P<body>.*?)"
+    r"(<!-- end of results/(?P=name) -->)",
+    re.DOTALL,
+)
+
+
+def bench_module(name: str) -> Any:
+    """``benchmarks/<name>.py``, imported as the benchmark scripts import each other."""
+    if str(BENCHMARKS) not in sys.path:
+        sys.path.insert(0, str(BENCHMARKS))
+    return importlib.import_module(name)
+
+
+def record(name: str) -> dict[str, Any]:
+    """The recorded run ``docs/results/<name>``."""
+    data: dict[str, Any] = json.loads((RESULTS / name).read_text())
+    return data
+
+
+def ms(seconds: float | None) -> str:
+    """Seconds as the benchmark scripts print milliseconds (three significant digits)."""
+    text: str = bench_module("_common").format_ms(seconds)
+    return text
+
+
+def md_table(header: Sequence[str], rows: Sequence[Sequence[str]], right: str = "") -> str:
+    """A Markdown table; columns whose index is in ``right`` ("0123...") align right."""
+
+    def line(cells: Sequence[str]) -> str:
+        return "| " + " | ".join(str(c).replace("|", "\\|") for c in cells) + " |"
+
+    align = ["---:" if str(i) in right else "---" for i in range(len(header))]
+    return "\n".join([line(header), line(align), *(line(r) for r in rows)])
+
+
+def blocks(*parts: str) -> str:
+    """Markdown blocks (a sentence, a table, a list), one blank line apart."""
+    return "\n\n".join(part for part in parts if part)
+
+
+def provenance(name: str, rec: dict[str, Any]) -> str:
+    """Which command made the record, when, on which code and machine, under which load."""
+    m = rec["machine"]
+    commit = (m.get("git_commit") or "")[:7]
+    release = RELEASE_NOTES.get((name, commit), f"tipad_transforms {m['tipad_transforms']}")
+    if m.get("git_dirty_files") and (name, commit) not in RELEASE_NOTES:
+        release += ", with uncommitted changes to " + ", ".join(
+            f"`{line.split()[-1]}`" for line in m["git_dirty_files"]
         )
-    title = (
-        f"{what} on CPU ({info['cpu_count']} cores, torch {info['torch']}, taichi "
-        f"{info['taichi']}) - {info['date']}, at {info['git_commit'][:7]}"
+    command = m["command"]
+    script = command.split()[1] if len(command.split()) > 1 else ""
+    if "/" not in script:  # run from inside benchmarks/, as its relative paths say
+        command = f"cd benchmarks && {command}"
+    start = m.get("loadavg_at_start")
+    end = m.get("loadavg_at_end") or rec.get("loadavg_at_end")
+    load = f"{start[0]:.1f} at the start, {end[0]:.1f} at the end" if end else f"{start[0]:.1f}"
+    return (
+        f"Recorded on {m['date'][:10]} by `{command}` at commit `{commit}` ({release}), on "
+        f"{m['cpu_model']} with {m['cpu_count']} cores ({threads(m['torch_threads'])}), "
+        f"Python {m['python']}, torch {m['torch']}, torchvision {m['torchvision']}, taichi "
+        f"{m['taichi']}; load average {load}. Data: [results/{name}](results/{name})."
     )
+
+
+def threads(n: int) -> str:
+    return f"{n} torch thread" + ("" if n == 1 else "s")
+
+
+def ratio(x: float) -> str:
+    """A ratio with two decimals, or three significant digits below 0.1."""
+    return f"{x:.2f}x" if x >= 0.1 else f"{x:.2g}x"
+
+
+def first_call_table(runs: Sequence[dict[str, Any]]) -> str:
+    """``percall.py``'s new processes: the torch-route warm-up by default, or Taichi at once."""
+    rows = [
+        [
+            "default (torch-route warm-up)" if r["warmup"] == "default" else "`TIPAD_WARMUP=0`",
+            f"{ms(r['first_call_s'])} ms",
+            f"{ms(r['second_call_s'])} ms",
+            f"{r['calls_before_taichi']:,} ({ms(r['warmup_total_s'])} ms)"
+            if r["calls_before_taichi"]
+            else "0",
+            f"{ms(r['taichi_start_call_s'])} ms",
+        ]
+        for r in runs
+        if "error" not in r
+    ]
+    header = ["start", "first call", "second call", "calls before Taichi (their total)",
+              "the call that starts Taichi"]  # fmt: skip
+    return md_table(header, rows, right="1234")
+
+
+def worker_table(epochs: dict[str, list[float]]) -> str:
+    """``percall.py``'s worker epochs: medians without the first epoch, ratios to v2.Pad."""
+    rows = []
+    for pipeline, times in epochs.items():
+        base = statistics.median(epochs[pipeline.split(" ", 1)[0] + " v2.Pad"][1:])
+        median = statistics.median(times[1:])
+        rows.append([pipeline, f"{median:.3f} s", ratio(median / base)])
+    return md_table(["pipeline", "median epoch", "/ v2.Pad"], rows, right="12")
+
+
+def table_pad(rec: dict[str, Any]) -> str:
+    """``pad.py``: every peer's median in every workload, with its ratio to the yardstick."""
+    lines = []
+    peers: list[tuple[str, str]] = []
+    cells: dict[tuple[tuple[str, str], str], str] = {}
+    for w in rec["workloads"]:
+        lines.append(f"- `{w['key']}`: {w['title']}, {w['rounds']} rounds.")
+        by_key = {p["key"]: p for p in w["peers"]}
+        for p in w["peers"]:
+            row = (p["label"], p["output"])
+            if row not in peers:
+                peers.append(row)
+            yard = by_key[w["yardsticks"][p["output"]]]["median_s"]
+            cells[row, w["key"]] = f"{ms(p['median_s'])} ({ratio(p['median_s'] / yard)})"
+    keys = [w["key"] for w in rec["workloads"]]
+    rows = [
+        [label, out, *(cells.get(((label, out), k), "—") for k in keys)] for label, out in peers
+    ]
+    header = ["peer", "output", *(f"`{k}` ms" for k in keys)]
+    lines += ["", md_table(header, rows, right="".join(str(i + 2) for i in range(len(keys))))]
+    lines += ["", "The issue's targets, as the script evaluates them:", ""]
+    for t in rec["targets"]:
+        unit = " s" if t["how"].endswith("seconds") else "x"
+        value = "not run" if t["measured"] is None else f"{t['measured']:.3g}{unit}"
+        lines.append(f"- {t['target']}: {value}, **{t['verdict']}**")
+    fc = rec["first_call"]
+    seconds = {kind: [r["first_call_s"] for r in fc["runs"] if r.get("cache") == kind]
+               for kind in ("cold", "warm")}  # fmt: skip
+    lines += [
+        "",
+        f"First `{fc['image']}` in a new process with `TIPAD_WARMUP=0` (Taichi's import, "
+        "init, kernel compile and the call): "
+        + "; ".join(
+            f"{', '.join(f'{s:.2f}' for s in v)} s with a {kind} Taichi cache"
+            for kind, v in seconds.items()
+            if v
+        )
+        + f"; `import tipad_transforms.functional` {fc['import_tipad_median_s']:.2f} s.",
+    ]
+    return "\n".join(lines)
+
+
+def table_percall(rec: dict[str, Any]) -> str:
+    """``percall.py``: every workload's peers, medians, minimums and ratio to its yardstick."""
+    rows = []
+    for w in rec["workloads"]:
+        by_key = {p["key"]: p for p in w["peers"]}
+        yard = by_key[w["yardstick"]]
+        for p in w["peers"]:
+            rows.append(
+                [
+                    f"{w['title']} (yardstick: {yard['label']})" if p is w["peers"][0] else "",
+                    p["label"],
+                    f"{ms(p['median_s'])} ms",
+                    f"{ms(p['min_s'])} ms",
+                    ratio(p["median_s"] / yard["median_s"]),
+                ]
+            )
+    lines = [md_table(["workload", "peer", "median", "min", "/ yardstick"], rows, right="234")]
+    if rec["checks"]:
+        lines += ["", "Checked before timing:", ""]
+        lines += [f"- {what}: {result}" for what, result in rec["checks"].items()]
+    if rec["first_call"]:
+        lines += ["", first_call_table(rec["first_call"])]
+    if rec["worker_epochs_s"]:
+        lines += ["", worker_table(rec["worker_epochs_s"])]
+    return "\n".join(lines)
+
+
+def table_percall_first(rec: dict[str, Any]) -> str:
+    return first_call_table(rec["first_call"])
+
+
+def table_percall_workers(rec: dict[str, Any]) -> str:
+    return worker_table(rec["epochs_s"])
+
+
+def table_rwkv(rec: dict[str, Any]) -> str:
+    """``rwkv_ops.py``: tipad against each torch peer, the speed-up, GFLOP/s and the target."""
+    targets = {}
+    for t in rec["targets"]:
+        key, criterion = t["target"].split(": ", 1)
+        targets[key] = f"{criterion.removeprefix('tipad ')}: " + (
+            "met" if t["met"] else "**missed**"
+        )
+    rows = []
+    for w in rec["workloads"]:
+        tipad = next(p for p in w["peers"] if p["key"].startswith("tipad."))
+        gflops = f"{w['flops'] / tipad['median_s'] / 1e9:.1f}" if w.get("flops") else ""
+        for p in w["peers"]:
+            if p is not tipad:
+                rows.append(
+                    [
+                        w["title"],
+                        f"{ms(tipad['median_s'])} ms",
+                        f"{p['label']} {ms(p['median_s'])} ms",
+                        ratio(p["median_s"] / tipad["median_s"]),
+                        gflops,
+                        targets.get(w["key"], "") if p["key"] == w["yardstick"] else "",
+                    ]
+                )
+    header = ["workload", "tipad", "torch peer", "speed-up", "tipad GFLOP/s", "target"]
+    matmul = rec["matmul"]
+    return blocks(
+        md_table(header, rows, right="134"),
+        f"A float32 matmul ({matmul['n']}²) ran at {matmul['gflops_median']:.0f} GFLOP/s in "
+        "the same process.",
+    )
+
+
+def table_loader(rec: dict[str, Any]) -> str:
+    """``loader.py``: images per second per pipeline, the ratio to ``a``, the targets."""
+    s = rec["settings"]
+    rows = [
+        [
+            p["label"],
+            f"{p['images_per_s_median']:,.0f}",
+            f"{p['images_per_s_q1']:,.0f}-{p['images_per_s_q3']:,.0f}",
+            ratio(p["ratio_to_first"]),
+            f"{p['warmup_epoch_s']:.1f} s",
+        ]
+        for p in rec["pipelines"]
+    ]
+    header = ["pipeline", "images/s", "quartiles", "/ a", "first epoch (starts the workers)"]
+    lines = [
+        f"{s['images']:,} uint8 images of {s['sides'][0]}-{s['sides'][1]} px sides onto a "
+        f"{s['canvas'][0]} x {s['canvas'][1]} canvas, batch {s['batch_size']}, {s['workers']} "
+        f"persistent `{s['multiprocessing_context']}` workers, device `{s['device']}`, "
+        f"{s['repeats']} epochs per pipeline, medians:",
+        "",
+        md_table(header, rows, right="1234"),
+        "",
+    ]
+    lines += [
+        f"- {t['target']}: {t['measured']}, **{'met' if t['met'] else 'missed'}**"
+        for t in rec["targets"]
+    ]
+    return "\n".join(lines)
+
+
+def table_cli_pad(rec: dict[str, Any]) -> str:
+    """``cli_pad.py``: ``tipad pad`` on a folder against a PIL loop, images per second."""
+    s = rec["settings"]
+    labels = {
+        "tipad": f"`tipad pad TREE -o OUT --recursive --mode reflect --workers {s['workers']}`",
+        "pil": "PIL loop: `Image.open`, `ImageOps.expand`, `save`, one process",
+    }
+    rows = [
+        [
+            labels.get(peer, peer),
+            f"{rate:,.0f}",
+            ", ".join(f"{t:.2f}" for t in rec["seconds"][peer]),
+        ]
+        for peer, rate in rec["images_per_s"].items()
+    ]
+    return blocks(
+        f"{s['count']:,} images padded by {s['padding']} px, {s['repeats']} rounds:",
+        md_table(["peer", "images/s (median)", "seconds per round"], rows, right="12"),
+        f"tipad / PIL loop: **{rec['ratio_tipad_to_pil']:.2f}x** the images per second.",
+    )
+
+
+def table_backends(rec: dict[str, Any]) -> str:
+    """``backends.py``: the same workloads on upstream taichi and on taichi_forge."""
+    up, fo = (rec["children"][n] for n in ("taichi", "taichi_forge"))
+    rows = [
+        [
+            r["workload"],
+            f"{ms(r['median_s']['taichi'])} ms",
+            f"{ms(r['median_s']['taichi_forge'])} ms",
+            ratio(r["forge_over_upstream"]),
+            r["check"],
+        ]
+        for r in rec["results"]
+    ]
+    first = [up["first_call"]["first_call_s"], fo["first_call"]["first_call_s"]]
+    rows.append(
+        [
+            "first call, fresh process, empty cache",
+            f"{first[0]:.1f} s",
+            f"{first[1]:.1f} s",
+            ratio(first[1] / first[0]),
+            "",
+        ]
+    )
+    header = ["workload (median)", up["backend"], fo["backend"], "forge / upstream", "outputs"]
+    return blocks(
+        f"{rec['args']['repeats']} rounds.",
+        md_table(header, rows, right="123"),
+        f"Geometric mean over the {len(rec['results'])} workloads: forge takes "
+        f"**{rec['geomean_forge_over_upstream']:.2f}x** upstream's time.",
+    )
+
+
+def table_rwkv7_generate(rec: dict[str, Any]) -> str:
+    """``rwkv7_generate.py``: one token through RWKV-7, tipad against the ``rwkv`` package."""
+    m = rec["model"]
+    rows = [[p["label"], f"{ms(p['median_s'])} ms", f"{ms(p['min_s'])} ms"] for p in rec["peers"]]
+    tipad, package = (p["median_s"] for p in rec["peers"])
+    return blocks(
+        f"{m['n_layer']} layers x {m['n_embd']}, vocabulary {m['vocab']:,}, "
+        f"{threads(rec['threads'])}, per token:",
+        md_table(["peer", "median", "min"], rows, right="12"),
+        f"tipad / package: **{tipad / package:.2f}x** the time per token; {rec['check']}.",
+    )
+
+
+def table_scaling(rec: dict[str, Any]) -> str:
+    """``scaling.py``: one pass per engine and process count, start-up included."""
+    s = rec["settings"]
+    rows = [
+        [
+            r["engine"],
+            str(r["procs"]),
+            f"{r['total_s']:.1f} s",
+            f"{r['first_batch_s']:.1f} s",
+            f"{r['end_to_end_ips']:.1f}",
+            f"{r['steady_ips']:,.0f}",
+        ]
+        for r in rec["rows"]
+    ]
+    header = ["engine", "workers / actors", "pass", "first batch", "img/s end to end",
+              "steady img/s (2nd half)"]  # fmt: skip
+    return blocks(
+        f"{s['images']} generated PNGs of sides {s['sides'][0]}-{s['sides'][1]}, batches of "
+        f"{s['batch']}, one pass per row:",
+        md_table(header, rows, right="12345"),
+    )
+
+
+RENDERERS = {
+    "cpu-pad.json": table_pad,
+    "cpu-percall.json": table_percall,
+    "cpu-percall-first.json": table_percall_first,
+    "cpu-percall-workers.json": table_percall_workers,
+    "cpu-rwkv7-generate.json": table_rwkv7_generate,
+    "cpu-rwkv.json": table_rwkv,
+    "cpu-loader.json": table_loader,
+    "cpu-cli-pad.json": table_cli_pad,
+    "cpu-backends.json": table_backends,
+    "cpu-scaling.json": table_scaling,
+}
+
+
+def generated_block(name: str) -> str:
+    """What benchmarks.md shows of ``results/<name>``: where it came from, then its table."""
+    if name not in RENDERERS:
+        raise SystemExit(f"benchmarks.md has a block for results/{name}, which nothing renders")
+    rec = record(name)
+    # Blank lines around the block: Markdown reads a line glued to an HTML comment as raw HTML.
+    return f"\n{provenance(name, rec)}\n\n{RENDERERS[name](rec)}\n\n"
+
+
+def bench_tables(check: bool = False) -> None:
+    """Fill benchmarks.md's generated blocks from docs/results; ``check``: only compare."""
+    text = BENCHMARKS_PAGE.read_text()
+    names = [m["name"] for m in GENERATED.finditer(text)]
+    missing = sorted({p.name for p in RESULTS.glob("*.json")} - set(names))
+    if missing:
+        raise SystemExit(f"benchmarks.md shows no block for {missing}")
+    new = GENERATED.sub(lambda m: m[1] + generated_block(m["name"]) + m[4], text)
+    if check:
+        if new != text:
+            raise SystemExit("benchmarks.md differs from docs/results: run "
+                             "`python docs/make_figures.py bench-tables`")  # fmt: skip
+        print(f"benchmarks.md matches docs/results ({len(names)} blocks)")
+        return
+    BENCHMARKS_PAGE.write_text(new)
+    print(f"wrote {BENCHMARKS_PAGE.relative_to(DOCS.parent)} ({len(names)} blocks)")
+
+
+def figure_title(what: str, rec: dict[str, Any]) -> str:
+    m = rec["machine"]
+    return (
+        f"{what} on CPU ({m['cpu_count']} cores, torch {m['torch']}, taichi {m['taichi']}) - "
+        f"tipad_transforms {m['tipad_transforms']} at {m['git_commit'][:7]}, {m['date'][:10]}"
+    )
+
+
+def save_bench_figure(drawn: Path | None, figure: str) -> None:
+    if drawn is None:
+        raise SystemExit(f"matplotlib is needed to draw {figure}")
+    path = FIGURES / figure
+    # A plot has few colours: a 256-colour palette keeps it sharp and within the size budget.
+    PIL.Image.open(drawn).convert("RGB").quantize(colors=256).save(path, optimize=True)
+    size = path.stat().st_size
+    if size > MAX_BYTES:
+        raise SystemExit(f"{path} is {size} bytes, over the {MAX_BYTES} byte budget")
+    print(f"wrote {path.relative_to(DOCS.parent)} ({size // 1024} KB)")
+
+
+def redraw_benchmark(record_name: str, figure: str, what: str, yardstick: str) -> None:
+    """``figures/<figure>`` redrawn from ``results/<record_name>`` with the benchmarks' own plot
+    (``benchmarks/_common.plot_workloads``); ``yardstick`` is the key in each workload record
+    that names the peer the ratios divide by."""
+    common = bench_module("_common")
+    rec = record(record_name)
+    plots = []
+    for w in rec["workloads"]:
+        yard = w[yardstick]
+        fresh = yard["fresh"] if isinstance(yard, dict) else yard
+        plots.append((w["title"], common.measurements_from_json(w), fresh))
     with tempfile.TemporaryDirectory() as tmp:
-        drawn = plot_workloads(plots, Path(tmp) / "plot.png", title)
-        if drawn is None:
-            raise SystemExit(f"matplotlib is needed to draw {figure}")
-        path = FIGURES / figure
-        PIL.Image.open(drawn).convert("RGB").save(path, optimize=True)
-    print(f"wrote {path.relative_to(FIGURES.parent.parent)} ({path.stat().st_size // 1024} KB)")
-
-
-def fig_bench_rwkv() -> None:
-    """Benchmarks page: the recorded RWKV run (``docs/results/cpu-rwkv.json``), redrawn."""
-    redraw_benchmark("cpu-rwkv.json", "bench-rwkv-cpu.png", "tipad RWKV operators", "yardstick")
+        drawn = common.plot_workloads(plots, Path(tmp) / "plot.png", figure_title(what, rec))
+        save_bench_figure(drawn, figure)
 
 
 def fig_bench_pad() -> None:
-    """Benchmarks page: the recorded padding run (``docs/results/cpu-pad.json``), redrawn."""
+    """Benchmarks page: the recorded padding run (``results/cpu-pad.json``), redrawn."""
     redraw_benchmark("cpu-pad.json", "bench-cpu.png", "tipad padding", "yardsticks")
+
+
+def fig_bench_rwkv() -> None:
+    """Benchmarks page: the recorded RWKV run (``results/cpu-rwkv.json``), redrawn."""
+    redraw_benchmark("cpu-rwkv.json", "bench-rwkv-cpu.png", "tipad RWKV operators", "yardstick")
+
+
+def fig_bench_percall() -> None:
+    """Benchmarks page: the recorded per-call run (``results/cpu-percall.json``), redrawn."""
+    redraw_benchmark("cpu-percall.json", "bench-percall-cpu.png", "tipad per call", "yardstick")
+
+
+def fig_bench_loader() -> None:
+    """Benchmarks page: the recorded loader run (``results/cpu-loader.json``), redrawn with
+    ``benchmarks/loader.py``'s own plot."""
+    loader = bench_module("loader")
+    rec = record("cpu-loader.json")
+    s, m = rec["settings"], rec["machine"]
+    pipes = [
+        loader.Pipeline(p["key"], p["label"], [], epochs_s=p["epochs_s"]) for p in rec["pipelines"]
+    ]
+    title = (
+        f"DataLoader epoch of {s['images']} images ({s['sides'][0]}-{s['sides'][1]} px, uint8 "
+        f"RGB), batch {s['batch_size']}, {s['workers']} {s['multiprocessing_context']} workers, "
+        f"device {s['device']}\n{m['cpu_model']}, {m['cpu_count']} CPUs, torch {m['torch']} - "
+        f"tipad_transforms {m['tipad_transforms']} at {m['git_commit'][:7]}, {m['date'][:10]}"
+    )
+    with tempfile.TemporaryDirectory() as tmp:
+        drawn = loader.plot(pipes, s["images"], Path(tmp) / "plot.png", title)
+        save_bench_figure(drawn, "bench-loader-cpu.png")
 
 
 FIGURE_MAKERS = {
@@ -625,8 +1058,11 @@ FIGURE_MAKERS = {
     "per-sample": fig_per_sample,
     "brick-options": fig_bricks,
     "padded-batch": fig_padded_batch,
-    "bench-rwkv-cpu": fig_bench_rwkv,
+    "bench-tables": bench_tables,
     "bench-cpu": fig_bench_pad,
+    "bench-rwkv-cpu": fig_bench_rwkv,
+    "bench-percall-cpu": fig_bench_percall,
+    "bench-loader-cpu": fig_bench_loader,
 }
 
 
@@ -635,7 +1071,15 @@ def main(argv: Sequence[str] | None = None) -> None:
     parser.add_argument(
         "names", nargs="*", help=f"figures to draw (default all): {list(FIGURE_MAKERS)}"
     )
+    parser.add_argument(
+        "--check",
+        action="store_true",
+        help="only check that benchmarks.md's tables match docs/results (writes nothing)",
+    )
     args = parser.parse_args(argv)
+    if args.check:
+        bench_tables(check=True)
+        return
     unknown = [n for n in args.names if n not in FIGURE_MAKERS]
     if unknown:
         parser.error(f"unknown figure(s) {unknown}; choose from {list(FIGURE_MAKERS)}")

@@ -6,9 +6,10 @@ the interpreter's LICENSE file), so nothing is downloaded:
 1. **Training**: ``tipad_transforms.nn.RWKV7`` (RWKV-LM's x070 names and init; the WKV-7
    recurrence is ``tipad_transforms.ops.wkv7``) on random windows; a table of the training and
    held-out losses (nats per character).
-2. **Generation** with ``tipad_transforms.nn.generate``: the prompt in one parallel call, then
-   one character at a time with the state carried (RNN mode), reproducible with a seeded
-   ``torch.Generator``.
+2. **Generation** with ``tipad_transforms.nn.generate`` on the trained model's recurrent form
+   (``model.recurrent()``, a snapshot of its weights laid out for one-token steps): the prompt
+   in one parallel call, then one character at a time with the state carried (RNN mode),
+   reproducible with a seeded ``torch.Generator``.
 3. **State tuning**: the model frozen, only its initial state is trained (one ``(H, N, N)``
    WKV matrix per layer, RWKV-LM's ``time_state``), here to make it write in CAPITALS. The
    gradient reaches the initial state through ``ops.wkv7``'s state gradient. The held-out loss
@@ -194,8 +195,11 @@ def main(argv: list[str] | None = None) -> None:
     )
 
     prompt = encode("The ")[None].to(args.device)
+    # The weights do not change from here on (state tuning trains the initial state only):
+    # one snapshot serves both samples.
+    rec = model.recurrent()
     sample = generate(
-        model, prompt, args.sample_length, temperature=0.8, top_p=0.95,
+        rec, prompt, args.sample_length, temperature=0.8, top_p=0.95,
         generator=torch.Generator(device=args.device).manual_seed(args.seed),
     )  # fmt: skip
     print(f"\n2. sample (RNN mode, temperature 0.8, top-p 0.95):\n{'-' * 60}")
@@ -229,7 +233,7 @@ def main(argv: list[str] | None = None) -> None:
         tokens_per_step=args.batch * args.ctx,
     )
     sample = generate(
-        model, prompt, args.sample_length, temperature=0.8, top_p=0.95,
+        rec, prompt, args.sample_length, temperature=0.8, top_p=0.95,
         generator=torch.Generator(device=args.device).manual_seed(args.seed), state=tuned(1),
     )  # fmt: skip
     print(f"\nsample from the tuned state (same prompt, same seed):\n{'-' * 60}")

@@ -5,7 +5,9 @@ The model is RWKV-4's: an embedding, a stack of ``tipad_transforms.RWKVBlock`` (
 ``ln_out``, ``head``). It trains on random windows of English text that ships with Python (the
 help topics of ``pydoc_data``, else the interpreter's LICENSE file), so nothing is downloaded.
 Generation builds the state from a prompt in one parallel call, then feeds one character at a
-time with the state carried: the RNN mode RWKV is known for.
+time with the state carried: the RNN mode RWKV is known for. (``tipad_transforms.nn.RWKV4`` is
+this model ready-made, with ``model.recurrent()`` for fast generation; the blocks are spelled
+out here to show the layers' calls.)
 
     python examples/train_rwkv_char.py            # about 2-3 minutes on a 2-core CPU
     python examples/train_rwkv_char.py --quick    # a few seconds: the smoke test

@@ -1,4 +1,4 @@
-"""Shared fixtures for the padding engine's tests.
+"""Shared fixtures for the package's tests.
 
 The helpers (references, comparisons, random inputs) live in ``reference.py`` so that test
 modules import them explicitly; this file only holds pytest wiring.
@@ -6,7 +6,6 @@ modules import them explicitly; this file only holds pytest wiring.
 
 from __future__ import annotations
 
-import contextlib
 import os
 from collections.abc import Iterator
 from typing import Any
@@ -24,59 +23,45 @@ os.environ.setdefault("ENABLE_TAICHI_HEADER_PRINT", "0")
 os.environ["TIPAD_WARMUP"] = "0"
 os.environ.pop("TIPAD_WORKER_WARMUP", None)  # a developer's own would win in the workers
 
+from tipad_transforms import backends
+
 
 def pytest_configure(config: pytest.Config) -> None:
     config.addinivalue_line(
-        "markers", "allow_fallback: the test may (or must) use the torch fallback route"
+        "markers", "allow_fallback: the test may (or must) use the torch backend"
     )
 
 
 @pytest.fixture(autouse=True)
-def _kernel_only(request: pytest.FixtureRequest, monkeypatch: pytest.MonkeyPatch) -> Iterator[None]:
-    """Fail any test that is silently served by the torch fallback instead of the kernel.
+def _kernel_only(request: pytest.FixtureRequest) -> Iterator[None]:
+    """Fail any test that is silently served by the torch backend instead of the kernel.
 
-    The fallback computes the same values, so a test comparing results could not otherwise tell
-    which route ran; only tests marked ``allow_fallback`` may use it.
+    The torch backend computes the same values, so a test comparing results could not
+    otherwise tell which ran; only tests marked ``allow_fallback`` may use it.
     """
-    if request.node.get_closest_marker("allow_fallback") is None:
-        from tipad_transforms import _fallback
+    if request.node.get_closest_marker("allow_fallback") is not None:
+        yield
+        return
+    with backends.forbid("torch"):
+        yield
 
-        def refuse(*args: object, **kwargs: object) -> None:
-            raise AssertionError("the torch fallback ran where the Taichi kernel should have")
 
-        # Every torch route that stands in for a kernel (each op adds its own when it gets one).
-        for name in (
-            "pad",
-            "pad_backward",
-            "pad_stack",
-            "pad_stack_backward",
-            "time_conv",
-            "time_conv_backward",
-            "wkv",
-            "wkv_backward",
-            "wkv7",
-            "wkv7_backward",
-        ):
-            monkeypatch.setattr(_fallback, name, refuse)
-    yield
+class _Launches(list[str]):
+    """The family of every operation the Taichi backend ran (``backends.record``'s entries)."""
+
+    def append(self, run: Any) -> None:
+        family, _, backend = run
+        if backend == "taichi":
+            super().append(family)
 
 
 @pytest.fixture
-def launches(monkeypatch: pytest.MonkeyPatch) -> list[str]:
-    """Records every kernel launch: the family of every ``_runtime.session`` entered."""
-    from tipad_transforms import _runtime
-
-    log: list[str] = []
-    real = _runtime.session
-
-    @contextlib.contextmanager
-    def counting(device: Any, family: str, build: Any, tensors: Any = ()) -> Iterator[Any]:
-        log.append(family)
-        with real(device, family, build, tensors) as kernels:
-            yield kernels
-
-    monkeypatch.setattr(_runtime, "session", counting)
-    return log
+def launches() -> Iterator[list[str]]:
+    """Records the family (``"pad"``, ``"wkv"``, ...) of every operation the Taichi backend
+    runs (a kernel launch each, or a few for an RWKV backward)."""
+    log = _Launches()
+    with backends.record(log):
+        yield log
 
 
 @pytest.fixture(scope="module")

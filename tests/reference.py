@@ -19,10 +19,14 @@ are the definition. Texture mode follows the spec:
 from __future__ import annotations
 
 import math
+import subprocess
+import sys
+import textwrap
 from collections.abc import Sequence
 from typing import Any
 
 import numpy as np
+import pytest
 import torch
 from torchvision.transforms.v2 import functional as tvF
 
@@ -313,3 +317,16 @@ def numpy_pad(
         for ch in range(arr.shape[-3])
     ]
     return torch.from_numpy(np.stack(planes, axis=-3).copy())
+
+
+def run_child(script: str, timeout: float = 240) -> subprocess.CompletedProcess[str]:
+    """Run ``script`` (dedented) in a fresh interpreter; fail the test if it hangs."""
+    try:
+        return subprocess.run(
+            [sys.executable, "-c", textwrap.dedent(script)],
+            capture_output=True,
+            text=True,
+            timeout=timeout,
+        )
+    except subprocess.TimeoutExpired as exc:
+        pytest.fail(f"child process hung (killed after {timeout} s): {exc.stderr!r}")

@@ -26,11 +26,11 @@ def randomise(m: torch.nn.Module, seed: int = 0, scale: float = 0.3) -> torch.nn
 
 def step_layout(m: torch.nn.Module) -> torch.nn.Module:
     """Store every widening ``nn.Linear`` weight (``out > in``) of ``m`` as the transpose of a
-    row-major ``(in, out)`` tensor (same shape and values), the layout the eager one-token
-    step reads (``nn._common.rows_weight``; 0.5.2 kept the parameters themselves so). The
-    step's copy of such a weight is then a view of it, so the module path and the step read
-    the same memory and round alike: what the tests comparing them bit for bit need. The
-    default, contiguous layout is tested in test_rwkv_layout.py."""
+    row-major ``(in, out)`` tensor (same shape and values), the layout the recurrent form's
+    one-token step reads (``nn/_recurrent.py``; 0.5.2 kept the parameters themselves so). The
+    snapshot of such a weight is then a view of it, so the module path and the step read the
+    same memory and round alike: what the tests comparing them bit for bit need. The default,
+    contiguous layout is tested in tests/nn/test_layout.py."""
     for lin in m.modules():
         if type(lin) is torch.nn.Linear and lin.out_features > lin.in_features:
             w = lin.weight

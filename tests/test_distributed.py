@@ -33,7 +33,9 @@ from typing import Any
 import pytest
 import torch
 
-from tipad_transforms import _runtime, distributed
+from tipad_transforms import distributed
+from tipad_transforms._compat import torch as ctorch
+from tipad_transforms.backends import TAICHI
 from tipad_transforms.distributed import bind_device, rank_generator, visible_devices
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -61,8 +63,8 @@ def cuda_state(monkeypatch: pytest.MonkeyPatch) -> dict[str, Any]:
         visible = visible_devices(os.environ.get("CUDA_VISIBLE_DEVICES"))
         return state["physical"] if visible is None else min(len(visible), state["physical"])
 
-    monkeypatch.setattr(distributed, "_physical_count", lambda: state["physical"])
-    monkeypatch.setattr(distributed, "_runtime_count", runtime_count)
+    monkeypatch.setattr(ctorch, "nvml_device_count", lambda: state["physical"])
+    monkeypatch.setattr(ctorch, "cuda_device_count", runtime_count)
     monkeypatch.setattr(torch.cuda, "is_initialized", lambda: state["initialized"])
     monkeypatch.setattr(torch.cuda, "device_count", lambda: state["count"])
     return state
@@ -236,10 +238,10 @@ def test_cuda_initialised_on_the_bound_gpu_is_accepted(
 
 def test_refusal_of_cuda_n_names_the_binding() -> None:
     for device in ("cuda:1", "cuda:7"):
-        reason = _runtime.refusal(torch.device(device))
+        reason = TAICHI.refusal(torch.device(device))
         assert reason is not None and "tipad_transforms.distributed.bind_device()" in reason
         assert "LOCAL_RANK" in reason and "cuda:0" in reason
-    reason = _runtime.refusal(torch.device("cuda", 0))
+    reason = TAICHI.refusal(torch.device("cuda", 0))
     assert "bind_device" not in (reason or ""), "cuda:0 is not refused for its index"
 
 

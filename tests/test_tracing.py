@@ -29,7 +29,7 @@ from tipad_transforms import ops
 from tipad_transforms._tracing import eager, tracing, untraced
 from tipad_transforms._value_cache import KeyedCache, ValueCache
 from tipad_transforms.functional import _brick
-from tipad_transforms.ops import _pad as pad_module
+from tipad_transforms.ops.padding import op as pad_module
 
 TEXTURE = random_image((3, 4, 5), torch.float32, seed=3)
 
@@ -72,14 +72,20 @@ def _reference(kind: str, x: torch.Tensor) -> torch.Tensor:
 def _cached_tensors() -> Iterator[torch.Tensor]:
     """Every tensor held by a module-level KeyedCache or ValueCache of the package (found in
     the modules' globals, so a new cache is covered too)."""
-    caches = [
-        value
+    found = {
+        f"{name}.{attr}": value
         for name, module in list(sys.modules.items())
         if name.startswith("tipad_transforms")
-        for value in vars(module).values()
+        for attr, value in vars(module).items()
         if isinstance(value, (KeyedCache, ValueCache))
-    ]
-    assert len(caches) >= 9  # functional._launch, _convert, _pad; _runtime._pad (+ RWKV)
+    }
+    # The package's caches of tensors: the shared constants, texture conversions, word tables.
+    assert set(found) >= {
+        "tipad_transforms._value_cache._CONSTANTS",
+        "tipad_transforms.functional._convert._BANKS",
+        "tipad_transforms.ops.padding.taichi._words_cache",
+    }, sorted(found)
+    caches = list(found.values())
     for cache in caches:
         if isinstance(cache, KeyedCache):
             yield from (v for v in cache._entries.values() if isinstance(v, torch.Tensor))

@@ -3,6 +3,8 @@ same bytes; ``KeyedCache``: a signature's constants, made once per key, bounded.
 
 from __future__ import annotations
 
+from typing import Any
+
 import pytest
 import torch
 
@@ -169,16 +171,19 @@ def test_fills_are_cached_by_their_bits() -> None:
     # fill=0.0 and fill=-0.0 shared one cache entry (equal and of equal hash as floats), so the
     # border's sign depended on which came first; a NaN fill was never found again.
     import tipad_transforms.functional as F
-    from tipad_transforms.functional import _convert
+    from tipad_transforms._value_cache import _CONSTANTS
+
+    def fills() -> list[Any]:
+        return [key for key in _CONSTANTS._entries if key[0] == "fill"]  # type: ignore[index]
 
     x = torch.rand(1, 2, 2)
     for first, second in ((0.0, -0.0), (-0.0, 0.0), ([0.0], [-0.0]), ((-0.0,), (0.0,))):
-        _convert._FILLS.clear()
+        _CONSTANTS.clear()
         for fill in (first, second, first):
             value = fill if isinstance(fill, float) else fill[0]
             out = F.pad(x, 1, fill=fill)
             assert bool(torch.signbit(out[0, 0, 0])) == (str(value) == "-0.0"), (first, fill)
-    _convert._FILLS.clear()
+    _CONSTANTS.clear()
     F.pad(x, 1, fill=float("nan"))
     F.pad(x, 1, fill=float("nan"))
-    assert len(_convert._FILLS) == 1
+    assert len(fills()) == 1

@@ -16,7 +16,7 @@ from ._version import __version__
 
 if TYPE_CHECKING:  # what the lazy names are, for type checkers and IDEs
     from . import nn, transforms
-    from ._runtime import set_backend
+    from .backends import set_backend, set_warmup
     from .nn import (
         RWKV4,
         RWKV7,
@@ -27,7 +27,6 @@ if TYPE_CHECKING:  # what the lazy names are, for type checkers and IDEs
         RWKVChannelMix,
         RWKVTimeMix,
     )
-    from .ops._route import set_warmup
     from .transforms import BrickPad, Pad, TexturePad
 
 __all__ = [
@@ -53,8 +52,8 @@ __all__ = [
 _LAZY = {
     "nn": None,
     "transforms": None,
-    "set_backend": "._runtime",
-    "set_warmup": ".ops._route",
+    "set_backend": ".backends",
+    "set_warmup": ".backends",
     **{name: ".nn" for name in __all__ if name.startswith("RWKV")},
     **{name: ".transforms" for name in ("BrickPad", "Pad", "TexturePad")},
 }

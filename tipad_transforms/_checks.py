@@ -11,21 +11,25 @@ from collections.abc import Sequence
 from typing import Any
 
 import torch
+from torch import Tensor
 
 __all__ = [
     "FLOATS",
     "INT32_MAX",
     "INT64_MAX",
+    "PADDING_MODES",
     "Number",
     "check_dense",
     "check_flag",
     "check_float",
     "check_generator",
     "check_int",
+    "check_mode",
     "check_number",
     "check_offset",
     "check_tensor",
     "is_int",
+    "parse_padding",
     "unreadable",
 ]
 
@@ -44,11 +48,7 @@ def is_int(value: Any) -> bool:
 
 
 def check_int(
-    value: Any,
-    name: str,
-    *,
-    minimum: int = -INT64_MAX - 1,
-    maximum: int = INT64_MAX,
+    value: Any, name: str, *, minimum: int = -INT64_MAX - 1, maximum: int = INT64_MAX
 ) -> int:
     """``value`` as an int in ``[minimum, maximum]`` (default: what an int64 holds)."""
     if not is_int(value):
@@ -96,7 +96,7 @@ def check_generator(generator: Any) -> torch.Generator | None:
     return generator
 
 
-def unreadable(t: torch.Tensor) -> str | None:
+def unreadable(t: Tensor) -> str | None:
     """What makes ``t`` a tensor that cannot be read as strided memory (``"a quantized
     torch.quint8 tensor"``, ``"a nested tensor"``, ``"a torch.sparse_coo tensor"``), else None.
 
@@ -113,7 +113,7 @@ def unreadable(t: torch.Tensor) -> str | None:
     return None
 
 
-def check_dense(t: torch.Tensor, name: str, *, meta: bool = False) -> torch.Tensor:
+def check_dense(t: Tensor, name: str, *, meta: bool = False) -> Tensor:
     """``t`` if it is a dense (strided) tensor holding data, else an error naming ``name``.
 
     Raises:
@@ -131,11 +131,11 @@ def check_dense(t: torch.Tensor, name: str, *, meta: bool = False) -> torch.Tens
     return t
 
 
-def check_tensor(name: str, t: object) -> torch.Tensor:
+def check_tensor(name: str, t: object) -> Tensor:
     """``t`` if it is a dense (strided) tensor, else a TypeError naming it (the public
     functions' check): not a tensor, or quantized, nested or sparse (``_checks.unreadable``).
     Meta tensors pass: the ops' fake implementations give their shapes, as torch's ops do."""
-    if not isinstance(t, torch.Tensor):
+    if not isinstance(t, Tensor):
         raise TypeError(f"{name} must be a torch.Tensor, got {type(t).__name__}")
     kind = unreadable(t)
     if kind is not None:
@@ -143,10 +143,68 @@ def check_tensor(name: str, t: object) -> torch.Tensor:
     return t
 
 
-def check_float(name: str, t: object) -> torch.Tensor:
+def check_float(name: str, t: object) -> Tensor:
     """``t`` if it is a float16/bfloat16/float32/float64 tensor, else a TypeError naming it."""
     check_tensor(name, t)
-    assert isinstance(t, torch.Tensor)
+    assert isinstance(t, Tensor)
     if t.dtype not in FLOATS:
         raise TypeError(f"{name} must be float16, bfloat16, float32 or float64, got {t.dtype}")
     return t
+
+
+#: The standard padding modes (``functional.pad``), canonical names.
+PADDING_MODES = ("constant", "edge", "reflect", "symmetric", "circular")
+_ALIASES = {"replicate": "edge", "wrap": "circular"}
+# One side's padding: what the kernel's 32-bit index arithmetic can place.
+_MAX_PAD = 2**31 - 1
+# Sequences of characters or bytes: never a padding (bytes iterate as ints).
+_TEXT = (str, bytes, bytearray, memoryview)
+
+
+def check_mode(mode: Any, name: str = "padding_mode") -> str:
+    """Canonical name of a standard padding mode (``replicate`` -> ``edge``, ``wrap`` ->
+    ``circular``), else a TypeError/ValueError naming ``name``."""
+    if not isinstance(mode, str):
+        raise TypeError(f"{name} must be a str, got {type(mode).__name__}")
+    canonical = _ALIASES.get(mode, mode)
+    if canonical not in PADDING_MODES:
+        allowed = ", ".join([*PADDING_MODES, *_ALIASES])
+        raise ValueError(f"{name} must be one of {allowed}; got {mode!r}")
+    return canonical
+
+
+def _as_int(value: Any) -> int:
+    if isinstance(value, bool) or not isinstance(value, (int, torch.SymInt)):
+        if isinstance(value, Tensor) and value.numel() == 1 and not value.is_floating_point():
+            return int(value.item())
+        raise TypeError(f"padding must contain ints, got {value!r} ({type(value).__name__})")
+    return int(value)
+
+
+def parse_padding(padding: int | Sequence[int]) -> tuple[int, int, int, int]:
+    """Normalise torchvision's padding forms to ``(left, top, right, bottom)``.
+
+    ``p`` pads every side by ``p``; ``(lr, tb)`` pads left/right by ``lr`` and top/bottom by
+    ``tb``; ``(left, top, right, bottom)`` is taken as is. Negative values crop (torchvision's
+    and ``torch.nn.functional.pad``'s meaning). Raises ``TypeError`` for non-integers and
+    ``ValueError`` for a sequence of another length or a value beyond ``2**31 - 1`` pixels.
+    """
+    if isinstance(padding, (int, torch.SymInt)) and not isinstance(padding, bool):
+        values: list[int] = [int(padding)] * 4
+    elif isinstance(padding, Sequence) and not isinstance(padding, _TEXT):
+        ints = [_as_int(p) for p in padding]
+        if len(ints) not in (1, 2, 4):
+            raise ValueError(
+                f"padding must be an int or a sequence of 1, 2 or 4 ints, got {len(ints)} values"
+            )
+        values = ints * 4 if len(ints) == 1 else ints * 2 if len(ints) == 2 else ints
+    else:
+        raise TypeError(
+            f"padding must be an int or a sequence of ints, got {type(padding).__name__}"
+        )
+    if not all(-_MAX_PAD <= v <= _MAX_PAD for v in values):
+        raise ValueError(
+            f"padding must lie in [-{_MAX_PAD}, {_MAX_PAD}] pixels per side, got {tuple(values)}"
+        )
+    left, top, right, bottom = values
+    return left, top, right, bottom

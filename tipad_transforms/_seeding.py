@@ -1,12 +1,16 @@
-"""Random draws inside DataLoader workers: different per worker and epoch, replayable by seed.
+"""Random draws: parameters as data, drawn per batch, different per worker and epoch.
 
-A ``torch.Generator`` held by a transform or collate function is copied into every worker
-process with it, so each worker would replay the same stream and all workers would draw the
-same "random" offsets. In a worker, draws therefore come from a generator derived from the
-user's one (its state at the time the worker got its copy) and the worker's seed, which the
-DataLoader draws per worker and per epoch from its own generator (or torch's global RNG): the
-draws differ between workers and epochs, and a run with the same seeds repeats them exactly.
-Outside a worker the user's generator is used as it is.
+``uniform`` is the one sampler every random parameter of the package goes through (the
+transforms' lattice offsets and bank indices, ``PadCollate``'s placements and offsets): one
+draw per element of a ``high`` tensor, for a whole batch at once, returned as a tensor that the
+caller may store and replay (Kornia's parameter generators).
+
+A ``torch.Generator`` held by a transform or collate function is copied into every DataLoader
+worker with it, so each worker would replay the same stream. In a worker the draws therefore
+come from a generator derived from the user's one (its state when the worker got its copy) and
+the worker's seed, which the DataLoader draws per worker and per epoch: the draws differ between
+workers and epochs, and a run with the same seeds repeats them. Outside a worker the user's
+generator is used as it is.
 """
 
 from __future__ import annotations
@@ -17,20 +21,18 @@ from typing import Any
 import torch
 from torch.utils.data import get_worker_info
 
-__all__ = ["GeneratorState", "GeneratorsPickleAsBytes", "worker_generator"]
+__all__ = ["GeneratorState", "GeneratorsPickleAsBytes", "uniform", "worker_generator"]
 
 
 @dataclass(frozen=True)
 class GeneratorState:
     """A ``torch.Generator`` as plain data (its device and its state's bytes), for pickling.
 
-    A DataLoader sends its ``collate_fn`` (and a Dataset its transforms) to each
-    ``spawn``/``forkserver`` worker by pickling it. torch pickles a generator as its device and
-    its state *tensor*, which ``torch.multiprocessing`` sends through shared memory, and a
-    spawned process fails to map that one (torch 2.14: "unable to resize file <filename not
-    specified> to the right size"): the worker dies before its first batch. As bytes, the
-    worker's copy starts in exactly the parent's state, so its draws are those a ``fork``
-    worker would make.
+    A DataLoader pickles its ``collate_fn`` (and a Dataset its transforms) into each
+    ``spawn``/``forkserver`` worker. torch pickles a generator's state as a *tensor*, sent through
+    shared memory, which a spawned process fails to map ("unable to resize file"): the worker
+    dies before its first batch. As bytes, the worker's copy starts in the parent's state, so its
+    draws are those a ``fork`` worker would make.
     """
 
     device: str
@@ -98,3 +100,17 @@ def worker_generator(generator: torch.Generator | None) -> torch.Generator | Non
         _derived.clear()
     _derived[key] = (generator, derived)
     return derived
+
+
+def uniform(generator: torch.Generator | None, high: torch.Tensor) -> torch.Tensor:
+    """One uniform draw in ``[0, high)`` per element of ``high`` (an int64 tensor of values
+    >= 1), as an int64 tensor of ``high``'s shape on the generator's device (the CPU for None:
+    torch's global RNG), drawn from ``worker_generator(generator)``.
+
+    62-bit draws reduced modulo ``high``, so one call draws for a whole batch whatever its
+    bounds: the bias is below ``high / 2**62`` (under ``2**-31`` for any canvas or tile).
+    """
+    generator = worker_generator(generator)
+    device = generator.device if generator is not None else torch.device("cpu")
+    draws = torch.randint(0, 2**62, high.shape, generator=generator, device=device)
+    return draws % high.to(device)

@@ -15,6 +15,7 @@ from collections.abc import Callable
 from typing import Any, TypeVar
 
 import torch
+from torch import Tensor
 
 from ._compat.torch import functorch_active, jit_tracing, mode_depth
 
@@ -24,7 +25,7 @@ V = TypeVar("V")
 
 #: The tensor types an eager call may hand a kernel directly (no subclass: FakeTensor,
 #: FunctionalTensor, a tv_tensor).
-PLAIN = (torch.Tensor, torch.nn.Parameter)
+PLAIN = (Tensor, torch.nn.Parameter)
 
 
 def tracing() -> bool:
@@ -55,7 +56,7 @@ def tracing() -> bool:
     )
 
 
-def eager(*tensors: torch.Tensor) -> bool:
+def eager(*tensors: Tensor) -> bool:
     """Whether a call on ``tensors`` may run an op's implementation directly, skipping the
     ``torch.ops`` dispatch (its Python costs more than a small kernel).
 

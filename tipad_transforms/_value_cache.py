@@ -1,8 +1,9 @@
 """What the package caches across calls: values derived from a tensor (a texture's dtype
 conversion, its word table), reused while the tensor holds the same bits (``ValueCache``);
-constants of a call's signature (``KeyedCache``); and the rule that a cached tensor is never an
-inference tensor (``normal_tensors``). Nothing is read from or stored in a cache while
-``_tracing.tracing()``."""
+the read-only constants of a call's signature, in one cache for the whole package
+(``constant``: stand-in tensors, default lattices, converted fills, brick tiles, kernel
+metadata); and the rule that a cached tensor is never an inference tensor (``normal_tensors``).
+Nothing is read from or stored in a cache while ``_tracing.tracing()``."""
 
 from __future__ import annotations
 
@@ -11,6 +12,7 @@ from collections.abc import Callable, Hashable
 from typing import Any, Generic, TypeVar
 
 import torch
+from torch import Tensor
 
 from ._tracing import PLAIN as _PLAIN
 from ._tracing import tracing
@@ -28,7 +30,7 @@ def normal_tensors() -> contextlib.AbstractContextManager[Any]:
     return torch.inference_mode(False)
 
 
-def _cacheable(t: torch.Tensor) -> bool:
+def _cacheable(t: Tensor) -> bool:
     """Whether ``t``'s bytes can be read as a flat uint8 view: a plain, dense, strided CPU or
     CUDA tensor (not quantized, whose bytes view crashes the process; not sparse or nested,
     which have no single storage; not meta or fake, which have no data)."""
@@ -41,14 +43,14 @@ def _cacheable(t: torch.Tensor) -> bool:
     )
 
 
-def _bytes(t: torch.Tensor) -> torch.Tensor:
+def _bytes(t: Tensor) -> Tensor:
     """``t``'s values as flat bytes (of a contiguous copy when ``t`` is not contiguous):
     compared as bits, so -0.0 and 0.0 differ and a NaN equals itself."""
     c = t if t.is_contiguous() else t.contiguous()
     return c.reshape(-1).view(torch.uint8)
 
 
-def _same(a: torch.Tensor, b: torch.Tensor) -> bool:
+def _same(a: Tensor, b: Tensor) -> bool:
     """Whether byte tensors ``a`` and ``b`` are equal: as 8-byte words where both addresses
     allow (``torch.equal`` costs about the same per element whatever its size)."""
     if a.numel() != b.numel():
@@ -116,7 +118,7 @@ class ValueCache(Generic[V]):
         # key -> [snapshot of the tensor's bytes, value]
         self._entries: dict[tuple[Hashable, ...], list[Any]] = {}
 
-    def get(self, t: torch.Tensor, extra: Hashable, make: Callable[[], V]) -> V:
+    def get(self, t: Tensor, extra: Hashable, make: Callable[[], V]) -> V:
         """``make()`` for ``t`` as it is now (``extra``: what else the value depends on)."""
         if not _cacheable(t) or tracing():
             return make()
@@ -138,3 +140,14 @@ class ValueCache(Generic[V]):
 
     def clear(self) -> None:
         self._entries.clear()
+
+
+# The constants of the signatures in use: a few per padding call, one per RWKV shape.
+_CONSTANTS: KeyedCache[Any] = KeyedCache(256)
+
+
+def constant(key: Hashable, make: Callable[[], V]) -> V:
+    """The read-only constant ``make()`` for ``key`` (a tuple led by a name of what it is),
+    made once (``KeyedCache``'s rules: made afresh under a tracer, started over when full)."""
+    value: V = _CONSTANTS.get(key, make)
+    return value

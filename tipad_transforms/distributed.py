@@ -19,7 +19,7 @@ from dataclasses import dataclass
 
 import torch
 
-from ._compat.torch import cuda_device_count, nvml_device_count
+from ._compat import torch as ctorch
 
 __all__ = ["bind_device", "local_rank", "rank_generator", "visible_devices"]
 
@@ -53,12 +53,7 @@ def local_rank(index: int | None = None) -> int:
     (``python script.py``) is the node's only one. ValueError/TypeError naming the argument (or
     ``LOCAL_RANK``) when it is not an int >= 0."""
     if index is None:
-        raw = os.environ.get("LOCAL_RANK")
-        if raw is None:
-            return 0
-        if not raw.strip().isdigit():
-            raise ValueError(f"LOCAL_RANK must be an integer >= 0, got {raw!r}")
-        return int(raw)
+        return _env_rank("LOCAL_RANK")
     if isinstance(index, bool) or not isinstance(index, int):
         raise TypeError(f"index must be an int or None, got {type(index).__name__}")
     if index < 0:
@@ -66,18 +61,12 @@ def local_rank(index: int | None = None) -> int:
     return index
 
 
-def _physical_count() -> int:
-    """GPUs on the machine from NVML (never starts CUDA), or -1 where NVML is unavailable."""
-    return nvml_device_count()
-
-
-def _runtime_count() -> int:
-    """Devices the CUDA runtime of this process sees (starts it if it has not started).
-
-    The runtime reads ``CUDA_VISIBLE_DEVICES`` once, when it starts, and torch caches the count
-    from then on, so this reports the devices of a runtime started before the binding.
-    """
-    return cuda_device_count()
+def _env_rank(name: str) -> int:
+    """The rank a launcher set in the environment variable ``name`` (0 where unset)."""
+    raw = os.environ.get(name, "0")
+    if not raw.strip().isdigit():
+        raise ValueError(f"{name} must be an integer >= 0, got {raw!r}")
+    return int(raw)
 
 
 def _too_late(visible: str | None, count: int, want: str) -> RuntimeError:
@@ -107,24 +96,16 @@ def bind_device(index: int | None = None) -> torch.device:
     """Make this process see one GPU, its rank's, as ``cuda:0``; return the device to use.
 
     Call it first thing in every process (before anything asks torch about CUDA), then use the
-    returned device everywhere (model, ``DeviceLoader``, ``GPUCollate``, NCCL's
-    ``init_process_group``) and never ``torch.cuda.set_device``.
-
-    The rank's GPU is entry ``index`` (default: ``LOCAL_RANK``) of the visible devices: of
-    ``CUDA_VISIBLE_DEVICES`` if a scheduler already narrowed it (indices or UUIDs, kept as
-    written), else of all the machine's GPUs. ``CUDA_VISIBLE_DEVICES`` is then set to that one
-    entry in ``os.environ`` (which child processes inherit). When
-    ``CUDA_VISIBLE_DEVICES`` already names exactly one device and ``index`` is not given, the
-    process is taken as bound already (a Ray task or actor with ``num_gpus=1``, SLURM's
-    ``--gpus-per-task=1``) and it is kept, whatever ``LOCAL_RANK`` says. Calling it again for
-    the same rank (``bind_device(1); bind_device(1)``, or ``bind_device()`` twice) is a no-op
-    that returns the same device, as long as ``CUDA_VISIBLE_DEVICES`` was left as the first
-    call set it. Without ``index`` and without ``LOCAL_RANK`` (a plain ``python script.py``)
-    the rank is 0.
-
-    Works the same under ``torchrun`` (LOCAL_RANK), ``torch.multiprocessing.spawn`` (pass the
-    process index), SLURM-style launchers that export ``LOCAL_RANK``, Ray Train, and on
-    machines without a GPU (the variable is still set; the result is ``cpu``).
+    returned device everywhere (model, ``DeviceLoader``, ``GPUCollate``, NCCL) and never
+    ``torch.cuda.set_device``. The rank's GPU is entry ``index`` (default: ``LOCAL_RANK``, else
+    0) of the visible devices: of ``CUDA_VISIBLE_DEVICES`` if a scheduler narrowed it (indices or
+    UUIDs, kept as written), else of the machine's GPUs; ``os.environ[CUDA_VISIBLE_DEVICES]``
+    (inherited by child processes) is set to that one entry. A process whose
+    ``CUDA_VISIBLE_DEVICES`` names one device is bound already (a Ray actor with
+    ``num_gpus=1``, SLURM's ``--gpus-per-task=1``) and kept unless ``index`` is given. A repeat
+    for the same rank, with ``CUDA_VISIBLE_DEVICES`` as the first call left it, is a no-op.
+    Works under ``torchrun``, ``torch.multiprocessing.spawn`` (pass the process index),
+    SLURM-style launchers that export ``LOCAL_RANK``, Ray Train, and without a GPU.
 
     Returns:
         ``torch.device("cuda", 0)`` when CUDA sees the bound GPU, else ``torch.device("cpu")``
@@ -162,7 +143,7 @@ def _bind(rank: int, explicit: bool, before: str | None) -> torch.device:
             )
         want = visible[rank]
     else:
-        physical = _physical_count()
+        physical = ctorch.nvml_device_count()  # never starts CUDA; -1 without NVML
         if physical > 0 and rank >= physical:
             raise ValueError(
                 f"local rank {rank} has no GPU: this machine has {physical}; run at most "
@@ -176,10 +157,10 @@ def _bind(rank: int, explicit: bool, before: str | None) -> torch.device:
             raise _too_late(before, count, want)
         return torch.device("cuda", 0) if count == 1 else torch.device("cpu")
     os.environ[VISIBLE] = want
-    count = _runtime_count()
-    if count > 1:
-        # A device query started the runtime before (is_available(), another library): it
-        # still sees every device. Leave the environment as it was.
+    # Starts the CUDA runtime, which reads CUDA_VISIBLE_DEVICES once: a runtime started before
+    # this call still counts every device.
+    count = ctorch.cuda_device_count()
+    if count > 1:  # leave the environment as it was
         if before is None:
             del os.environ[VISIBLE]
         else:
@@ -210,10 +191,7 @@ def rank_generator(seed: int, rank: int | None = None) -> torch.Generator:
         if torch.distributed.is_available() and torch.distributed.is_initialized():
             rank = torch.distributed.get_rank()
         else:
-            raw = os.environ.get("RANK", "0")
-            if not raw.strip().isdigit():
-                raise ValueError(f"RANK must be an integer >= 0, got {raw!r}")
-            rank = int(raw)
+            rank = _env_rank("RANK")
     if isinstance(rank, bool) or not isinstance(rank, int):
         raise TypeError(f"rank must be an int or None, got {type(rank).__name__}")
     if rank < 0:

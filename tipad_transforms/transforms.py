@@ -1,21 +1,20 @@
 """torchvision v2 transforms over the padding functionals: ``Pad``, ``TexturePad``, ``BrickPad``.
 
-Thin ``torchvision.transforms.v2.Transform`` subclasses in torchvision's own style: ``__init__``
-validates and stores, ``make_params`` draws the randomness (Kornia-style explicit parameters: a
-plain dict that ``transform(inpt, params)`` replays exactly, on any input), and ``transform``
-is one call of the functional through ``_call_kernel``, which picks the functional's kernel for
-the input's type (``tipad_transforms.functional.register_kernel``). So a transform and its
-functional cannot disagree: what each input type gets is the functional's per-type rule
-(images padded, masks given a constant border, boxes and keypoints shifted, other tv_tensors
-passed through), and plain tensors follow torchvision's rule (with an explicit image or video in
-the sample they pass through, otherwise the first one is the image).
+Thin ``torchvision.transforms.v2.Transform`` subclasses, as torchvision writes its own:
+``__init__`` checks and stores the arguments, ``make_params`` draws the randomness (a plain dict
+that ``transform(inpt, params)`` replays exactly, on any input: Kornia-style explicit
+parameters, drawn by ``_seeding.uniform``), and ``transform`` is one call of the functional,
+which picks the kernel for the input's type (``functional.register_kernel``). So a transform and
+its functional cannot disagree: images padded, masks given a constant border, boxes and
+keypoints shifted, other tv_tensors passed through; plain tensors follow torchvision's rule (with
+an explicit image or video in the sample they pass through, otherwise the first is the image).
 """
 
 from __future__ import annotations
 
 import functools
 import inspect
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Mapping, Sequence
 from typing import Any
 
 import PIL.Image
@@ -24,12 +23,19 @@ from torchvision import tv_tensors
 from torchvision.transforms import v2
 
 from . import functional as F
-from ._checks import Number, check_flag, check_generator, check_int, check_number, check_offset
-from ._geometry import check_mode, parse_padding
-from ._seeding import GeneratorsPickleAsBytes, worker_generator
-from .functional._brick import brick_options, brick_tile_size
+from ._checks import (
+    Number,
+    check_flag,
+    check_generator,
+    check_int,
+    check_mode,
+    check_number,
+    check_offset,
+    parse_padding,
+)
+from ._seeding import GeneratorsPickleAsBytes, uniform
+from .functional._brick import brick_options
 from .functional._convert import Fill, as_bank
-from .functional._registry import get_kernel
 
 __all__ = ["BrickPad", "Pad", "TexturePad"]
 
@@ -38,8 +44,9 @@ Offset = int | Sequence[int]
 
 
 class _Transform(v2.Transform):
-    """tipad's transforms: torchvision's ``Transform`` with tipad's kernel registry and
-    constructor errors that list the options."""
+    """torchvision's ``Transform`` whose constructor errors name the class and list what it
+    takes (``TexturePad(): got an unexpected keyword argument 'p'; it takes padding, ...``).
+    Construction only: the calls go straight from ``transform`` to the functional."""
 
     def __init_subclass__(cls, **kwargs: Any) -> None:
         super().__init_subclass__(**kwargs)
@@ -47,8 +54,9 @@ class _Transform(v2.Transform):
         if init is None:
             return
         signature = inspect.signature(init)
-        names = [p for p in signature.parameters if p != "self"]
-        names = [p for p in names if signature.parameters[p].kind != inspect.Parameter.VAR_KEYWORD]
+        names = [
+            n for n, p in signature.parameters.items() if n != "self" and p.kind != p.VAR_KEYWORD
+        ]
 
         @functools.wraps(init)
         def checked(self: Any, *args: Any, **kw: Any) -> None:
@@ -59,9 +67,6 @@ class _Transform(v2.Transform):
             init(self, *args, **kw)
 
         cls.__init__ = checked  # type: ignore[method-assign]
-
-    def _call_kernel(self, functional: Callable[..., Any], inpt: Any, *args: Any, **kw: Any) -> Any:
-        return get_kernel(functional, type(inpt), allow_passthrough=True)(inpt, *args, **kw)
 
 
 def _fill_for(fill: Any, inpt: Any) -> Any:
@@ -134,8 +139,7 @@ class Pad(_Transform):
         self.padding_mode: str = check_mode(padding_mode)
 
     def transform(self, inpt: Any, params: dict[str, Any]) -> Any:
-        fill = _fill_for(self.fill, inpt)
-        return self._call_kernel(F.pad, inpt, self.padding, fill, self.padding_mode)
+        return F.pad(inpt, self.padding, _fill_for(self.fill, inpt), self.padding_mode)
 
     def extra_repr(self) -> str:
         return f"padding={self.padding}, fill={self.fill!r}, padding_mode={self.padding_mode!r}"
@@ -171,7 +175,6 @@ class _TexturedPad(GeneratorsPickleAsBytes, _Transform):
     def __init__(
         self,
         padding: Padding,
-        *,
         stagger: int,
         offset: Offset,
         random_offset: bool,
@@ -202,14 +205,12 @@ class _TexturedPad(GeneratorsPickleAsBytes, _Transform):
         """``(th, tw)`` of the texture tile: random offsets are drawn in ``[0, th) x [0, tw)``."""
         raise NotImplementedError
 
-    def _randint(self, high: int, shape: tuple[int, ...]) -> torch.Tensor:
-        generator = worker_generator(self.generator)
-        device = generator.device if generator is not None else None
-        return torch.randint(high, shape, generator=generator, device=device)
-
-    def _draw_shape(self, flat_inputs: list[Any]) -> tuple[int, ...]:
-        """One draw per sample, or a single draw for the whole call with ``same_on_batch``."""
-        return () if self.same_on_batch else _sample_shape(flat_inputs)
+    def _draw(self, flat_inputs: list[Any], high: int | tuple[int, int]) -> torch.Tensor:
+        """``uniform`` draws in ``[0, high)``: one per sample of the call (``_sample_shape``),
+        or one for the whole call with ``same_on_batch``."""
+        shape = () if self.same_on_batch else _sample_shape(flat_inputs)
+        bound = torch.tensor(high)
+        return uniform(self.generator, bound.expand((*shape, *bound.shape)))
 
     def make_params(self, flat_inputs: list[Any]) -> dict[str, Any]:
         """Draw this call's parameters: ``{"offset": (oy, ox) tuple or int64 tensor (*S, 2)}``.
@@ -220,17 +221,8 @@ class _TexturedPad(GeneratorsPickleAsBytes, _Transform):
         one launch); with ``same_on_batch`` one ``(2,)`` draw serves every sample. Nothing is
         drawn otherwise.
         """
-        if not self.random_offset:
-            return {"offset": self.offset}
-        shape = self._draw_shape(flat_inputs)
-        th, tw = self.tile_size
-        offset = torch.stack([self._randint(th, shape), self._randint(tw, shape)], dim=-1)
+        offset = self._draw(flat_inputs, self.tile_size) if self.random_offset else self.offset
         return {"offset": offset}
-
-    def _fills(self, inpt: Any) -> dict[str, Any]:
-        """The ``fill`` and ``mask_fill`` a functional gets for ``inpt`` (``fill`` looked up
-        per type, as ``v2.Pad`` does)."""
-        return {"fill": _fill_for(self.fill, inpt), "mask_fill": self.mask_fill}
 
     def _repr_tail(self, *extra: str) -> list[str]:
         parts = []
@@ -256,12 +248,10 @@ class TexturePad(_TexturedPad):
         padding: ``p``, ``(lr, tb)`` or ``(left, top, right, bottom)`` pixels (negative
             values crop).
         texture: a tile ``(th, tw)`` (broadcast to every channel) or ``(C, th, tw)``, or a bank
-            ``(K, C, th, tw)`` of same-size tiles; any real dtype, any device. Stored by
-            reference (like a module stores its tensors, so a learned texture keeps its
-            gradient); converted per call to the image's dtype and device, with torchvision's
-            scaling: a float texture for an integer image holds values in ``[0, 1]``.
-            Conversions are cached (``functional.texture_pad``'s cache) while the texture is not
-            modified.
+            ``(K, C, th, tw)`` of same-size tiles; any real dtype and device. Stored by reference
+            (a learned texture keeps its gradient), converted per call to the image's dtype and
+            device with torchvision's scaling (a float texture for an integer image holds
+            ``[0, 1]``), the conversion cached while the texture is unchanged.
         stagger: horizontal shift, in pixels, of each successive row of tiles.
         offset: fixed ``(oy, ox)`` shift of the tile lattice (an int shifts both).
         random_offset: draw an ``(oy, ox)`` in ``[0, th) x [0, tw)`` for every sample (every
@@ -271,19 +261,15 @@ class TexturePad(_TexturedPad):
             ``[0, K)``, or ``"random"`` (one drawn per sample, uniformly).
         same_on_batch: one draw (offset, random texture index) for the whole call instead of
             one per sample, as Kornia's flag.
-        fill: the border of what the texture does not pad, as ``v2.Pad`` takes it: a number,
-            one per channel, or a dict per input type (``{tv_tensors.Mask: 255}`` for an
-            "ignore" label, ``"others"`` as the default): masks, and any type registered with
-            a kernel that reads it. Images and videos get the texture. Converted to each
-            input's dtype as ``functional.pad`` converts it (a mask fill must be representable
-            in the mask's dtype).
+        fill: the border of what the texture does not pad (masks, and types whose kernel reads
+            it), as ``v2.Pad`` takes it: a number, one per channel, or a dict per input type
+            (``{tv_tensors.Mask: 255}``, ``"others"`` the default), converted to each input's
+            dtype as ``functional.pad`` converts it.
         mask_fill: the older spelling of ``fill={tv_tensors.Mask: value}``, kept as an alias
             (no warning): where given, masks get it whatever ``fill`` says.
-        generator: ``torch.Generator`` for the draws (default: torch's global RNG, so
-            ``torch.manual_seed`` makes them reproducible). Inside a DataLoader worker the draws
-            come from a generator derived from this one and the worker's seed, so workers and
-            epochs differ and the same seeds repeat them (the global RNG behaves the same way:
-            the DataLoader seeds it per worker).
+        generator: ``torch.Generator`` for the draws (default: torch's global RNG). In a
+            DataLoader worker they come from a generator derived from it and the worker's seed:
+            workers and epochs differ, the same seeds repeat them.
 
     Shapes: images ``(..., C, H, W)`` or ``(H, W)`` become ``(..., C, H + top + bottom, W +
     left + right)``, same dtype and device, the image bit-exact in the middle; the texture
@@ -296,13 +282,11 @@ class TexturePad(_TexturedPad):
     params)`` with stored params replays it exactly, on any input.
 
     Raises:
-        TypeError / ValueError: at construction, naming the argument: bad ``padding``,
-            ``texture`` (not a tensor, complex, wrong rank, empty), ``stagger``, ``offset``,
-            ``random_offset`` with a non-zero ``offset``, ``texture_index`` (not None/int/
-            "random", outside the bank, "random" without a bank), ``fill``, ``mask_fill``,
-            ``generator``.
-            At call time, the functional's errors (channel mismatch, values that the image's
-            dtype cannot hold, images of different batch shapes under ``random_offset``).
+        TypeError / ValueError: at construction, naming the argument (``random_offset`` with
+            a non-zero ``offset``, ``texture_index`` outside the bank or ``"random"`` without
+            one included); at call time the functional's (a channel mismatch, a value the
+            image's dtype cannot hold) and images of different batch shapes under
+            ``random_offset``.
 
     Examples:
         >>> import torch
@@ -334,14 +318,7 @@ class TexturePad(_TexturedPad):
         generator: torch.Generator | None = None,
     ) -> None:
         super().__init__(
-            padding,
-            stagger=stagger,
-            offset=offset,
-            random_offset=random_offset,
-            same_on_batch=same_on_batch,
-            fill=fill,
-            mask_fill=mask_fill,
-            generator=generator,
+            padding, stagger, offset, random_offset, same_on_batch, fill, mask_fill, generator
         )
         bank = as_bank(texture).shape[0]  # validates now, so a bad texture fails here
         self.texture = texture
@@ -366,19 +343,18 @@ class TexturePad(_TexturedPad):
     def make_params(self, flat_inputs: list[Any]) -> dict[str, Any]:
         """As ``_TexturedPad.make_params``, plus ``"texture_index"`` (drawn after the offset)."""
         params = super().make_params(flat_inputs)
-        if self.texture_index == "random":
-            k = int(self.texture.shape[0])
-            params["texture_index"] = self._randint(k, self._draw_shape(flat_inputs))
-        else:
-            params["texture_index"] = self.texture_index
+        index = self.texture_index
+        params["texture_index"] = (
+            self._draw(flat_inputs, int(self.texture.shape[0])) if index == "random" else index
+        )
         return params
 
     def transform(self, inpt: Any, params: dict[str, Any]) -> Any:
         """Pad one input with ``params`` (from ``make_params`` or stored from an earlier call)."""
-        return self._call_kernel(
-            F.texture_pad, inpt, self.padding, self.texture, stagger=self.stagger,
-            offset=params["offset"], texture_index=params.get("texture_index"),
-            **self._fills(inpt),
+        return F.texture_pad(
+            inpt, self.padding, self.texture, stagger=self.stagger, offset=params["offset"],
+            texture_index=params.get("texture_index"), fill=_fill_for(self.fill, inpt),
+            mask_fill=self.mask_fill,
         )  # fmt: skip
 
     def extra_repr(self) -> str:
@@ -394,6 +370,10 @@ class TexturePad(_TexturedPad):
         return ", ".join(parts)
 
 
+def _shape(tile: torch.Tensor) -> tuple[int, int]:
+    return int(tile.shape[-2]), int(tile.shape[-1])
+
+
 _BRICK_PAD_ARGS = ("padding", "stagger", "offset", "random_offset", "same_on_batch", "fill",
                    "mask_fill", "generator")  # fmt: skip
 
@@ -401,12 +381,10 @@ _BRICK_PAD_ARGS = ("padding", "stagger", "offset", "random_offset", "same_on_bat
 class BrickPad(_TexturedPad):
     """Pad images with a procedural brick wall; shift boxes and keypoints; pad masks.
 
-    ``TexturePad`` with the tile of ``tipad_transforms.functional.make_brick_texture(**brick)``;
-    the output equals ``tipad_transforms.functional.brick_pad(x, padding, **brick)``. Like
-    ``brick_pad``, the tile's channels follow ``functional.brick_channels`` (grey, grey + alpha,
-    RGB, RGB + alpha for 1-4 channel images; grey broadcast otherwise) unless ``brick`` sets
-    ``channels``. The transform calls ``brick_pad`` itself, whose tiles are rendered and converted
-    once per options, dtype and device, so a call costs one kernel launch.
+    ``TexturePad`` with the tile of ``functional.make_brick_texture(**brick)``: the output
+    equals ``functional.brick_pad(x, padding, **brick)``, which the transform calls (tiles
+    rendered and converted once per options, dtype and device; one launch per call). The tile's
+    channels follow ``functional.brick_channels`` unless ``brick`` sets ``channels``.
 
     Args:
         padding: ``p``, ``(lr, tb)`` or ``(left, top, right, bottom)`` pixels (negative values
@@ -421,10 +399,9 @@ class BrickPad(_TexturedPad):
             ``v2.Pad`` takes it).
         mask_fill: as in ``TexturePad`` (the alias of ``fill`` for masks).
         generator: as in ``TexturePad``.
-        **brick: keyword arguments of ``make_brick_texture`` (``brick_size``, ``mortar``,
-            ``bricks_per_tile``, ``courses``, colours, ``seed``, ...); their errors (TypeError /
-            ValueError naming the option) are raised at construction; an unknown keyword is a
-            TypeError that lists the options.
+        **brick: ``make_brick_texture``'s options (``brick_size``, ``mortar``,
+            ``bricks_per_tile``, ``courses``, colours, ``seed``, ...), checked at construction
+            (an unknown one: TypeError listing them).
 
     Params: ``{"offset": int64 tensor (2,) or (*S, 2)}``, replayable as in ``TexturePad``.
 
@@ -453,37 +430,29 @@ class BrickPad(_TexturedPad):
         **brick: Any,
     ) -> None:
         brick_options(brick, "BrickPad", _BRICK_PAD_ARGS)
-        F.make_brick_texture(**brick)  # bad options fail now (the render is cached)
+        tile = F.make_brick_texture(**brick)  # bad options fail now
         if stagger is None:
             stagger = F.running_bond_stagger(**brick)
         super().__init__(
-            padding,
-            stagger=stagger,
-            offset=offset,
-            random_offset=random_offset,
-            same_on_batch=same_on_batch,
-            fill=fill,
-            mask_fill=mask_fill,
-            generator=generator,
+            padding, stagger, offset, random_offset, same_on_batch, fill, mask_fill, generator
         )
         self.brick_options: dict[str, Any] = dict(brick)
-        # Read by every random_offset call: computed once, again only if the options change.
-        self._tile_size = brick_tile_size(**brick)
-        self._tile_size_of, self._options = self.brick_options, dict(brick)
+        # Read by every random_offset draw: kept with the options it was measured for.
+        self._tile: tuple[dict[str, Any], tuple[int, int]] = (dict(brick), _shape(tile))
 
     @property
     def tile_size(self) -> tuple[int, int]:
-        if self._tile_size_of is not self.brick_options or self._options != self.brick_options:
-            # brick_options was replaced or changed after construction: follow it.
-            self._tile_size = brick_tile_size(**self.brick_options)
-            self._tile_size_of, self._options = self.brick_options, dict(self.brick_options)
-        return self._tile_size
+        options, size = self._tile
+        if options != self.brick_options:  # brick_options changed after construction
+            size = _shape(F.make_brick_texture(**self.brick_options))
+            self._tile = (dict(self.brick_options), size)
+        return size
 
     def transform(self, inpt: Any, params: dict[str, Any]) -> Any:
         """Pad one input with ``params`` (from ``make_params`` or stored from an earlier call)."""
-        return self._call_kernel(
-            F.brick_pad, inpt, self.padding, stagger=self.stagger, offset=params["offset"],
-            **self._fills(inpt), **self.brick_options,
+        return F.brick_pad(
+            inpt, self.padding, stagger=self.stagger, offset=params["offset"],
+            fill=_fill_for(self.fill, inpt), mask_fill=self.mask_fill, **self.brick_options,
         )  # fmt: skip
 
     def extra_repr(self) -> str:

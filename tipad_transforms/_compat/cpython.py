@@ -6,7 +6,14 @@ import sys
 import types
 from typing import Any
 
-__all__ = ["MISSING", "caller_frame", "seed_getmodule_cache", "warn_at_caller"]
+__all__ = [
+    "MISSING",
+    "caller_frame",
+    "import_main_path",
+    "main_path",
+    "seed_getmodule_cache",
+    "warn_at_caller",
+]
 
 #: The private names this Python lacks (``tests/test_compat.py`` requires it to be empty).
 MISSING: list[str] = []
@@ -69,3 +76,33 @@ def seed_getmodule_cache(filenames: tuple[str, ...]) -> None:
         return
     for filename in filenames:
         cache.setdefault(filename, filename)
+
+
+def import_main_path(path: str) -> None:
+    """Import the script at ``path`` as ``__mp_main__``, as a forkserver server imports
+    ``"__main__"`` for its workers: with ``multiprocessing``'s private ``_inheriting`` flag of
+    the current process set meanwhile, so that a worker's ``prepare`` finds the main module in
+    place and does not run it again (where a Python reads the flag no more, the worker imports
+    the module again: slower, same result)."""
+    from multiprocessing import process, spawn
+
+    current: Any = process.current_process()
+    current._inheriting = True
+    try:
+        spawn.import_main_path(path)
+    finally:
+        del current._inheriting
+
+
+def main_path() -> str | None:
+    """The main module's path exactly as a spawned or forkserver worker's ``prepare`` will
+    compare it (absolute, normalised; ``multiprocessing.spawn.get_preparation_data``, an
+    undocumented function), or None for an interactive parent (default: None, and each worker
+    imports the main module itself)."""
+    from multiprocessing import spawn
+
+    prepare = getattr(spawn, "get_preparation_data", None)
+    if prepare is None:
+        return None
+    path = prepare("ignore").get("init_main_from_path")
+    return str(path) if path else None

@@ -8,7 +8,7 @@ for the whole batch); targets follow their own sample's placement (``_targets``)
 from __future__ import annotations
 
 from collections.abc import Sequence
-from dataclasses import dataclass
+from operator import attrgetter
 from typing import Any
 
 import torch
@@ -16,67 +16,25 @@ from torchvision import tv_tensors
 
 from .. import functional as F
 from .._checks import (
-    INT32_MAX,
     Number,
     check_flag,
     check_generator,
     check_int,
+    check_mode,
     check_number,
-    is_int,
+    unreadable,
 )
-from .._geometry import check_mode
-from .._seeding import GeneratorsPickleAsBytes, worker_generator
-from ..functional._brick import brick_channels, brick_tile_size
+from .._seeding import GeneratorsPickleAsBytes
+from ..functional._brick import brick_tile_size
 from ..functional._convert import Fill, as_bank
 from ..functional._pad import brick_tile
 from ._device import Transforms, apply_transforms, check_device, check_transforms, cuda_guard
 from ._regions import Regions
+from ._sampler import CanvasSampler, check_params, generator_draw
 from ._samples import REGION_KEY, read_samples
 from ._targets import Canvas, collate_field
 
 __all__ = ["GPUCollate", "PadCollate"]
-
-PLACEMENTS = ("top_left", "center", "random")
-
-
-def _check_pair(value: Any, name: str) -> tuple[int, int] | None:
-    """None, an int ``s`` (``(s, s)``) or a pair of ints, each in ``[1, 2**31 - 1]``."""
-    if value is None:
-        return None
-    pair = [value, value] if is_int(value) else value
-    if (
-        isinstance(pair, (str, bytes))
-        or not isinstance(pair, Sequence)
-        or len(pair) != 2
-        or not all(is_int(v) for v in pair)
-    ):
-        raise TypeError(f"{name} must be None, an int or a pair of ints (H, W), got {value!r}")
-    if min(pair) < 1:
-        raise ValueError(f"{name} must be >= 1, got {value!r}")
-    if max(pair) > INT32_MAX:
-        raise ValueError(f"{name} must be at most {INT32_MAX} pixels per side, got {value!r}")
-    return int(pair[0]), int(pair[1])
-
-
-def _check_sizes(sizes: Any) -> list[tuple[int, int]]:
-    """``sizes``: a non-empty sequence of ``(h, w)`` pairs of ints >= 0."""
-    if isinstance(sizes, (str, bytes, torch.Tensor)) or not isinstance(sizes, Sequence):
-        raise TypeError(f"sizes must be a sequence of (h, w) pairs, got {type(sizes).__name__}")
-    if len(sizes) == 0:
-        raise ValueError("got an empty batch: sizes must hold at least one (h, w)")
-    out = []
-    for i, size in enumerate(sizes):
-        if (
-            isinstance(size, (str, bytes))
-            or not isinstance(size, Sequence)
-            or len(size) != 2
-            or not all(is_int(v) for v in size)
-        ):
-            raise TypeError(f"sizes[{i}] must be a pair of ints (h, w), got {size!r}")
-        if min(size) < 0:
-            raise ValueError(f"sizes[{i}] must be >= 0, got {tuple(size)}")
-        out.append((int(size[0]), int(size[1])))
-    return out
 
 
 def _check_fill(fill: Any) -> Fill:
@@ -91,41 +49,12 @@ def _check_fill(fill: Any) -> Fill:
 
 
 def _check_texture(texture: Any) -> None:
-    """A real tensor with data: the tile is read on every call."""
-    if isinstance(texture, torch.Tensor) and (
-        texture.layout != torch.strided or texture.is_quantized or texture.device.type == "meta"
-    ):
-        kind = "quantized" if texture.is_quantized else f"{texture.layout} on {texture.device}"
-        raise TypeError(
-            f"texture must be a dense tensor with data (strided, not quantized, not on meta), "
-            f"got a {kind} tensor"
-        )
-
-
-@dataclass
-class _Batch:
-    """A collated batch before it is put back into the samples' structure."""
-
-    kind: str
-    slot: Any
-    like: Any
-    images: torch.Tensor
-    regions: Regions | None
-    fields: dict[Any, Any]
-
-    def assemble(self) -> Any:
-        """``default_collate``'s structure; the regions added (last, or under ``"region"``)
-        when they were asked for."""
-        extra = [] if self.regions is None else [self.regions]
-        if self.kind == "image":
-            return (self.images, *extra) if extra else self.images
-        if self.kind == "mapping":
-            out = {k: self.images if k == self.slot else self.fields[k] for k in self.like}
-            if extra:
-                out[REGION_KEY] = extra[0]
-            return out
-        values = [self.images if j == self.slot else self.fields[j] for j in range(len(self.like))]
-        return [*values, *extra]
+    """A dense tensor with data (the tile is read on every call); ``as_bank`` checks the rest."""
+    if not isinstance(texture, torch.Tensor):
+        return
+    kind = unreadable(texture) or ("a meta tensor" if texture.is_meta else None)
+    if kind is not None:
+        raise TypeError(f"texture must be a dense tensor with data, got {kind}")
 
 
 class PadCollate(GeneratorsPickleAsBytes):
@@ -158,11 +87,9 @@ class PadCollate(GeneratorsPickleAsBytes):
             per sample, as ``BrickPad(random_offset=True)`` does. Ignored by standard modes.
         return_regions: also return where each real image lies (see below).
         generator: ``torch.Generator`` for the draws (placement, offsets); default torch's
-            global RNG. Inside DataLoader workers the draws come from a generator derived from it
-            and the worker's seed, so they differ between workers and epochs and repeat with the
-            same seeds (``tipad_transforms._seeding``). It travels to ``spawn`` and
-            ``forkserver`` workers as its state's bytes, so every start
-            method draws what a ``fork`` worker would.
+            global RNG. In a DataLoader worker they come from a generator derived from it and
+            the worker's seed: workers and epochs differ, the same seeds repeat them, with every
+            start method (the generator reaches ``spawn`` workers as its state's bytes).
 
     Samples and what comes back (``B`` samples, canvas ``(H, W)``): each sample is an image
     (tensor ``(C, h, w)``, or ``(h, w)`` for all samples, becoming ``C = 1``; ``tv_tensors.Image``;
@@ -175,8 +102,9 @@ class PadCollate(GeneratorsPickleAsBytes):
 
     * the image replaced by the padded batch ``(B, C, H, W)`` (a ``tv_tensors.Image`` if the
       samples held ``tv_tensors.Image``), same dtype and device as the images;
-    * ``tv_tensors.BoundingBoxes``/``KeyPoints``: a list per sample, each shifted by its own
-      sample's ``(left, top)`` with ``canvas_size`` ``(H, W)``;
+    * tv_tensors with a ``canvas_size`` (``BoundingBoxes``, ``KeyPoints``, ``Regions``, any
+      type with a ``functional.pad`` kernel): a list per sample, each moved by its kernel by
+      its own sample's ``(left, top)`` onto ``canvas_size`` ``(H, W)``;
     * ``tv_tensors.Mask``: padded with ``mask_fill`` at its sample's placement and stacked; a
       dict holding boxes or keypoints (torchvision's detection target) stays a list of
       per-sample dicts, its masks padded but not stacked;
@@ -191,17 +119,15 @@ class PadCollate(GeneratorsPickleAsBytes):
     under the key ``"region"``. ``Regions`` follow every geometric transform applied later
     (``DeviceLoader``, ``GPUCollate`` transforms, ``v2.Compose``) as boxes do.
 
-    ``make_params(sizes)`` draws a batch's parameters; ``collate(samples, params=...)``
-    replays them exactly.
+    ``make_params(sizes)`` draws a batch's parameters (``sampler``, shared with
+    ``RayPadBatch``); ``collate(samples, params=...)`` replays them exactly.
 
     Raises:
-        TypeError / ValueError: at construction, naming the argument. At call time ValueError /
-            TypeError naming the sample index: an empty batch; a sample of another structure; an
-            image of another rank (a 2-D image among 3-D ones), channel count, dtype or device
-            than ``samples[0]``'s; a sample larger than a fixed ``size``; boxes whose
-            ``canvas_size`` or masks whose size differ from their image's; fields that
-            ``default_collate`` cannot stack; a numpy image of another rank than 2 or 3 or of
-            a non-real dtype.
+        TypeError / ValueError: at construction, naming the argument; at call time, naming the
+            sample: an empty batch, samples of different structure, images of another rank,
+            channel count, dtype or device than ``samples[0]``'s, larger than a fixed
+            ``size``, or not images; targets whose ``canvas_size`` or size is not their
+            image's; fields that ``default_collate`` cannot stack.
 
     Examples:
         >>> import torch
@@ -232,15 +158,6 @@ class PadCollate(GeneratorsPickleAsBytes):
         return_regions: bool = False,
         generator: torch.Generator | None = None,
     ) -> None:
-        self.size = _check_pair(size, "size")
-        self.multiple = _check_pair(multiple, "multiple")
-        if self.size is not None and self.multiple is not None:
-            raise ValueError(
-                f"give size or multiple, not both: got size={size!r}, multiple={multiple!r}"
-            )
-        if not isinstance(placement, str) or placement not in PLACEMENTS:
-            raise ValueError(f"placement must be one of {PLACEMENTS}, got {placement!r}")
-        self.placement = placement
         self.padding_mode = "texture" if padding_mode == "texture" else check_mode(padding_mode)
         if texture is not None:
             if self.padding_mode != "texture":
@@ -273,12 +190,15 @@ class PadCollate(GeneratorsPickleAsBytes):
             if texture is None
             else (int(texture.shape[-2]), int(texture.shape[-1]))
         )
+        drawn = self.tile_size if textured and self.random_offset else None
+        #: The batch's parameter sampler (canvas, placements, lattice offsets).
+        self.sampler = CanvasSampler(size, multiple, placement, drawn)
         # Where the batch is built: None keeps the samples' device (GPUCollate sets its own).
         self._device: torch.device | None = None
 
-    # -- pickling (spawn and forkserver workers get a copy) -----------------------------------
-
-    # -- parameters -----------------------------------------------------------------------
+    size = property(attrgetter("sampler.size"))
+    multiple = property(attrgetter("sampler.multiple"))
+    placement = property(attrgetter("sampler.placement"))
 
     def canvas_size(self, sizes: Sequence[tuple[int, int]]) -> tuple[int, int]:
         """The canvas ``(H, W)`` for images of ``sizes`` ``[(h, w), ...]``.
@@ -286,20 +206,7 @@ class PadCollate(GeneratorsPickleAsBytes):
         Raises ValueError naming the first sample larger than a fixed ``size``; TypeError /
         ValueError naming ``sizes`` when it is not a non-empty list of ``(h, w)`` int pairs.
         """
-        sizes = _check_sizes(sizes)
-        if self.size is not None:
-            for i, (h, w) in enumerate(sizes):
-                if h > self.size[0] or w > self.size[1]:
-                    raise ValueError(
-                        f"samples[{i}]: the image is {h}x{w}, larger than size={self.size}"
-                    )
-            return self.size
-        out_h = max(h for h, _ in sizes)
-        out_w = max(w for _, w in sizes)
-        if self.multiple is not None:
-            out_h = -(-out_h // self.multiple[0]) * self.multiple[0]
-            out_w = -(-out_w // self.multiple[1]) * self.multiple[1]
-        return out_h, out_w
+        return self.sampler.canvas_size(sizes)
 
     def make_params(self, sizes: Sequence[tuple[int, int]]) -> dict[str, Any]:
         """Draw one batch's parameters for images of ``sizes`` ``[(h, w), ...]``.
@@ -308,84 +215,59 @@ class PadCollate(GeneratorsPickleAsBytes):
         (B, 2) (oy, ox)}``, on the CPU. Draws, in this order: the placements (``"random"``),
         then the lattice offsets (texture mode with ``random_offset``).
         """
-        sizes = _check_sizes(sizes)
-        n = len(sizes)
-        out_h, out_w = self.canvas_size(sizes)
-        slack = torch.tensor([(out_h - h, out_w - w) for h, w in sizes], dtype=torch.int64)
-        gen = worker_generator(self.generator)
-        if self.placement == "top_left":
-            placement = torch.zeros(n, 2, dtype=torch.int64)
-        elif self.placement == "center":
-            placement = slack // 2
-        else:
-            placement = self._draw(gen, n) % (slack + 1)
-        if self.padding_mode == "texture" and self.random_offset:
-            offset = self._draw(gen, n) % torch.tensor(self.tile_size)
-        else:
-            offset = torch.zeros(n, 2, dtype=torch.int64)
-        return {"size": (out_h, out_w), "placement": placement, "offset": offset}
-
-    @staticmethod
-    def _draw(gen: torch.Generator | None, n: int) -> torch.Tensor:
-        # 62-bit draws reduced per sample: the bias of the modulo is below 2**-40 for any canvas.
-        device = gen.device if gen is not None else None
-        return torch.randint(0, 2**62, (n, 2), generator=gen, device=device).cpu()
+        return self.sampler.sample(sizes, generator_draw(self.generator))
 
     # -- collation ------------------------------------------------------------------------
 
     def __call__(self, samples: Sequence[Any], *, params: dict[str, Any] | None = None) -> Any:
         """Collate ``samples`` (see the class docstring); ``params`` replays ``make_params``."""
-        return self._collate(samples, params).assemble()
+        return self._collate(samples, params)
 
-    def _collate(self, samples: Sequence[Any], params: dict[str, Any] | None) -> _Batch:
+    def _collate(self, samples: Sequence[Any], params: dict[str, Any] | None) -> Any:
+        """The batch in ``default_collate``'s structure, the regions added (last, or under
+        ``"region"``) when they were asked for."""
         read = read_samples(samples)
         sizes = read.sizes
         if params is None:
             params = self.make_params(sizes)
-        size, placement, offset = _check_params(params, len(sizes))
+        size, placement, offset = check_params(params, len(sizes))
         images = read.images
         if self._device is not None:
             # One host-to-device copy per sample; everything after runs on the device.
             images = [im.to(self._device, non_blocking=True) for im in images]
-        if self.padding_mode == "texture":
-            padded = F.pad_stack(
-                images,
-                size,
-                placement,
-                padding_mode="texture",
-                texture=self._texture_for(images[0]),
-                stagger=self.stagger,
-                offset=offset,
-            )
-        else:
-            padded = F.pad_stack(
-                images, size, placement, fill=self.fill, padding_mode=self.padding_mode
-            )
+        textured = self.padding_mode == "texture"
+        padded = F.pad_stack(
+            images, size, placement, self.fill, self.padding_mode, stagger=self.stagger,
+            texture=self._texture_for(images[0]) if textured else None, offset=offset,
+        )  # fmt: skip
         if read.tv_image:
             padded = tv_tensors.Image(padded)
-        regions = None
+        extra = []  # the regions, where asked for
         if self.return_regions:
             table = torch.cat([placement, torch.tensor(sizes, dtype=torch.int64)], dim=1)
             # Built (and checked) on the CPU, then one copy to the batch's device.
-            regions = Regions(table, canvas_size=size).to(padded.device)
+            extra.append(Regions(table, canvas_size=size).to(padded.device))
+        if read.kind == "image":
+            return (padded, *extra) if extra else padded
         canvas = Canvas(size, placement, sizes, self.mask_fill, self._device)
         like = read.containers[0]
-        if read.kind == "image":
-            slots = []
-        else:
-            keys = list(like) if read.kind == "mapping" else list(range(len(like)))
-            slots = [k for k in keys if k != read.slot]
+        keys = list(like) if read.kind == "mapping" else range(len(like))
         fields = {
-            k: collate_field([c[k] for c in read.containers], canvas, f"[{k!r}]") for k in slots
+            k: padded
+            if k == read.slot
+            else collate_field([c[k] for c in read.containers], canvas, f"[{k!r}]")
+            for k in keys
         }
-        return _Batch(read.kind, read.slot, like, padded, regions, fields)
+        if read.kind == "mapping":
+            return {**fields, REGION_KEY: extra[0]} if extra else fields
+        return [*fields.values(), *extra]
 
     def _texture_for(self, image: torch.Tensor) -> torch.Tensor:
         """The texture for ``image``'s batch: the given one (``pad_stack`` converts it, cached)
         or ``brick_pad``'s brick tile for the image's dtype, device and channels."""
         if self.texture is not None:
             return self.texture.detach()
-        channels = brick_channels(int(image.shape[0]))
+        channels = F.brick_channels(int(image.shape[0]))
         return brick_tile(image.dtype, image.device, channels=channels)
 
     def _repr_parts(self) -> list[str]:
@@ -416,31 +298,6 @@ class PadCollate(GeneratorsPickleAsBytes):
         return f"{type(self).__name__}({', '.join(self._repr_parts())})"
 
 
-def _check_params(params: Any, n: int) -> tuple[tuple[int, int], torch.Tensor, torch.Tensor]:
-    if not isinstance(params, dict) or not {"size", "placement", "offset"} <= set(params):
-        raise ValueError("params must be make_params's dict of 'size', 'placement', 'offset'")
-    size = _check_pair(params["size"], "params['size']")
-    assert size is not None
-    out = []
-    for name in ("placement", "offset"):
-        value = params[name]
-        if (
-            not isinstance(value, torch.Tensor)
-            or tuple(value.shape) != (n, 2)
-            or value.dtype == torch.bool
-            or value.is_floating_point()
-            or value.is_complex()
-        ):
-            got = (
-                f"{value.dtype} {tuple(value.shape)}"
-                if isinstance(value, torch.Tensor)
-                else type(value).__name__
-            )
-            raise ValueError(f"params[{name!r}] must be an int tensor of shape ({n}, 2), got {got}")
-        out.append(value.to("cpu", torch.int64))
-    return size, out[0], out[1]
-
-
 class GPUCollate(PadCollate):
     """``PadCollate`` that builds the batch on a CUDA device, for ``num_workers=0`` loaders.
 
@@ -469,19 +326,14 @@ class GPUCollate(PadCollate):
         **kwargs: Any,
     ) -> None:
         super().__init__(**kwargs)
-        self.device = check_device(device)
-        if self.device.type == "cuda" and not torch.cuda.is_available():
-            raise RuntimeError(
-                f"device {self.device} was requested but CUDA is not available; pass "
-                "device='cpu' on this machine (the same code runs on the CPU)"
-            )
+        self.device = check_device(device, available=True)
         self.transforms = check_transforms(transforms)
         self._device = self.device
 
     def __call__(self, samples: Sequence[Any], *, params: dict[str, Any] | None = None) -> Any:
         cuda_guard(self.device, type(self).__name__)
         # Transforms run on the assembled batch, so a padding transform's targets follow it.
-        return apply_transforms(self._collate(samples, params).assemble(), self.transforms)
+        return apply_transforms(self._collate(samples, params), self.transforms)
 
     def _repr_parts(self) -> list[str]:
         parts = [f"device={str(self.device)!r}", *super()._repr_parts()]

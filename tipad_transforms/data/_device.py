@@ -11,10 +11,12 @@ from torch.utils.data import get_worker_info
 from torchvision import tv_tensors
 from torchvision.transforms import v2
 
-from .._compat.torch import in_bad_fork
+from .._compat import torch as ctorch
 from ._regions import Regions
+from ._targets import on_canvas
 from ._tree import (
     apply_to_image,
+    find_image,
     image_slot,
     is_container,
     is_plain_tensor,
@@ -35,16 +37,21 @@ __all__ = [
 Transforms = Callable[[Any], Any] | Sequence[Callable[[Any], Any]] | None
 
 
-def check_device(device: Any) -> torch.device:
-    """``device`` as a ``torch.device``, or TypeError/ValueError naming ``device``."""
-    if isinstance(device, torch.device):
-        return device
-    if not isinstance(device, str):
+def check_device(device: Any, *, available: bool = False) -> torch.device:
+    """``device`` as a ``torch.device``, or TypeError/ValueError naming ``device``; with
+    ``available``, RuntimeError for a CUDA device on a machine without CUDA."""
+    if not isinstance(device, (str, torch.device)):
         raise TypeError(f"device must be a torch.device or a str, got {type(device).__name__}")
     try:
-        return torch.device(device)
+        device = torch.device(device)
     except RuntimeError as exc:
         raise ValueError(f"device must name a torch device, got {device!r}") from exc
+    if available and device.type == "cuda" and not torch.cuda.is_available():
+        raise RuntimeError(
+            f"device {device} was requested but CUDA is not available; pass device='cpu' on "
+            "this machine (the same code runs on the CPU, without streams)"
+        )
+    return device
 
 
 def check_transforms(transforms: Transforms) -> tuple[Callable[[Any], Any], ...]:
@@ -135,12 +142,7 @@ def _transform_structure(batch: Any, t: v2.Transform) -> Any:
         images = tv_tensors.Image(batch) if plain else batch
         out = t(images)
         return _unwrap(out) if plain else out
-    slot = image_slot(batch)
-    if slot is None:
-        raise TypeError(
-            f"found no image in the batch ({type(batch).__name__}): give a tensor, or a "
-            "tuple/list/dict holding a tv_tensors.Image, an 'image' key or a plain tensor"
-        )
+    slot = find_image(batch)
     image = batch[slot]
     wrapped = is_plain_tensor(image)
     out = t(replace(batch, slot, tv_tensors.Image(image) if wrapped else image))
@@ -167,7 +169,7 @@ def cuda_guard(device: torch.device, who: str) -> None:
     """
     if device.type != "cuda":
         return
-    forked = in_bad_fork()
+    forked = ctorch.in_bad_fork()
     if get_worker_info() is None and not forked:
         return
     where = "a DataLoader worker process" if get_worker_info() is not None else "a process"
@@ -191,13 +193,10 @@ class PerSample(v2.Transform):
     """Apply ``transform`` to each sample of a batch on its own: one random draw per sample.
 
     A torchvision v2 transform draws its random parameters once per call, so on a batch
-    ``(B, C, H, W)`` every image flips, or none does, and all get the same crop. Wrapped in
-    ``PerSample`` it is called once per sample instead (Kornia's default,
-    ``same_on_batch=False``): ``DeviceLoader(loader, "cuda", [PerSample(v2.RandomHorizontalFlip()),
-    v2.Normalize(...)])``. It works anywhere a v2 transform does (``DeviceLoader``,
-    ``GPUCollate``, ``v2.Compose``, a direct call) and costs one call of ``transform`` per sample.
-    tipad's padding transforms (``BrickPad``, ``TexturePad``) draw per sample already, in one
-    launch: do not wrap them.
+    ``(B, C, H, W)`` every image flips, or none does. Wrapped in ``PerSample`` it is called once
+    per sample (Kornia's default, ``same_on_batch=False``), anywhere a v2 transform goes
+    (``DeviceLoader``, ``GPUCollate``, ``v2.Compose``), at one call of ``transform`` per sample.
+    tipad's ``BrickPad`` and ``TexturePad`` draw per sample already, in one launch.
 
     How the batch is split (``B``: the image batch's first size; the image found by the rule of
     ``DeviceLoader``): the images ``(B, C, H, W)``, masks ``(B, ...)``, labels and any tensor of
@@ -251,7 +250,6 @@ class PerSample(v2.Transform):
         return "" if isinstance(self.inner, torch.nn.Module) else repr(self.inner)
 
 
-_POINTS = (tv_tensors.BoundingBoxes, tv_tensors.KeyPoints)
 # How one element of a batch was split: rows of a tensor, the elements of a per-sample list,
 # or a container split element by element.
 _Plan = tuple[str, Any, list[Any]]
@@ -261,14 +259,14 @@ def _is_per_sample_list(value: Sequence[Any], n: int) -> bool:
     # A collated tuple field holds tensors of the whole batch; PadCollate's per-sample lists
     # hold boxes, keypoints, dicts (or strings, numbers).
     return len(value) == n and not all(
-        isinstance(v, torch.Tensor) and not isinstance(v, _POINTS) for v in value
+        isinstance(v, torch.Tensor) and not on_canvas(v) for v in value
     )
 
 
 def _split(value: Any, n: int, path: str, *, top: bool = False) -> tuple[_Plan, list[Any]]:
     """``value`` as ``n`` per-sample values, and how to put them back (``_join``). The batch
     itself (``top``) is always a container of fields, whatever its length."""
-    if isinstance(value, _POINTS):
+    if on_canvas(value) and not isinstance(value, Regions):
         raise ValueError(
             f"PerSample cannot split {path}: a {type(value).__name__} tensor holds one image's "
             "objects; give them per sample (a list of one per image, as PadCollate does)"

@@ -17,13 +17,14 @@ from typing import Any
 
 import torch
 
-from .. import _runtime
+from .._checks import check_flag, check_int
+from .._compat.cpython import main_path
 from ._device import Transforms, apply_transforms, check_device, check_transforms
 from ._tree import iter_tensors, to_device
 
 __all__ = ["DeviceLoader", "worker_context"]
 
-_PRELOAD = "tipad_transforms._runtime._preload"
+_PRELOAD = "tipad_transforms.backends.preload"
 
 
 def worker_context(method: str = "forkserver") -> BaseContext:
@@ -44,12 +45,11 @@ def worker_context(method: str = "forkserver") -> BaseContext:
     already ran a kernel cannot run it: see docs/data-loading.md).
     """
     if method == "forkserver":
-        from multiprocessing import spawn
+        from ..backends.taichi import FORKSERVER_MAIN_ENV
 
-        # The path exactly as a worker's `prepare` will compare it (absolute, normalised).
-        main_path = spawn.get_preparation_data("ignore").get("init_main_from_path")
-        if main_path:
-            os.environ[_runtime.FORKSERVER_MAIN_ENV] = main_path
+        path = main_path()
+        if path:
+            os.environ[FORKSERVER_MAIN_ENV] = path
         multiprocessing.set_forkserver_preload(["__main__", _PRELOAD])
     elif method != "spawn":
         raise ValueError(f"method must be 'forkserver' or 'spawn', got {method!r}")
@@ -68,17 +68,14 @@ class DeviceLoader:
     """Wrap a DataLoader: yield its batches on ``device``, with ``transforms`` applied there.
 
     Each batch has every tensor moved to ``device`` (through tuples, lists and dicts; tv_tensors
-    keep their type and metadata), then ``transforms`` applied in order. The image batch is the
-    batch itself if it is a tensor, else the first ``tv_tensors.Image``, else a dict's
-    ``"image"`` key, else the first plain tensor (for ``PadCollate``'s batches: the padded
-    images). A v2 transform (torchvision's or tipad's) gets the whole batch, the image batch as
-    a ``tv_tensors.Image``, so everything in it follows the transform as torchvision moves it:
-    after a flip, resize, crop, pad or translate/scale affine, boxes and keypoints move (with
-    their ``canvas_size``), masks are transformed with the images, and ``Regions`` still say
-    where each image's pixels are (a rotation or shear that leaves no rectangle raises
-    ``ValueError`` naming the regions); labels pass through. Any other callable gets the image
-    batch alone. A v2 transform draws its random parameters once per call, so once per batch
-    (every image flips or none does); ``PerSample(t)`` draws per sample.
+    keep their type and metadata), then ``transforms`` applied in order. A v2 transform
+    (torchvision's or tipad's) gets the whole batch with the image batch (the batch itself if it
+    is a tensor, else the first ``tv_tensors.Image``, a dict's ``"image"`` key, the first plain
+    tensor) as a ``tv_tensors.Image``, so everything in it follows as torchvision moves it: boxes
+    and keypoints (with their ``canvas_size``), masks, and ``Regions`` (a rotation or shear that
+    leaves no rectangle raises ``ValueError`` naming them); labels pass through. Any other
+    callable gets the image batch alone. A v2 transform draws once per call, so once per batch;
+    ``PerSample(t)`` draws per sample.
 
     On CUDA with ``prefetch=True``, batch ``k + 1`` is copied on a side stream
     (``non_blocking=True``, which overlaps with compute when the DataLoader pins memory:
@@ -127,17 +124,10 @@ class DeviceLoader:
     ) -> None:
         if not isinstance(loader, Iterable):
             raise TypeError(f"loader must be iterable (a DataLoader), got {type(loader).__name__}")
-        if not isinstance(prefetch, bool):
-            raise TypeError(f"prefetch must be a bool, got {type(prefetch).__name__}")
         self.loader = loader
-        self.device = check_device(device)
-        if self.device.type == "cuda" and not torch.cuda.is_available():
-            raise RuntimeError(
-                f"device {self.device} was requested but CUDA is not available; pass "
-                "device='cpu' on this machine (the same API runs without streams)"
-            )
+        self.device = check_device(device, available=True)
         self.transforms = check_transforms(transforms)
-        self.prefetch = prefetch
+        self.prefetch = check_flag(prefetch, "prefetch")
 
     def __len__(self) -> int:
         if not hasattr(self.loader, "__len__"):
@@ -166,10 +156,7 @@ class DeviceLoader:
         """Pass ``epoch`` on to the loader (if it has ``set_epoch``) or else to its sampler and
         batch sampler (``DistributedSampler`` reshuffles per epoch); no-op where none has one.
         TypeError if ``epoch`` is not an int, ValueError if it is negative."""
-        if isinstance(epoch, bool) or not isinstance(epoch, int):
-            raise TypeError(f"epoch must be an int, got {type(epoch).__name__}")
-        if epoch < 0:
-            raise ValueError(f"epoch must be >= 0, got {epoch}")
+        check_int(epoch, "epoch", minimum=0)
         own = getattr(self.loader, "set_epoch", None)
         if callable(own):
             own(epoch)

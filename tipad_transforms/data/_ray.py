@@ -10,7 +10,7 @@ gives the same pixels. Importing this module does not import Ray.
 
 from __future__ import annotations
 
-import hashlib
+import inspect
 import os
 import re
 from collections.abc import Mapping, Sequence
@@ -21,18 +21,20 @@ import torch
 
 from .._checks import check_flag, is_int
 from ..distributed import visible_devices
-from ._collate import PLACEMENTS, GPUCollate
+from ._collate import GPUCollate, PadCollate
 from ._device import check_device
+from ._sampler import keyed_draw
 
 __all__ = ["RayPadBatch"]
 
 _SAMPLE = re.compile(r"samples\[(\d+)\]")
-
-
-def _key_draws(seed: int, key: str) -> list[int]:
-    """Four 62-bit draws from ``(seed, key)``: the same in every process and on every run."""
-    digest = hashlib.blake2b(f"{seed}\x00{key}".encode(), digest_size=32).digest()
-    return [int.from_bytes(digest[i : i + 8], "little") >> 2 for i in range(0, 32, 8)]
+# PadCollate's arguments that a Ray batch has no use for, and why.
+_NOT_FOR_RAY = {
+    "generator": "the draws come from seed and each row's key",
+    "mask_fill": "a Ray batch holds images only",
+    "return_regions": "the regions are always returned, as region_column",
+}
+_COLLATE_ARGS = [p for p in inspect.signature(PadCollate).parameters if p not in _NOT_FOR_RAY]
 
 
 class RayPadBatch:
@@ -56,37 +58,38 @@ class RayPadBatch:
     >>> out["image"].shape, out["region"].tolist()
     ((2, 3, 16, 16), [[3, 2, 10, 12], [0, 4, 16, 8]])
 
-    Each call pads the batch's images in one launch, with the semantics of
-    ``PadCollate(size, multiple=..., placement=..., texture=..., padding_mode=..., ...)``: the
-    canvas is ``size``, or the batch's largest image rounded up to ``multiple``; the border is the
-    brick wall, ``texture`` or a standard mode. The pixels equal ``PadCollate``'s output for the
-    same samples and parameters (``make_params``), bit for bit.
+    Each call pads the batch's images in one launch with the ``PadCollate`` it holds
+    (``collate``, built from ``size`` and ``**collate``): the canvas is ``size``, or the batch's
+    largest image rounded up to ``multiple``; the border is the brick wall, ``texture`` or a
+    standard mode. Both draw their parameters with one sampler (``PadCollate.sampler``), so the
+    pixels equal ``PadCollate``'s output for the same samples and parameters (``make_params``),
+    bit for bit.
 
     Args:
-        size, multiple, placement, texture, padding_mode, stagger, fill, random_offset: as in
-            ``PadCollate``.
-        seed: the random placements and lattice offsets of a row are drawn from a hash of
-            ``seed`` and the row's key, so they do not depend on the actor, its history or the
-            batch the row landed in (the placement within a batch-sized canvas, ``size=None``,
-            depends on the batch's canvas, as in ``PadCollate``).
+        size: as in ``PadCollate``.
+        seed: a row's random placement and lattice offset are drawn from a hash of ``seed``
+            and its key, whatever the actor, its history or the row's batch (with
+            ``size=None`` the canvas, so the placement in it, is the batch's).
         image_column: the column of images: ``(h, w, C)`` (``channels_last=True``, what
             ``read_images`` gives), ``(C, h, w)`` (``channels_last=False``) or ``(h, w)``
             arrays, one dtype and channel count per batch.
         key_column: the column that identifies a row (``read_images(..., include_paths=True)``
             gives ``"path"``); needed for random draws, and names the row in errors.
         region_column: the column added for the regions.
-        device: where to pad: ``"cpu"``, or ``"cuda"`` in a GPU actor
-            (``map_batches(..., num_gpus=1)``: Ray sets ``CUDA_VISIBLE_DEVICES`` to the actor's
-            GPU, which is then ``cuda:0``, the only one Taichi runs on).
+        device: ``"cpu"``, or ``"cuda"`` in a GPU actor (``map_batches(..., num_gpus=1)``: Ray
+            narrows ``CUDA_VISIBLE_DEVICES`` to the actor's GPU, ``cuda:0``, Taichi's).
         channels_last: layout of the input images (see ``image_column``).
+        **collate: ``PadCollate``'s other arguments (``multiple``, ``placement``, ``texture``,
+            ``padding_mode``, ``stagger``, ``fill``, ``random_offset``); not ``generator``,
+            ``mask_fill`` or ``return_regions`` (TypeError).
 
     Returns (per call): the batch's columns, with ``image_column`` replaced by the padded images
     ``(B, C, H, W)`` (numpy, the input dtype, channels first as torch wants them) and
     ``region_column`` ``(B, 4)`` int64 ``(top, left, h, w)``: where each image lies.
 
     Raises:
-        TypeError / ValueError at construction, naming the argument (a device other than cpu
-        or cuda; a region or key column that is the image column); RuntimeError for
+        TypeError / ValueError at construction, naming the argument (``PadCollate``'s; a device
+        other than cpu or cuda; a region or key column that is the image column); RuntimeError for
         ``device="cuda"`` in a process that sees no GPU or several. At call time, ValueError /
         TypeError naming the row's key (its path): an image of another rank, channel count or
         dtype than the batch's first, larger than ``size``, empty, or not an array; naming the
@@ -97,19 +100,13 @@ class RayPadBatch:
         self,
         size: int | tuple[int, int] | None = None,
         *,
-        multiple: int | tuple[int, int] | None = None,
-        placement: str = "center",
-        texture: torch.Tensor | None = None,
-        padding_mode: str = "texture",
-        stagger: int | None = None,
-        fill: float | Sequence[float] = 0,
-        random_offset: bool = True,
         seed: int = 0,
         image_column: str = "image",
         key_column: str | None = "path",
         region_column: str = "region",
         device: torch.device | str = "cpu",
         channels_last: bool = True,
+        **collate: Any,
     ) -> None:
         if not is_int(seed):
             raise TypeError(f"seed must be an int, got {type(seed).__name__}")
@@ -128,28 +125,22 @@ class RayPadBatch:
                 f"key_column must name a column of its own (the rows' paths or ids), got "
                 f"{key_column!r}, which is the image or region column"
             )
-        if not isinstance(placement, str) or placement not in PLACEMENTS:
-            raise ValueError(f"placement must be one of {PLACEMENTS}, got {placement!r}")
+        for name in collate:
+            if name not in _COLLATE_ARGS:
+                why = _NOT_FOR_RAY.get(name, "it is no argument of RayPadBatch or PadCollate")
+                raise TypeError(
+                    f"RayPadBatch() got an unexpected keyword argument {name!r} ({why}); it "
+                    f"takes seed, the columns, device, channels_last and PadCollate's "
+                    f"{', '.join(_COLLATE_ARGS)}"
+                )
         self.device = self._check_cuda(check_device(device))
-        self.collate = GPUCollate(
-            device=self.device,
-            size=size,
-            multiple=multiple,
-            placement=placement,
-            texture=texture,
-            padding_mode=padding_mode,
-            stagger=stagger,
-            fill=fill,
-            random_offset=random_offset,
-            return_regions=True,
-        )
+        self.collate = GPUCollate(device=self.device, size=size, return_regions=True, **collate)
         self.seed = int(seed)
         self.image_column = image_column
         self.key_column = key_column
         self.region_column = region_column
         self.channels_last = check_flag(channels_last, "channels_last")
-        self._random_offset = self.collate.padding_mode == "texture" and self.collate.random_offset
-        if key_column is None and (placement == "random" or self._random_offset):
+        if key_column is None and self.collate.sampler.random:
             raise ValueError(
                 "key_column=None leaves nothing to draw random placements or offsets from: give "
                 "the column that identifies a row (read_images(..., include_paths=True) gives "
@@ -185,23 +176,9 @@ class RayPadBatch:
         ``PadCollate(...)(samples, params=...)`` gives the same pixels."""
         if isinstance(keys, (str, bytes)) or not isinstance(keys, Sequence):
             raise TypeError(f"keys must be a sequence of row keys, got {type(keys).__name__}")
-        n = len(sizes)
-        if n == 0 or len(keys) != n:
-            raise ValueError(f"need one key per size, got {len(keys)} keys and {n} sizes")
-        out_h, out_w = self.collate.canvas_size(sizes)
-        slack = torch.tensor([(out_h - h, out_w - w) for h, w in sizes], dtype=torch.int64)
-        draws = torch.tensor([_key_draws(self.seed, k) for k in keys], dtype=torch.int64)
-        if self.collate.placement == "top_left":
-            placement = torch.zeros(n, 2, dtype=torch.int64)
-        elif self.collate.placement == "center":
-            placement = slack // 2
-        else:
-            placement = draws[:, :2] % (slack + 1)
-        if self._random_offset:
-            offset = draws[:, 2:] % torch.tensor(self.collate.tile_size)
-        else:
-            offset = torch.zeros(n, 2, dtype=torch.int64)
-        return {"size": (out_h, out_w), "placement": placement, "offset": offset}
+        if len(keys) == 0 or len(keys) != len(sizes):
+            raise ValueError(f"need one key per size, got {len(keys)} keys and {len(sizes)} sizes")
+        return self.collate.sampler.sample(sizes, keyed_draw(self.seed, keys))
 
     # -- the batch ------------------------------------------------------------------------
 

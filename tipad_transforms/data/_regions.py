@@ -13,8 +13,8 @@ edges to the nearest pixel boundary (halves up): a region is where torchvision w
 around the image. Where the image's pixels stop being an axis-aligned rectangle (a rotation by
 other than a multiple of 90 degrees, a shear, a perspective, an elastic displacement), no
 ``(top, left, height, width)`` row can say where they lie: the kernel raises ``ValueError``
-naming the regions instead of returning the enclosing box. This file is the whole of the type: a
-new input type is one file of registrations like it.
+naming the regions instead of returning the enclosing box. This file is the whole of the type:
+a new input type is one file of registrations like it.
 """
 
 from __future__ import annotations
@@ -27,8 +27,8 @@ from torchvision import tv_tensors
 from torchvision.transforms.v2 import functional as tvF
 
 from .. import functional as F
-from .._checks import INT32_MAX, is_int
-from .._geometry import parse_padding
+from .._checks import INT32_MAX, is_int, parse_padding
+from ._sampler import check_pair
 
 __all__ = ["Regions"]
 
@@ -38,16 +38,10 @@ Canvas = tuple[int, int]
 def _check_canvas(canvas_size: Any) -> Canvas | None:
     if canvas_size is None:
         return None
-    if (
-        isinstance(canvas_size, (str, bytes))
-        or not isinstance(canvas_size, Sequence)
-        or len(canvas_size) != 2
-        or not all(is_int(v) for v in canvas_size)
-    ):
-        raise TypeError(f"canvas_size must be None or a pair of ints (H, W), got {canvas_size!r}")
-    if min(canvas_size) < 0 or max(canvas_size) > INT32_MAX:
-        raise ValueError(f"canvas_size must lie in [0, {INT32_MAX}], got {tuple(canvas_size)}")
-    return int(canvas_size[0]), int(canvas_size[1])
+    try:
+        return check_pair(canvas_size, "canvas_size")
+    except ValueError:
+        raise ValueError(f"canvas_size must lie in [0, {INT32_MAX}], got {canvas_size!r}") from None
 
 
 class Regions(tv_tensors.TVTensor):
@@ -252,13 +246,13 @@ def _elastic_regions(regions: Regions, displacement: torch.Tensor, *args: Any, *
     return regions.clone()
 
 
+@F.register_kernel(F.texture_pad, Regions, wrap=False)
+@F.register_kernel(F.brick_pad, Regions, wrap=False)
+@F.register_kernel(F.pad, Regions, wrap=False)
 @tvF.register_kernel(tvF.pad, Regions)
-def _torchvision_pad_regions(regions: Regions, padding: Any, *args: Any, **kw: Any) -> Regions:
+def _pad_regions(regions: Regions, padding: Any, *args: Any, **kw: Any) -> Regions:
     # Every padding mode puts the image at the same place; only the border differs.
-    return _padded(regions, parse_padding(padding))
-
-
-def _padded(regions: Regions, padding: tuple[int, int, int, int]) -> Regions:
+    padding = parse_padding(padding)
     if regions.canvas_size is None:  # the rows move; the canvas stays unknown
         left, top, _, _ = padding
         shifted = regions.as_subclass(torch.Tensor) + regions.new_tensor([top, left, 0, 0])
@@ -290,22 +284,10 @@ def _five(regions: Regions, size: Any) -> tuple[Regions, ...]:
     return tuple(_from_boxes(c, regions) for c in crops)
 
 
-@tvF.register_kernel(tvF.five_crop, Regions)
-def _five_crop_regions(regions: Regions, size: Any) -> tuple[Regions, ...]:
-    return _five(regions, size)
+tvF.register_kernel(tvF.five_crop, Regions)(_five)
 
 
 @tvF.register_kernel(tvF.ten_crop, Regions)
 def _ten_crop_regions(regions: Regions, size: Any, vertical_flip: bool = False) -> Any:
     flip = tvF.vertical_flip if vertical_flip else tvF.horizontal_flip
     return _five(regions, size) + _five(flip(regions), size)
-
-
-# -- tipad's padding functionals ----------------------------------------------------------------
-
-
-@F.register_kernel(F.texture_pad, Regions, wrap=False)
-@F.register_kernel(F.brick_pad, Regions, wrap=False)
-@F.register_kernel(F.pad, Regions, wrap=False)
-def _pad_regions(regions: Regions, padding: Any, *args: Any, **kw: Any) -> Regions:
-    return _padded(regions, parse_padding(padding))

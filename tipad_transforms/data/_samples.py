@@ -19,7 +19,8 @@ import torch
 from torchvision import tv_tensors
 from torchvision.transforms.v2 import functional as tvF
 
-from ._tree import image_slot, is_plain_image
+from .._checks import unreadable
+from ._tree import check_alike, image_slot, is_plain_image
 
 __all__ = ["REGION_KEY", "Samples", "read_samples"]
 
@@ -136,16 +137,7 @@ def read_samples(samples: Any) -> Samples:
                 f"samples[{i}] is a {type(sample).__name__}, samples[0] a "
                 f"{type(first).__name__}: every sample of a batch needs the same structure"
             )
-        if kind == "mapping" and set(sample) != set(first):
-            raise ValueError(
-                f"samples[{i}] has keys {sorted(map(str, sample))}, samples[0] "
-                f"{sorted(map(str, first))}: every sample needs the same keys"
-            )
-        if kind == "sequence" and len(sample) != len(first):
-            raise ValueError(
-                f"samples[{i}] has {len(sample)} elements, samples[0] {len(first)}: every "
-                "sample needs the same length"
-            )
+        check_alike(sample, first, f"samples[{i}]", "samples[0]")
         image = _as_tensor(sample if kind == "image" else sample[slot], i, where)
         _check_like(image, images[0] if images else image, i, where)
         images.append(image)
@@ -162,16 +154,12 @@ def read_samples(samples: Any) -> Samples:
 def _check_like(image: torch.Tensor, ref: torch.Tensor, i: int, where: str) -> None:
     """``image`` (sample ``i``) has ``ref``'s (sample 0's) rank, channels, dtype, device."""
     name = f"samples[{i}]{where}"
-    if image.is_quantized or image.is_nested or image.layout != torch.strided:
-        kind, fix = (
-            ("quantized", ".dequantize()")
-            if image.is_quantized
-            else ("nested", "one image per sample")
-            if image.is_nested
-            else (str(image.layout), ".to_dense()")
-        )
+    kind = unreadable(image)
+    if kind is not None:
+        fix = ".dequantize()" if image.is_quantized else ".to_dense()"
+        fix = "one image per sample" if image.is_nested else fix
         raise TypeError(
-            f"{name}: the image must be a dense tensor, got a {kind} one (in the dataset: {fix})"
+            f"{name}: the image must be a dense tensor, got {kind} (in the dataset: {fix})"
         )
     if image.dim() not in (2, 3):
         raise ValueError(f"{name}: the image must be (C, H, W) or (H, W), got {tuple(image.shape)}")

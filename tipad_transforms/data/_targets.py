@@ -1,12 +1,15 @@
 """Collating everything beside the image: targets follow their own sample's placement.
 
-``tv_tensors.BoundingBoxes`` and ``KeyPoints`` are shifted by their sample's ``(left, top)``
-and get the canvas size (``torchvision.transforms.v2.functional.pad``); they are returned as a
-list per sample, since samples hold different numbers of them. ``tv_tensors.Mask`` values are
-padded with ``mask_fill`` (all samples' masks of one field in one ``pad_stack`` launch) and
-stacked. A dict that holds boxes or keypoints is a per-sample target (torchvision's detection
-format ``{"boxes", "labels", "masks"}``, whose fields all have a length per object): it comes
-back as a list of per-sample dicts, transformed the same way. Everything else goes through
+A tv_tensor that lies on its image's canvas (it has a ``canvas_size``: ``BoundingBoxes``,
+``KeyPoints``, ``Regions``, a type of your own) is moved as ``functional.pad`` moves it with
+its sample's padding, that is by the kernel registered for its type
+(``functional.register_kernel``: the registration that also makes ``Pad`` and ``BrickPad`` move
+it), and comes back as a list per sample, since samples hold different numbers of objects.
+``tv_tensors.Mask`` values are padded with ``mask_fill`` as ``functional.pad`` pads a mask (all
+samples' masks of one field in one ``pad_stack`` launch) and stacked. A dict that holds a
+tv_tensor on the canvas is a per-sample target (torchvision's detection format ``{"boxes",
+"labels", "masks"}``, whose fields all have a length per object): it comes back as a list of
+per-sample dicts, collated the same way. Everything else goes through
 ``torch.utils.data.default_collate``.
 """
 
@@ -20,14 +23,17 @@ import numpy as np
 import torch
 from torch.utils.data import default_collate
 from torchvision import tv_tensors
-from torchvision.transforms.v2 import functional as tvF
 
 from .. import functional as F
-from ._tree import rebuild, to_device
+from ._tree import check_alike, rebuild, to_device
 
-__all__ = ["Canvas", "collate_field"]
+__all__ = ["Canvas", "collate_field", "on_canvas"]
 
-_POINTS = (tv_tensors.BoundingBoxes, tv_tensors.KeyPoints)
+
+def on_canvas(value: Any) -> bool:
+    """Whether ``value`` is a tv_tensor of coordinates on its image's canvas (boxes, keypoints,
+    regions): it has a ``canvas_size``."""
+    return isinstance(value, tv_tensors.TVTensor) and hasattr(value, "canvas_size")
 
 
 @dataclass(frozen=True)
@@ -59,28 +65,25 @@ def collate_field(values: list[Any], canvas: Canvas, path: str, *, stack: bool =
     Errors (ValueError) name the sample index and the path.
     """
     first = values[0]
-    for cls in (*_POINTS, tv_tensors.Mask, Mapping, tuple, list):
-        if isinstance(first, cls):
+    kind = type(first) if isinstance(first, tv_tensors.TVTensor) else None
+    for cls in (kind, Mapping, tuple, list):
+        if cls is not None and isinstance(first, cls):
             for i, v in enumerate(values):
                 if not isinstance(v, cls):
                     raise ValueError(
                         f"samples[{i}]{path} is a {type(v).__name__}, samples[0]{path} a "
                         f"{type(first).__name__}: every sample needs the same structure"
                     )
+                check_alike(v, first, f"samples[{i}]{path}", f"samples[0]{path}")
             break
-    if isinstance(first, _POINTS):
-        return [_shift(v, canvas, i, path) for i, v in enumerate(values)]
+    if on_canvas(first):
+        return [_moved(v, canvas, i, path) for i, v in enumerate(values)]
     if isinstance(first, tv_tensors.Mask):
         masks = _pad_masks(values, canvas, path)
         return tv_tensors.Mask(torch.stack(masks)) if stack else masks
     if isinstance(first, Mapping):
         return _collate_mappings(values, canvas, path, stack)
     if isinstance(first, (tuple, list)):
-        for i, v in enumerate(values):
-            if len(v) != len(first):
-                raise ValueError(
-                    f"samples[{i}]{path} has {len(v)} elements, samples[0]{path} {len(first)}"
-                )
         fields = [
             collate_field([v[j] for v in values], canvas, f"{path}[{j}]", stack=stack)
             for j in range(len(first))
@@ -125,14 +128,8 @@ def _check_stackable(values: list[Any], canvas: Canvas, path: str) -> None:
 
 def _collate_mappings(values: list[Any], canvas: Canvas, path: str, stack: bool) -> Any:
     keys = list(values[0])
-    for i, v in enumerate(values):
-        if set(v) != set(keys):
-            raise ValueError(
-                f"samples[{i}]{path} has keys {sorted(map(str, v))}, samples[0]{path} "
-                f"{sorted(map(str, keys))}"
-            )
     # A dict holding boxes or keypoints is one sample's annotations: keep it per sample.
-    per_sample = not stack or any(isinstance(x, _POINTS) for v in values for x in v.values())
+    per_sample = not stack or any(on_canvas(x) for v in values for x in v.values())
     fields = {
         k: collate_field([v[k] for v in values], canvas, f"{path}[{k!r}]", stack=not per_sample)
         for k in keys
@@ -142,14 +139,15 @@ def _collate_mappings(values: list[Any], canvas: Canvas, path: str, stack: bool)
     return fields
 
 
-def _shift(points: Any, canvas: Canvas, i: int, path: str) -> Any:
-    h, w = canvas.sizes[i]
-    if tuple(points.canvas_size) != (h, w):
+def _moved(value: Any, canvas: Canvas, i: int, path: str) -> Any:
+    """Sample ``i``'s ``value`` moved onto the canvas by ``functional.pad``'s kernel for it."""
+    size = canvas.sizes[i]
+    if value.canvas_size is not None and tuple(value.canvas_size) != size:
         raise ValueError(
-            f"samples[{i}]{path}: {type(points).__name__} canvas_size {tuple(points.canvas_size)} "
-            f"is not the image's size {(h, w)}"
+            f"samples[{i}]{path}: {type(value).__name__} canvas_size {tuple(value.canvas_size)} "
+            f"is not the image's size {size}"
         )
-    return tvF.pad(canvas.move(points), padding=canvas.padding(i), padding_mode="constant")
+    return F.pad(canvas.move(value), canvas.padding(i), fill=canvas.mask_fill)
 
 
 def _pad_masks(masks: list[Any], canvas: Canvas, path: str) -> list[tv_tensors.Mask]:

@@ -22,6 +22,8 @@ from torchvision import tv_tensors
 __all__ = [
     "IMAGE_KEY",
     "apply_to_image",
+    "check_alike",
+    "find_image",
     "image_slot",
     "iter_tensors",
     "rebuild",
@@ -66,6 +68,21 @@ def image_slot(container: Mapping[Any, Any] | Sequence[Any]) -> Any:
     return None
 
 
+def check_alike(value: Any, first: Any, name: str, first_name: str) -> None:
+    """ValueError naming ``name`` where ``value`` (a sample's dict, tuple or list) has other
+    keys or another length than ``first`` (sample 0's, named ``first_name``)."""
+    if isinstance(first, Mapping) and set(value) != set(first):
+        raise ValueError(
+            f"{name} has keys {sorted(map(str, value))}, {first_name} {sorted(map(str, first))}: "
+            "every sample needs the same keys"
+        )
+    if isinstance(first, (tuple, list)) and len(value) != len(first):
+        raise ValueError(
+            f"{name} has {len(value)} elements, {first_name} {len(first)}: every sample needs "
+            "the same length"
+        )
+
+
 def rebuild(like: Any, values: list[Any]) -> Any:
     """A tuple/list/namedtuple like ``like`` holding ``values``."""
     if isinstance(like, tuple) and hasattr(like, "_fields"):  # namedtuple
@@ -86,19 +103,23 @@ def replace(container: Any, slot: Any, value: Any) -> Any:
     return rebuild(container, values)
 
 
-def apply_to_image(batch: Any, fn: Callable[[Any], Any]) -> Any:
-    """``batch`` with its image replaced by ``fn(image)``: a bare tensor is the image itself.
-
-    Raises TypeError naming the batch's type when it holds no image (see the module's rule).
-    """
-    if isinstance(batch, torch.Tensor):
-        return fn(batch)
+def find_image(batch: Any) -> Any:
+    """Key or position of the image in the container ``batch``; TypeError naming the batch's
+    type when it holds none (see the module's rule)."""
     slot = image_slot(batch) if is_container(batch) else None
     if slot is None:
         raise TypeError(
             f"found no image in the batch ({type(batch).__name__}): give a tensor, or a "
             "tuple/list/dict holding a tv_tensors.Image, an 'image' key or a plain tensor"
         )
+    return slot
+
+
+def apply_to_image(batch: Any, fn: Callable[[Any], Any]) -> Any:
+    """``batch`` with its image replaced by ``fn(image)``: a bare tensor is the image itself."""
+    if isinstance(batch, torch.Tensor):
+        return fn(batch)
+    slot = find_image(batch)
     return replace(batch, slot, fn(batch[slot]))
 
 

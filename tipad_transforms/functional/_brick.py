@@ -15,6 +15,7 @@ from typing import Any
 
 import torch
 import torch.nn.functional as nnF
+from torch import Tensor
 
 from .._checks import INT32_MAX, check_int, is_int
 from .._tracing import untraced
@@ -72,19 +73,11 @@ def _scramble_step(bricks_per_tile: int) -> int:
 
 @functools.lru_cache(maxsize=16)
 def _render(
-    bh: int,
-    bw: int,
-    m: int,
-    per_tile: int,
-    n_courses: int,
-    base_rgb: tuple[float, float, float],
-    mortar_rgb: tuple[float, float, float],
-    shade: float,
-    hue: float,
-    grain: float,
-    seed: int,
-) -> torch.Tensor:
-    """The RGB float64 CPU tile; cached because ``brick_pad`` asks for it on every call."""
+    bh: int, bw: int, m: int, per_tile: int, n_courses: int, base_rgb: tuple[float, float, float],
+    mortar_rgb: tuple[float, float, float], shade: float, hue: float, grain: float, seed: int,
+) -> Tensor:  # fmt: skip
+    """The RGB float64 CPU tile; cached: a ``BrickPad`` renders it at construction (to check its
+    options), ``brick_pad`` at its first call per dtype and device."""
     f64 = torch.float64
     gen = torch.Generator().manual_seed(seed)
     course_h, pitch = bh + m, bw + m
@@ -160,7 +153,7 @@ def make_brick_texture(
     seed: int = 0,
     dtype: torch.dtype = torch.float32,
     device: torch.device | str | None = None,
-) -> torch.Tensor:
+) -> Tensor:
     """A tile of running-bond brickwork, values in [0, 1].
 
     The tile is ``courses`` rows of bricks, ``bricks_per_tile`` bricks wide; each course is a

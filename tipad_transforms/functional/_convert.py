@@ -17,33 +17,23 @@ from typing import Any
 
 import torch
 import torch.nn.functional as nnF
+from torch import Tensor
 from torchvision.transforms.v2 import functional as tvF
 
 from .._checks import INT64_MAX, check_dense, is_int
 from .._tracing import tracing
-from .._value_cache import KeyedCache, ValueCache, normal_tensors
+from .._value_cache import ValueCache, constant, normal_tensors
 
-__all__ = [
-    "Fill",
-    "as_bank",
-    "fill_values",
-    "per_sample",
-    "plain",
-    "scale_texture",
-    "texture_bank",
-]
+__all__ = ["Fill", "as_bank", "fill_values", "per_sample", "plain", "scale_texture", "texture_bank"]
 
 Fill = int | float | bool | Sequence[int | float | bool] | None
 
 _NUMBER = (int, float, bool)
-# Recent conversions, keyed by what determines them; bounded, cleared when full.
-_CACHE_SIZE = 16
-_FILLS: KeyedCache[torch.Tensor] = KeyedCache(_CACHE_SIZE)
 # Recent textures' conversions, checked against the texture's bits on every use.
-_BANKS: ValueCache[torch.Tensor] = ValueCache(_CACHE_SIZE)
+_BANKS: ValueCache[Tensor] = ValueCache(16)
 
 
-def _scalar(value: int | float | bool, dtype: torch.dtype, name: str) -> torch.Tensor:
+def _scalar(value: int | float | bool, dtype: torch.dtype, name: str) -> Tensor:
     """One fill value converted as torchvision's constant padding converts it."""
     if is_int(value) and not dtype.is_floating_point and dtype != torch.bool:
         ints = torch.iinfo(dtype)
@@ -62,7 +52,7 @@ def _scalar(value: int | float | bool, dtype: torch.dtype, name: str) -> torch.T
     )
 
 
-def fill_values(fill: Any, dtype: torch.dtype, channels: int, name: str = "fill") -> torch.Tensor:
+def fill_values(fill: Any, dtype: torch.dtype, channels: int, name: str = "fill") -> Tensor:
     """``fill`` as a ``(channels,)`` CPU tensor of ``dtype`` (see the module docstring).
 
     ``None`` means 0, a number or a one-element sequence is used for every channel, a sequence
@@ -71,7 +61,7 @@ def fill_values(fill: Any, dtype: torch.dtype, channels: int, name: str = "fill"
     """
     if fill is None:
         fill = 0
-    if isinstance(fill, torch.Tensor):  # a typed value (beyond torchvision): taken as it is
+    if isinstance(fill, Tensor):  # a typed value (beyond torchvision): taken as it is
         check_dense(fill, name)
         if fill.numel() not in (1, channels) or fill.is_complex():
             raise ValueError(
@@ -82,8 +72,8 @@ def fill_values(fill: Any, dtype: torch.dtype, channels: int, name: str = "fill"
         fill = fill[0]
     values = (_bits(fill),) if isinstance(fill, _NUMBER) else _bits_of(fill)
     if values is not None:
-        key = (values, type(fill), dtype, channels, name)
-        return _FILLS.get(key, lambda: _fill_tensor(fill, dtype, channels, name))
+        key = ("fill", values, type(fill), dtype, channels, name)
+        return constant(key, lambda: _fill_tensor(fill, dtype, channels, name))
     with normal_tensors():  # as the cached ones: never an inference tensor
         return _fill_tensor(fill, dtype, channels, name)
 
@@ -104,7 +94,7 @@ def _bits_of(fill: Any) -> tuple[tuple[type, object], ...] | None:
     return tuple(_bits(v) for v in fill)
 
 
-def _fill_tensor(fill: Any, dtype: torch.dtype, channels: int, name: str) -> torch.Tensor:
+def _fill_tensor(fill: Any, dtype: torch.dtype, channels: int, name: str) -> Tensor:
     if isinstance(fill, _NUMBER):
         values = _scalar(fill, dtype, name).expand(channels)
     elif _is_numbers(fill):
@@ -132,9 +122,9 @@ def _is_numbers(value: Any) -> bool:
     )
 
 
-def as_bank(texture: Any) -> torch.Tensor:
+def as_bank(texture: Any) -> Tensor:
     """A user texture as a ``(K, C, th, tw)`` view, or TypeError/ValueError naming ``texture``."""
-    if not isinstance(texture, torch.Tensor):
+    if not isinstance(texture, Tensor):
         raise TypeError(f"texture must be a torch.Tensor, got {type(texture).__name__}")
     check_dense(texture, "texture")
     if texture.is_complex():
@@ -155,24 +145,20 @@ def as_bank(texture: Any) -> torch.Tensor:
     return plain(bank)
 
 
-def plain(t: torch.Tensor) -> torch.Tensor:
+def plain(t: Tensor) -> Tensor:
     """``t`` as a plain ``torch.Tensor`` (a tv_tensor or another subclass unwrapped), except
     under a tracer (``tracing()``): a FakeTensor or FunctionalTensor stays what it is, since its
     unwrapped view would be a tensor the tracer never saw (``torch.export`` lifts it as a fake
     constant and fails). A plain tensor is returned as it is (Dynamo cannot trace
     ``as_subclass(torch.Tensor)`` on one)."""
-    if type(t) is torch.Tensor or tracing():
+    if type(t) is Tensor or tracing():
         return t
-    return t.as_subclass(torch.Tensor)
+    return t.as_subclass(Tensor)
 
 
 def texture_bank(
-    texture: Any,
-    dtype: torch.dtype,
-    device: torch.device,
-    channels: int,
-    image_name: str = "inpt",
-) -> torch.Tensor:
+    texture: Any, dtype: torch.dtype, device: torch.device, channels: int, image_name: str = "inpt"
+) -> Tensor:
     """User texture -> ``(K, Ct, th, tw)`` of ``dtype`` on ``device``, ``Ct`` in {1, channels}.
 
     Float textures for integer images hold ``[0, 1]`` and are scaled as torchvision's
@@ -196,8 +182,8 @@ def texture_bank(
 
 
 def _convert_bank(
-    bank: torch.Tensor, dtype: torch.dtype, device: torch.device, image_name: str
-) -> torch.Tensor:
+    bank: Tensor, dtype: torch.dtype, device: torch.device, image_name: str
+) -> Tensor:
     bank = bank.to(device)
     if bank.dtype == dtype:
         return bank
@@ -221,7 +207,7 @@ def _convert_bank(
 _WIDE_UNSIGNED = (torch.uint32, torch.uint64)
 
 
-def scale_texture(bank: torch.Tensor, dtype: torch.dtype) -> torch.Tensor:
+def scale_texture(bank: Tensor, dtype: torch.dtype) -> Tensor:
     """torchvision's ``to_dtype(scale=True)`` for a (non-bool) texture, minus its failures.
 
     Beyond torchvision, whose scaling gives no range to ``uint32`` and ``uint64`` (it turns
@@ -262,9 +248,9 @@ def scale_texture(bank: torch.Tensor, dtype: torch.dtype) -> torch.Tensor:
     return tvF.to_dtype(bank, dtype, scale=True)
 
 
-def per_sample(value: Any, lead: tuple[int, ...], last: tuple[int, ...], name: str) -> torch.Tensor:
+def per_sample(value: Any, lead: tuple[int, ...], last: tuple[int, ...], name: str) -> Tensor:
     """``value`` (int(s) or an int tensor of ``lead_prefix + last``) as ``(N, *last)`` int64."""
-    if isinstance(value, torch.Tensor):
+    if isinstance(value, Tensor):
         t = check_dense(value, name).detach()
         if t.is_floating_point() or t.is_complex() or t.dtype == torch.bool:
             raise TypeError(f"{name} must hold integers, got dtype {t.dtype}")

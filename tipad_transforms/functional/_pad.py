@@ -14,30 +14,31 @@ from typing import Any, TypeVar
 
 import PIL.Image
 import torch
+from torch import Tensor
 from torchvision import tv_tensors
 from torchvision.transforms.v2 import functional as tvF
 
-from .._checks import Number, check_dense, check_int
-from .._geometry import check_mode, image_channels, parse_padding
+from .._checks import Number, check_dense, check_int, check_mode, parse_padding
 from .._tracing import untraced
-from .._value_cache import KeyedCache
+from .._value_cache import constant
+from ..ops.padding import PadCall, image_channels, pad_direct
 from ._brick import brick_channels, brick_options, make_brick_texture, running_bond_stagger
 from ._convert import Fill, plain, scale_texture
-from ._launch import Border, launch
 from ._pil import pil_apply, pil_fill
+from ._record import cropped, pad_call, standard, textured
 from ._registry import get_kernel, register_kernel
 
 __all__ = ["brick_pad", "pad", "texture_pad"]
 
 Padding = int | Sequence[int]
-Offset = int | Sequence[int] | torch.Tensor
+Offset = int | Sequence[int] | Tensor
 T = TypeVar("T")
 
 
-def check_image(x: Any, name: str = "inpt") -> torch.Tensor:
+def check_image(x: Any, name: str = "inpt") -> Tensor:
     """``x`` as a plain tensor of shape ``(..., C, H, W)`` or ``(H, W)``, real or bool, dense
     and holding data (not quantized, sparse, nested or meta: ``_checks.check_dense``)."""
-    if not isinstance(x, torch.Tensor):
+    if not isinstance(x, Tensor):
         raise TypeError(f"{name} must be a torch.Tensor or PIL image, got {type(x).__name__}")
     check_dense(x, name)
     if x.dim() < 2:
@@ -51,11 +52,11 @@ def _check_out(out: Any, *inputs: Any) -> None:
     # What the user controls here; the op checks the output's shape, dtype, device, layout.
     if out is None:
         return
-    if not isinstance(out, torch.Tensor):
+    if not isinstance(out, Tensor):
         raise TypeError(f"out must be a torch.Tensor, got {type(out).__name__}")
     check_dense(out, "out")
     if torch.is_grad_enabled() and any(
-        isinstance(t, torch.Tensor) and t.requires_grad for t in (out, *inputs)
+        isinstance(t, Tensor) and t.requires_grad for t in (out, *inputs)
     ):
         raise ValueError("out= does not support autograd; call without out= to get gradients")
 
@@ -71,14 +72,14 @@ def _no_out(out: Any) -> None:
 def texture_pad(
     inpt: T,
     padding: Padding,
-    texture: torch.Tensor,
+    texture: Tensor,
     *,
     stagger: int = 0,
     offset: Offset = (0, 0),
-    texture_index: int | torch.Tensor | None = None,
+    texture_index: int | Tensor | None = None,
     fill: Fill = 0,
     mask_fill: Number | None = None,
-    out: torch.Tensor | None = None,
+    out: Tensor | None = None,
 ) -> T:
     """Pad an image with a tiled texture, in one kernel launch.
 
@@ -135,46 +136,50 @@ def texture_pad(
     )  # fmt: skip
 
 
-@register_kernel(texture_pad, torch.Tensor)
+@register_kernel(texture_pad, Tensor)
 @register_kernel(texture_pad, tv_tensors.Image)
 def texture_pad_image(
-    image: torch.Tensor,
+    image: Tensor,
     padding: Padding,
-    texture: torch.Tensor,
+    texture: Tensor,
     *,
     stagger: int = 0,
     offset: Offset = (0, 0),
-    texture_index: int | torch.Tensor | None = None,
+    texture_index: int | Tensor | None = None,
     fill: Fill = 0,
     mask_fill: Number | None = None,
-    out: torch.Tensor | None = None,
-) -> torch.Tensor:
+    out: Tensor | None = None,
+) -> Tensor:
     """``texture_pad``'s kernel for plain tensors and images (``fill`` and ``mask_fill`` are
     not used: the texture pads)."""
     x = check_image(image)
+    call, crop = _texture_call(x, padding, texture, stagger, offset, texture_index, out)
+    return cropped(x, call, crop, out) if any(crop) else pad_direct(x, call, out)
+
+
+def _texture_call(
+    x: Tensor, padding: Padding, texture: Any, stagger: int, offset: Offset,
+    texture_index: int | Tensor | None, out: Any,
+) -> tuple[PadCall, tuple[int, int, int, int]]:  # fmt: skip
+    """The record (and crop) of a texture padding of ``x``, the user's arguments checked."""
     pads = parse_padding(padding)
     _check_out(out, x, texture)
-    border = Border.textured(
+    border = textured(
         texture, x, tuple(x.shape[:-3]), image_channels(x.shape),
         stagger=check_int(stagger, "stagger"), offset=offset, texture_index=texture_index,
     )  # fmt: skip
-    return launch(x, pads, border, out)
+    return pad_call(x, pads, border)
 
 
 @register_kernel(texture_pad, tv_tensors.Video)
 def _texture_pad_video(
-    video: torch.Tensor,
-    padding: Padding,
-    texture: torch.Tensor,
-    *,
-    offset: Offset = (0, 0),
-    texture_index: int | torch.Tensor | None = None,
-    **kwargs: Any,
-) -> torch.Tensor:
+    video: Tensor, padding: Padding, texture: Tensor, *, offset: Offset = (0, 0),
+    texture_index: int | Tensor | None = None, **kwargs: Any,
+) -> Tensor:  # fmt: skip
     # Per-clip draws (*S, 2) / (*S,) get the time dim inserted, so one broadcasts over frames.
-    if isinstance(offset, torch.Tensor) and offset.dim() > 1:
+    if isinstance(offset, Tensor) and offset.dim() > 1:
         offset = offset.unsqueeze(-2)
-    if isinstance(texture_index, torch.Tensor) and texture_index.dim() > 0 and video.dim() > 4:
+    if isinstance(texture_index, Tensor) and texture_index.dim() > 0 and video.dim() > 4:
         texture_index = texture_index.unsqueeze(-1)
     return texture_pad_image(
         video, padding, texture, offset=offset, texture_index=texture_index, **kwargs
@@ -183,7 +188,7 @@ def _texture_pad_video(
 
 @register_kernel(texture_pad, PIL.Image.Image)
 def _texture_pad_pil(
-    img: PIL.Image.Image, padding: Padding, texture: torch.Tensor, *, out: Any = None, **kw: Any
+    img: PIL.Image.Image, padding: Padding, texture: Tensor, *, out: Any = None, **kw: Any
 ) -> PIL.Image.Image:
     _no_out(out)
     return pil_apply(img, functools.partial(texture_pad_image, padding=padding, texture=texture,
@@ -192,14 +197,9 @@ def _texture_pad_pil(
 
 @register_kernel(texture_pad, tv_tensors.Mask)
 def _texture_pad_mask(
-    mask: torch.Tensor,
-    padding: Padding,
-    texture: Any,
-    *,
-    fill: Fill = 0,
-    mask_fill: Number | None = None,
-    **_: Any,
-) -> torch.Tensor:
+    mask: Tensor, padding: Padding, texture: Any, *, fill: Fill = 0,
+    mask_fill: Number | None = None, **_: Any,
+) -> Tensor:  # fmt: skip
     if mask_fill is not None:
         return pad_image(mask, padding, fill=mask_fill, fill_name="mask_fill")
     return pad_image(mask, padding, fill=fill)
@@ -220,7 +220,7 @@ def pad(
     fill: Fill = 0,
     padding_mode: str = "constant",
     *,
-    out: torch.Tensor | None = None,
+    out: Tensor | None = None,
 ) -> T:
     """Pad with a standard mode: ``torchvision.transforms.v2.functional.pad``, plus more.
 
@@ -256,19 +256,19 @@ def pad(
     return kernel(inpt, padding, fill=fill, padding_mode=padding_mode, out=out)
 
 
-@register_kernel(pad, torch.Tensor)
+@register_kernel(pad, Tensor)
 @register_kernel(pad, tv_tensors.Image)
 @register_kernel(pad, tv_tensors.Video)
 @register_kernel(pad, tv_tensors.Mask)
 def pad_image(
-    image: torch.Tensor,
+    image: Tensor,
     padding: Padding,
-    fill: Fill | torch.Tensor = 0,
+    fill: Fill | Tensor = 0,
     padding_mode: str = "constant",
     *,
-    out: torch.Tensor | None = None,
+    out: Tensor | None = None,
     fill_name: str = "fill",
-) -> torch.Tensor:
+) -> Tensor:
     """``pad``'s kernel for plain tensors, images, videos and masks (``fill`` may also be a
     tensor of 1 or C values, cast with ``.to(dtype)``)."""
     x = check_image(image)
@@ -278,19 +278,16 @@ def pad_image(
     n = 1
     for s in x.shape[:-3]:
         n *= int(s)
-    border = Border.standard(mode, fill, x, n, image_channels(x.shape), fill_name)
-    return launch(x, pads, border, out)
+    border = standard(mode, fill, x, n, image_channels(x.shape), fill_name)
+    call, crop = pad_call(x, pads, border)
+    return cropped(x, call, crop, out) if any(crop) else pad_direct(x, call, out)
 
 
 @register_kernel(pad, PIL.Image.Image)
 def _pad_pil(
-    img: PIL.Image.Image,
-    padding: Padding,
-    fill: Fill = 0,
-    padding_mode: str = "constant",
-    *,
+    img: PIL.Image.Image, padding: Padding, fill: Fill = 0, padding_mode: str = "constant", *,
     out: Any = None,
-) -> PIL.Image.Image:
+) -> PIL.Image.Image:  # fmt: skip
     _no_out(out)
     # As torchvision pads a PIL image: palette images as their indices, a constant fill as the
     # pixel PIL makes of it in the image's mode (pil_fill), every other mode as numpy.pad does.
@@ -320,13 +317,9 @@ def _pad_points(
 
 # -- brick_pad ---------------------------------------------------------------------------------
 
-# Converted brick tiles, one per (options, dtype, device). The same tensor on every call lets the
-# runtime reuse its word table for the tile; nothing outside brick_pad ever sees these tensors.
-_BRICK_TILES: KeyedCache[torch.Tensor] = KeyedCache(16)
-
 
 @torch.compiler.assume_constant_result
-def brick_tile(dtype: torch.dtype, device: torch.device, **brick: Any) -> torch.Tensor:
+def brick_tile(dtype: torch.dtype, device: torch.device, **brick: Any) -> Tensor:
     """The brick tile ``brick_pad`` uses for an image of ``dtype`` on ``device``.
 
     ``make_brick_texture(**brick)`` converted once per options, dtype and device: scaled to the
@@ -335,17 +328,18 @@ def brick_tile(dtype: torch.dtype, device: torch.device, **brick: Any) -> torch.
     """
     # make_brick_texture seeds a torch.Generator, which Dynamo cannot create inside a graph
     # (fullgraph=True fails); the tile is a pure function of its arguments, so a compiled caller
-    # may bake it in as a constant.
-    key = (repr(sorted(brick.items())), dtype, device)
+    # may bake it in as a constant. Converted once per options, dtype and device: the same
+    # tensor on every call lets the Taichi backend reuse its word table for the tile.
+    key = ("brick tile", repr(sorted(brick.items())), dtype, device)
 
-    def make() -> torch.Tensor:
+    def make() -> Tensor:
         tile = make_brick_texture(**brick).to(device)
         # In [0, 1] by construction: no data-dependent range check is needed.
         return tile >= 0.5 if dtype == torch.bool else scale_texture(tile, dtype)
 
     # Under torch.export, jit.trace or a mode, made where no tracer sees it (and cached there):
     # the program gets the tile as a constant.
-    return untraced(lambda: _BRICK_TILES.get(key, make))
+    return untraced(lambda: constant(key, make))
 
 
 def brick_pad(
@@ -356,7 +350,7 @@ def brick_pad(
     offset: Offset = (0, 0),
     fill: Fill = 0,
     mask_fill: Number | None = None,
-    out: torch.Tensor | None = None,
+    out: Tensor | None = None,
     **brick: Any,
 ) -> T:
     """Pad with a procedural brick wall: ``texture_pad`` with ``make_brick_texture(**brick)``.
@@ -378,37 +372,38 @@ def brick_pad(
     )  # fmt: skip
 
 
-def _brick(x: torch.Tensor, stagger: int | None, brick: dict[str, Any]) -> tuple[torch.Tensor, int]:
+def _brick(x: Tensor, stagger: int | None, brick: dict[str, Any]) -> tuple[Tensor, int]:
     """The tile for image ``x`` and the stagger (default: the tile's running bond)."""
     options = {"channels": brick_channels(image_channels(x.shape)), **brick}
     tile = brick_tile(x.dtype, x.device, **options)
     return tile, running_bond_stagger(**brick) if stagger is None else stagger
 
 
-@register_kernel(brick_pad, torch.Tensor)
+@register_kernel(brick_pad, Tensor)
 @register_kernel(brick_pad, tv_tensors.Image)
 def brick_pad_image(
-    image: torch.Tensor,
+    image: Tensor,
     padding: Padding,
     *,
     stagger: int | None = None,
     offset: Offset = (0, 0),
     fill: Fill = 0,
     mask_fill: Number | None = None,
-    out: torch.Tensor | None = None,
+    out: Tensor | None = None,
     **brick: Any,
-) -> torch.Tensor:
+) -> Tensor:
     """``brick_pad``'s kernel for plain tensors and images (``fill`` and ``mask_fill`` are not
     used: the wall pads)."""
     x = check_image(image)
     tile, stagger = _brick(x, stagger, brick)
-    return texture_pad_image(x, padding, tile, stagger=stagger, offset=offset, out=out)
+    call, crop = _texture_call(x, padding, tile, stagger, offset, None, out)
+    return cropped(x, call, crop, out) if any(crop) else pad_direct(x, call, out)
 
 
 @register_kernel(brick_pad, tv_tensors.Video)
 def _brick_pad_video(
-    video: torch.Tensor, padding: Padding, *, stagger: int | None = None, **kwargs: Any
-) -> torch.Tensor:
+    video: Tensor, padding: Padding, *, stagger: int | None = None, **kwargs: Any
+) -> Tensor:
     brick = {k: v for k, v in kwargs.items() if k not in ("offset", "fill", "mask_fill", "out")}
     rest = {k: v for k, v in kwargs.items() if k in ("offset", "out")}
     tile, stagger = _brick(check_image(video), stagger, brick)
@@ -417,14 +412,9 @@ def _brick_pad_video(
 
 @register_kernel(brick_pad, PIL.Image.Image)
 def _brick_pad_pil(
-    img: PIL.Image.Image,
-    padding: Padding,
-    *,
-    out: Any = None,
-    fill: Fill = 0,
-    mask_fill: Number | None = None,
-    **kw: Any,
-) -> PIL.Image.Image:
+    img: PIL.Image.Image, padding: Padding, *, out: Any = None, fill: Fill = 0,
+    mask_fill: Number | None = None, **kw: Any,
+) -> PIL.Image.Image:  # fmt: skip
     _no_out(out)
     return pil_apply(img, functools.partial(brick_pad_image, padding=padding, **kw))
 

@@ -32,6 +32,7 @@ import numpy as np
 import numpy.typing as npt
 import PIL.Image
 import torch
+from torch import Tensor
 
 __all__ = ["pil_apply", "pil_fill", "pil_texture"]
 
@@ -41,7 +42,7 @@ _CHUNK = 4096  # colours matched against a palette at a time: (4096, 256) int64 
 
 
 def pil_apply(
-    img: PIL.Image.Image, fn: Callable[[torch.Tensor], torch.Tensor], *, indices: bool = False
+    img: PIL.Image.Image, fn: Callable[[Tensor], Tensor], *, indices: bool = False
 ) -> PIL.Image.Image:
     """Apply ``fn`` (``(C, H, W)`` -> ``(C, H', W')`` tensor) to a PIL image, keeping its mode.
 
@@ -69,15 +70,15 @@ def pil_apply(
     return out
 
 
-def _to_tensor(arr: npt.NDArray[np.generic]) -> torch.Tensor:
+def _to_tensor(arr: npt.NDArray[np.generic]) -> Tensor:
     t = torch.from_numpy(np.ascontiguousarray(arr))
     return t.permute(2, 0, 1) if t.dim() == 3 else t[None]
 
 
-def _run(fn: Callable[[torch.Tensor], torch.Tensor], t: torch.Tensor) -> npt.NDArray[np.generic]:
+def _run(fn: Callable[[Tensor], Tensor], t: Tensor) -> npt.NDArray[np.generic]:
     """``fn(t)`` checked and back as an ``(H', W', C)`` array (``(H', W')`` for one channel)."""
     result = fn(t)
-    if not isinstance(result, torch.Tensor):
+    if not isinstance(result, Tensor):
         raise TypeError(f"fn must return a torch.Tensor, got {type(result).__name__}")
     if result.dim() != 3 or result.shape[0] != t.shape[0] or result.dtype != t.dtype:
         raise ValueError(
@@ -89,7 +90,7 @@ def _run(fn: Callable[[torch.Tensor], torch.Tensor], t: torch.Tensor) -> npt.NDA
     return out.contiguous().numpy()
 
 
-def _work_tensor(img: PIL.Image.Image) -> tuple[torch.Tensor, np.dtype[Any]]:
+def _work_tensor(img: PIL.Image.Image) -> tuple[Tensor, np.dtype[Any]]:
     """``img``'s pixels as the ``(C, H, W)`` tensor of the module docstring (palette images as
     their indices), and the array dtype they are stored in."""
     try:
@@ -104,9 +105,7 @@ def _work_tensor(img: PIL.Image.Image) -> tuple[torch.Tensor, np.dtype[Any]]:
     return _to_tensor(arr.astype(stored.newbyteorder("="), copy=False)), stored
 
 
-def _apply_direct(
-    img: PIL.Image.Image, fn: Callable[[torch.Tensor], torch.Tensor]
-) -> PIL.Image.Image:
+def _apply_direct(img: PIL.Image.Image, fn: Callable[[Tensor], Tensor]) -> PIL.Image.Image:
     work, stored = _work_tensor(img)
     if img.mode == "1":
         out = _run(fn, work)
@@ -116,7 +115,7 @@ def _apply_direct(
     return PIL.Image.frombytes(img.mode, (w, h), out.astype(stored, copy=False).tobytes())
 
 
-def pil_fill(img: PIL.Image.Image, fill: Any, name: str = "fill") -> torch.Tensor:
+def pil_fill(img: PIL.Image.Image, fill: Any, name: str = "fill") -> Tensor:
     """The constant border of ``img`` for ``fill``, exactly as torchvision pads a PIL image, as
     a ``(C,)`` tensor for ``pil_apply(img, ..., indices=True)``'s function.
 
@@ -134,7 +133,7 @@ def pil_fill(img: PIL.Image.Image, fill: Any, name: str = "fill") -> torch.Tenso
         ValueError: a sequence of another length than 1 or the image's bands; a value that is
             not finite (no int) or that PIL cannot put into the mode.
     """
-    if isinstance(fill, torch.Tensor):
+    if isinstance(fill, Tensor):
         fill = fill.detach().cpu().reshape(-1).tolist()
     bands = len(img.getbands())
     if fill is None:
@@ -223,7 +222,7 @@ def _palette_work_mode(img: PIL.Image.Image) -> str:
     return "RGBA" if has_alpha else "RGB"
 
 
-def pil_texture(img: PIL.Image.Image, texture: PIL.Image.Image) -> torch.Tensor:
+def pil_texture(img: PIL.Image.Image, texture: PIL.Image.Image) -> Tensor:
     """A texture image as the ``(C, th, tw)`` tensor that suits ``pil_apply(img, ...)``.
 
     The texture is converted the way PIL converts colours into ``img``'s space, and comes out
@@ -270,9 +269,7 @@ def pil_texture(img: PIL.Image.Image, texture: PIL.Image.Image) -> torch.Tensor:
     return _to_tensor(np.array(converted))
 
 
-def _apply_palette(
-    img: PIL.Image.Image, fn: Callable[[torch.Tensor], torch.Tensor]
-) -> PIL.Image.Image:
+def _apply_palette(img: PIL.Image.Image, fn: Callable[[Tensor], Tensor]) -> PIL.Image.Image:
     palette_mode = img.palette.mode if img.palette is not None else "RGB"
     colours = _palette_colours(img, _palette_work_mode(img))
     arr = np.array(img)

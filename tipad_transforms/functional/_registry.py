@@ -21,7 +21,7 @@ import functools
 from collections.abc import Callable
 from typing import Any, TypeVar
 
-import torch
+from torch import Tensor
 from torchvision import tv_tensors
 
 __all__ = ["get_kernel", "register_kernel"]
@@ -40,7 +40,7 @@ def _tv_tensor_wrapper(kernel: Callable[..., Any]) -> Callable[..., Any]:
 
     @functools.wraps(kernel)
     def wrapper(inpt: tv_tensors.TVTensor, *args: Any, **kwargs: Any) -> Any:
-        return tv_tensors.wrap(kernel(inpt.as_subclass(torch.Tensor), *args, **kwargs), like=inpt)
+        return tv_tensors.wrap(kernel(inpt.as_subclass(Tensor), *args, **kwargs), like=inpt)
 
     return wrapper
 

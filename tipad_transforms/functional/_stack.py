@@ -12,25 +12,23 @@ from collections.abc import Sequence
 from typing import Any
 
 import torch
+from torch import Tensor
 
-from .. import ops
-from .._checks import check_dense, check_int
-from .._geometry import check_mode, image_channels
-from .._tracing import eager
-from ..ops._pad import pad_stack_direct
+from .._checks import check_dense, check_int, check_mode
+from ..ops.padding import PadCall, StackGeometry, image_channels, pad_stack_direct
 from ._convert import Fill
-from ._launch import Border, check_size
 from ._pad import check_image
+from ._record import check_size, standard, textured
 
 __all__ = ["pad_stack"]
 
 
-def _images(images: Any) -> list[torch.Tensor]:
-    if isinstance(images, torch.Tensor) or not isinstance(images, Sequence) or not images:
+def _images(images: Any) -> list[Tensor]:
+    if isinstance(images, Tensor) or not isinstance(images, Sequence) or not images:
         raise ValueError("images must be a non-empty sequence of (C, H, W) tensors")
-    checked: list[torch.Tensor] = []
+    checked: list[Tensor] = []
     for i, im in enumerate(images):
-        if not isinstance(im, torch.Tensor):
+        if not isinstance(im, Tensor):
             raise TypeError(f"images[{i}] must be a torch.Tensor, got {type(im).__name__}")
         im = check_image(im, f"images[{i}]")
         if im.dim() != 3:
@@ -46,8 +44,8 @@ def _images(images: Any) -> list[torch.Tensor]:
     return checked
 
 
-def _placement(placement: Any, n: int) -> torch.Tensor:
-    if not isinstance(placement, torch.Tensor):
+def _placement(placement: Any, n: int) -> Tensor:
+    if not isinstance(placement, Tensor):
         raise TypeError(f"placement must be an int tensor (N, 2), got {type(placement).__name__}")
     check_dense(placement, "placement")
     if placement.is_floating_point() or placement.is_complex() or placement.dtype == torch.bool:
@@ -60,7 +58,7 @@ def _placement(placement: Any, n: int) -> torch.Tensor:
     return placement.detach().to("cpu", torch.int64)
 
 
-def _sizes(images: list[torch.Tensor], where: torch.Tensor, mode: str, size: Any) -> torch.Tensor:
+def _sizes(images: list[Tensor], where: Tensor, mode: str, size: Any) -> Tensor:
     """The ``(N, 4)`` ``(h, w, top, left)`` table of ``tipad::pad_stack``, every image checked
     to fit (and, for a standard mode, to have pixels) with errors naming it."""
     if (
@@ -84,17 +82,10 @@ def _sizes(images: list[torch.Tensor], where: torch.Tensor, mode: str, size: Any
 
 
 def pad_stack(
-    images: Sequence[torch.Tensor],
-    size: Sequence[int],
-    placement: torch.Tensor,
-    fill: Fill = 0,
-    padding_mode: str = "constant",
-    *,
-    texture: torch.Tensor | None = None,
-    stagger: int = 0,
-    offset: Sequence[int] | torch.Tensor = (0, 0),
-    texture_index: int | torch.Tensor | None = None,
-) -> torch.Tensor:
+    images: Sequence[Tensor], size: Sequence[int], placement: Tensor, fill: Fill = 0,
+    padding_mode: str = "constant", *, texture: Tensor | None = None, stagger: int = 0,
+    offset: Sequence[int] | Tensor = (0, 0), texture_index: int | Tensor | None = None,
+) -> Tensor:  # fmt: skip
     """Pad each ``(C, h_i, w_i)`` image to ``size`` at its own ``placement``; stack the results.
 
     One kernel launch for the whole batch. The images are first packed into one flat tensor
@@ -132,16 +123,11 @@ def pad_stack(
     if mode == "texture":
         if texture is None:
             raise ValueError("padding_mode='texture' needs a texture")
-        border = Border.textured(
+        border = textured(
             texture, x, (n,), channels, stagger=check_int(stagger, "stagger"), offset=offset,
             texture_index=texture_index, image_name="images",
         )  # fmt: skip
     else:
-        border = Border.standard(mode, fill, x, n, channels)
+        border = standard(mode, fill, x, n, channels)
     packed = torch.cat([im.reshape(-1) for im in checked])
-    args = (packed, sizes, [channels, *size], border.mode, border.fill, border.texture,
-            border.offset, border.texture_index, border.stagger)  # fmt: skip
-    if eager(packed, sizes, border.fill, border.texture, border.offset, border.texture_index):
-        # Nothing to record or trace: the op's implementation, without the dispatcher.
-        return pad_stack_direct(*args)
-    return ops.pad_stack(*args)
+    return pad_stack_direct(packed, PadCall(StackGeometry(sizes, channels, *size), *border))

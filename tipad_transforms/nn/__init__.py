@@ -4,7 +4,8 @@
   ``RWKV4``.
 - RWKV-7 "Goose" (x070): ``RWKV7TimeMix``, ``RWKV7ChannelMix``, ``RWKV7Block`` (on ``ops.wkv7``)
   and the model ``RWKV7``.
-- ``generate`` / ``sample_logits``: sampling one token at a time with the state carried.
+- ``Recurrent`` (``model.recurrent()``): a model's snapshot for fast one-token steps;
+  ``generate`` / ``sample_logits``: sampling one token at a time with the state carried.
 
 Every layer and model runs a whole sequence (``m(x)``), or continues from a state
 (``m(x, state)``, ``None`` for the zero state) and returns the new one; see docs/rwkv.md.
@@ -15,6 +16,7 @@ They train as RWKV-LM's do: under ``torch.autocast`` (the recurrences stay float
 
 from ._generate import generate, sample_logits
 from ._models import RWKV4, RWKV7
+from ._recurrent import Recurrent
 from ._rwkv4 import (
     BlockState,
     ChannelMixState,
@@ -45,6 +47,7 @@ __all__ = [
     "RWKVBlock",
     "RWKVChannelMix",
     "RWKVTimeMix",
+    "Recurrent",
     "TimeMixState",
     "generate",
     "lora_widths",

@@ -1,5 +1,5 @@
-"""What every RWKV layer family shares: argument checks, token shift, the "no state" sentinel,
-the eager one-token path's helpers and its row-major copies of the widening weights."""
+"""What every RWKV layer family shares: argument checks, token shift, the "no state" sentinel
+and the base classes of the stateful layers."""
 
 from __future__ import annotations
 
@@ -7,16 +7,13 @@ import enum
 import functools
 import inspect
 import os
-from collections.abc import Callable
-from operator import itemgetter
-from typing import Any, ParamSpec, cast
+from collections.abc import Callable, Sequence
+from typing import Any, ClassVar, Generic, ParamSpec, TypeVar, overload
 
 import torch
 from torch import nn
 
 from .._checks import check_float
-from .._compat.torch import global_module_hooks, jit_tracing, module_hooks, tensor_version
-from .._tracing import eager
 
 
 class Stateless(enum.Enum):
@@ -121,6 +118,13 @@ def check_layer(layer_id: object, n_layer: int) -> int:
     return layer_id
 
 
+def ratios(layer_id: int, n_layer: int) -> tuple[float, float]:
+    """RWKV-LM's depth ratios ``(r01, r1a0)``: ``layer_id / (n_layer - 1)`` (0 -> 1 over the
+    stack) and ``1 - layer_id / n_layer`` (1 -> ~0). RWKV-LM divides by zero for one layer;
+    a lone layer counts as a first one (``r01 = 0``)."""
+    return (layer_id / (n_layer - 1) if n_layer > 1 else 0.0), 1.0 - layer_id / n_layer
+
+
 def channel_ramp(n_embd: int) -> torch.Tensor:
     """``ddd[i] = i / n_embd`` as ``(1, 1, n_embd)`` float64: the base of the token-mix inits."""
     return (torch.arange(n_embd, dtype=torch.float64) / n_embd).view(1, 1, n_embd)
@@ -141,23 +145,22 @@ def check_dense(name: str, t: torch.Tensor) -> torch.Tensor:
     return t
 
 
-def check_x(x: object, n_embd: int, like: torch.Tensor | None = None) -> torch.Tensor:
-    """``x`` if it is a dense float ``(B, T, n_embd)`` tensor, else a TypeError/ValueError
-    naming it; with ``like`` (a parameter of the module), also on its device and, outside
-    ``torch.autocast``, of its dtype."""
+def check_x(x: object, n_embd: int, like: torch.Tensor) -> torch.Tensor:
+    """``x`` if it is a dense float ``(B, T, n_embd)`` tensor on ``like``'s device (a parameter
+    of the module) and, outside ``torch.autocast``, of its dtype; else a TypeError/ValueError
+    naming it."""
     x = check_dense("x", check_float("x", x))
     if x.dim() != 3 or x.shape[2] != n_embd:
         raise ValueError(f"x must be (B, T, n_embd={n_embd}), got shape {tuple(x.shape)}")
-    if like is not None:
-        if x.device != like.device:
-            raise ValueError(
-                f"x is on {x.device}, the module's parameters on {like.device}: use one device"
-            )
-        if x.dtype != like.dtype and not torch.is_autocast_enabled(x.device.type):
-            raise TypeError(
-                f"x is {x.dtype}, the module's parameters {like.dtype}: convert one "
-                "(module.to(dtype)), or run under torch.autocast"
-            )
+    if x.device != like.device:
+        raise ValueError(
+            f"x is on {x.device}, the module's parameters on {like.device}: use one device"
+        )
+    if x.dtype != like.dtype and not torch.is_autocast_enabled(x.device.type):
+        raise TypeError(
+            f"x is {x.dtype}, the module's parameters {like.dtype}: convert one "
+            "(module.to(dtype)), or run under torch.autocast"
+        )
     return x
 
 
@@ -197,10 +200,51 @@ def check_tuple(state: object, length: int, kind: str) -> tuple:
     return state
 
 
+def check_idx(idx: object, vocab_size: int, device: torch.device) -> torch.Tensor:
+    """``idx`` if it is a dense ``(B, T)`` int64/int32 tensor of token ids in
+    ``[0, vocab_size)`` on ``device``, else a TypeError/ValueError naming it."""
+    if not isinstance(idx, torch.Tensor):
+        raise TypeError(f"idx must be a torch.Tensor, got {type(idx).__name__}")
+    check_dense("idx", idx)
+    if idx.dtype not in (torch.int64, torch.int32):
+        raise TypeError(f"idx must be int64 (or int32) token ids, got {idx.dtype}")
+    if idx.dim() != 2:
+        raise ValueError(f"idx must be (B, T), got shape {tuple(idx.shape)}")
+    if idx.device != device:
+        raise ValueError(f"idx is on {idx.device}, the model on {device}: use one device")
+    # The range needs the values on the host: skipped while torch.compile traces (a graph
+    # break per call otherwise), where the embedding's own index check remains, and for
+    # meta tensors, which have no values (a meta model gives meta logits).
+    if idx.numel() and not idx.is_meta and not torch.compiler.is_compiling():
+        low, high = (int(v) for v in torch.aminmax(idx))
+        if low < 0 or high >= vocab_size:
+            raise ValueError(
+                f"idx must hold token ids in [0, vocab_size={vocab_size}), got values "
+                f"in [{low}, {high}]"
+            )
+    return idx
+
+
+def check_states(
+    state: object, n_layer: int, x: torch.Tensor, init: Callable[..., list[Any]]
+) -> list[Any]:
+    """A model's ``state`` as a list of ``n_layer`` block states (``None``: ``init``'s zero
+    state for ``x``), else a TypeError/ValueError naming it. The blocks check their parts."""
+    if state is None:
+        return init(x.shape[0], device=x.device, dtype=x.dtype)
+    if not isinstance(state, Sequence) or isinstance(state, torch.Tensor | str | bytes):
+        raise TypeError(
+            f"state must be a list of {n_layer} block states, got {type(state).__name__}"
+        )
+    if len(state) != n_layer:
+        raise ValueError(f"state must hold one block state per layer ({n_layer}), got {len(state)}")
+    return list(state)
+
+
 def shifted(x: torch.Tensor, prev: torch.Tensor | None) -> torch.Tensor:
     """``x`` one step later in time: ``xx[:, t] = x[:, t-1]``, ``xx[:, 0] = prev`` (or zeros)."""
-    # unsqueeze, not [:, None], and no .to() to the same dtype: 1.3 us instead of 3.4 (each
-    # index or .to() costs 1.4-2 us), on a one-token step that is all fixed cost.
+    # unsqueeze rather than an index, and no .to() to the same dtype: a one-token step is all
+    # fixed cost, and each of those is a dispatch more.
     if prev is None:
         first = x.new_zeros(x.shape[0], 1, x.shape[2])
     else:
@@ -212,193 +256,155 @@ def shifted(x: torch.Tensor, prev: torch.Tensor | None) -> torch.Tensor:
 
 def last(x: torch.Tensor, prev: torch.Tensor) -> torch.Tensor:
     """The shift state after ``x``: its last token, or ``prev`` for an empty sequence."""
-    return x.select(1, -1) if x.shape[1] else prev  # select: cheaper than x[:, -1]
+    return x.select(1, -1) if x.shape[1] else prev
 
 
-def plain(*modules: nn.Module) -> bool:
-    """Whether calling ``modules``' ``forward`` directly (or their functional form) is what
-    ``module(x)`` would do: no hooks on them or global ones, no ``forward`` set on an instance
-    (as accelerate's hooks do), no TorchScript tracing."""
-    if global_module_hooks() or jit_tracing():
-        return False
-    for m in modules:
-        if module_hooks(m) or "forward" in m.__dict__:
-            return False
-    return True
+S = TypeVar("S", bound=tuple)
 
 
-def fast_step(x: torch.Tensor, block: nn.Module, mixers: tuple[tuple[nn.Module, type], ...],
-              norms: tuple[nn.Module | None, ...]) -> bool:  # fmt: skip
-    """Whether a stateful call of ``block`` on ``x`` may take the eager inference path.
+class Stateful(nn.Module, Generic[S]):
+    """The base of every RWKV layer: its width, position and state.
 
-    That path calls each mixer's step and ``F.linear`` / ``F.layer_norm`` with the children's
-    own weights, skipping ``nn.Module.__call__`` (a one-token step is all fixed cost). It may
-    when nothing needs a graph (``_tracing.eager``: grad off, or no input or parameter
-    requiring it), each mixer is exactly of its class with plain ``nn.Linear`` (or
-    ``nn.GroupNorm``) children, the
-    ``norms`` are plain ``nn.LayerNorm`` (or None), and no module involved has hooks.
+    A subclass names its state's ``NamedTuple`` (``State``), the parameter whose device and
+    dtype its state and input take (``_like``), the zero state (``_zeros``) and the shape of
+    each state tensor it checks (``_state_shapes``; ``None`` for a part a child checks). Its
+    math is a module-level function ``_math(m, x, ..., state)`` (``state`` ``None``: no
+    state), which reads ``m``'s parameters and children by name: the module passes itself,
+    the recurrent snapshot (``nn/_recurrent.py``) the same names as plain tensors and
+    callables. ``_recurrent`` lists those names.
     """
-    if not eager(x):
-        return False
-    if torch.is_grad_enabled() and any(p.requires_grad for p in block.parameters()):
-        return False
-    involved: list[nn.Module] = [block]
-    for m in norms:
-        if m is not None:
-            if type(m) is not nn.LayerNorm:
-                return False
-            involved.append(m)
-    for mixer, cls in mixers:
-        if type(mixer) is not cls:
-            return False
-        involved.append(mixer)
-        for child in mixer._modules.values():
-            if child is None or type(child) not in (nn.Linear, nn.GroupNorm):
-                return False
-            involved.append(child)
-    return plain(*involved)
+
+    State: ClassVar[type]
+    _math: ClassVar[Callable[..., Any]]
+    _recurrent: ClassVar[tuple[str, ...]]
+
+    def __init__(self, n_embd: int, layer_id: int, n_layer: int) -> None:
+        super().__init__()
+        self.n_embd = check_size("n_embd", n_embd)
+        self.layer_id = check_layer(layer_id, n_layer)
+
+    def _like(self) -> torch.Tensor:
+        raise NotImplementedError
+
+    def _zeros(self, batch_size: int, device: torch.device | str, dtype: torch.dtype) -> S:
+        raise NotImplementedError
+
+    def _state_shapes(self, batch_size: int) -> tuple[tuple[int, ...] | None, ...]:
+        raise NotImplementedError
+
+    def init_state(
+        self,
+        batch_size: int,
+        *,
+        device: torch.device | str | None = None,
+        dtype: torch.dtype | None = None,
+    ) -> S:
+        """The state before the first token, for ``batch_size`` sequences: zero shifts in
+        ``dtype``, the WKV start in float32 (float64 when ``dtype`` is float64). ``device`` and
+        ``dtype`` default to the module's parameters'. Raises TypeError/ValueError naming
+        ``batch_size``, ``device`` or ``dtype``."""
+        check_state_args(batch_size, device, dtype)
+        like = self._like()
+        return self._zeros(
+            batch_size, like.device if device is None else device,
+            like.dtype if dtype is None else dtype,
+        )  # fmt: skip
+
+    def _check_state(self, state: object, x: torch.Tensor) -> S:
+        """``state`` as this layer's ``State`` for ``x``, else a TypeError/ValueError naming it
+        (``state``, ``state.shift``, ``state.wkv``)."""
+        fields = self.State._fields  # type: ignore[attr-defined]
+        parts = check_tuple(state, len(fields), self.State.__name__)
+        shapes = self._state_shapes(x.shape[0])
+        checked = [
+            t if shape is None else check_part(f"state.{name}", t, shape, x)
+            for name, t, shape in zip(fields, parts, shapes, strict=True)
+        ]
+        result: S = self.State(*checked)
+        wkv = getattr(result, "wkv", None)
+        if wkv is not None and wkv.dtype != state_dtype(x.dtype):
+            raise TypeError(
+                f"state.wkv must be {state_dtype(x.dtype)} for {x.dtype} x, got {wkv.dtype}"
+            )
+        return result
+
+    def _begin(self, x: object, state: object) -> tuple[torch.Tensor, S | None]:
+        """The checked ``x`` and the state to start from (``None``: no state given)."""
+        x = check_x(x, self.n_embd, self._like())
+        if state is STATELESS:
+            return x, None
+        if state is None:
+            return x, self.init_state(x.shape[0], device=x.device, dtype=x.dtype)
+        return x, self._check_state(state, x)
+
+    def _add_block_children(self, att: nn.Module, ffn: nn.Module) -> None:
+        """A block's children in the checkpoints' order: ``ln1``, ``ln2``, ``ln0`` (layer 0's
+        layer norm of the embeddings; ``None`` on the others), ``att``, ``ffn``."""
+        self.ln1 = nn.LayerNorm(self.n_embd)
+        self.ln2 = nn.LayerNorm(self.n_embd)
+        self.ln0 = nn.LayerNorm(self.n_embd) if self.layer_id == 0 else None
+        self.att = att
+        self.ffn = ffn
 
 
-# A one-token step is all fixed cost, and ``nn.Module.__getattr__`` costs ~1.5 us a read (a
-# failed ordinary lookup, then a Python call): the hot paths read parameters and children
-# from the modules' own dicts, in one C call each. Same objects as ``m.weight``.
-WEIGHT_BIAS = itemgetter("weight", "bias")
+class Layer(Stateful[S]):
+    """A layer called as ``m(x)`` -> ``y`` or ``m(x, state)`` -> ``(y, new_state)``."""
+
+    @overload
+    def forward(self, x: torch.Tensor) -> torch.Tensor: ...
+    @overload
+    def forward(self, x: torch.Tensor, state: S | None) -> tuple[torch.Tensor, S]: ...
+
+    def forward(
+        self, x: torch.Tensor, state: S | Stateless | None = STATELESS
+    ) -> torch.Tensor | tuple[torch.Tensor, S]:
+        """``x`` ``(B, T, n_embd)`` -> ``y`` of the same shape and dtype; with ``state`` (this
+        layer's state for batch size ``B``; ``None``: the zero state) the sequence continues
+        from it and ``(y, new_state)`` is returned.
+
+        Floating ``x`` in the parameters' dtype (any dtype under ``torch.autocast``) on their
+        device; the WKV recurrence and its state are float32 (float64 for float64 ``x``).
+        Raises ``ValueError`` naming ``x``, ``state.shift`` or ``state.wkv`` for a wrong
+        shape, batch size or device, ``TypeError`` naming ``x`` or ``state`` for a wrong type
+        or dtype.
+        """
+        x, s = self._begin(x, state)
+        y, new_state = self._math(self, x, s)
+        return y if s is None else (y, new_state)
 
 
-class _Attributes:
-    """A module's attributes as a mapping (``read``'s fallback)."""
+class ValueLayer(Stateful[S]):
+    """An RWKV-7 layer with the value residual: ``m(x, v_first)`` -> ``(y, v_first)``,
+    ``m(x, v_first, state)`` -> ``(y, v_first, new_state)``."""
 
-    __slots__ = ("module",)
+    def _check_v_first(self, v_first: object, x: torch.Tensor) -> torch.Tensor | None:
+        return v_first  # type: ignore[return-value]  # a block's time mix checks it
 
-    def __init__(self, module: nn.Module) -> None:
-        self.module = module
+    @overload
+    def forward(
+        self, x: torch.Tensor, v_first: torch.Tensor | None = None
+    ) -> tuple[torch.Tensor, torch.Tensor]: ...
+    @overload
+    def forward(
+        self, x: torch.Tensor, v_first: torch.Tensor | None, state: S | None
+    ) -> tuple[torch.Tensor, torch.Tensor, S]: ...
 
-    def __getitem__(self, name: str) -> object:
-        return getattr(self.module, name)
+    def forward(
+        self,
+        x: torch.Tensor,
+        v_first: torch.Tensor | None = None,
+        state: S | Stateless | None = STATELESS,
+    ) -> tuple[torch.Tensor, torch.Tensor] | tuple[torch.Tensor, torch.Tensor, S]:
+        """Run ``x`` ``(B, T, n_embd)``; returns ``(y, v_first)``, or ``(y, v_first,
+        new_state)`` when ``state`` is given (``None``: the zero state).
 
-
-def read(names: itemgetter, m: nn.Module) -> Any:
-    """``names`` (an ``itemgetter``) of ``m``'s parameters: from ``m._parameters`` in one C
-    call, or from its attributes where that dict lacks them (a ``DataParallel`` replica keeps
-    its weights as plain tensor attributes)."""
-    try:
-        return names(m._parameters)
-    except KeyError:
-        return names(_Attributes(m))
-
-
-def linear(m: nn.Module, x: torch.Tensor, fast: bool) -> torch.Tensor:
-    """``m(x)``, as ``F.linear`` on the fast path (``m`` is then a plain ``nn.Linear``)."""
-    if fast:
-        return torch.nn.functional.linear(x, *read(WEIGHT_BIAS, m))
-    return m(x)
-
-
-def layer_norm(m: nn.Module, x: torch.Tensor, fast: bool) -> torch.Tensor:
-    """``m(x)``, as ``F.layer_norm`` on the fast path (``m`` a plain ``nn.LayerNorm``)."""
-    if fast:
-        weight, bias = read(WEIGHT_BIAS, m)
-        return torch.nn.functional.layer_norm(
-            x,
-            m.normalized_shape,  # type: ignore[arg-type]
-            weight,
-            bias,
-            m.eps,  # type: ignore[arg-type]
-        )
-    return m(x)
-
-
-# The eager path's copies of widening weights. A one-row product (a one-token step) reads a
-# linear map's weight (out, in) fastest as the row-major (in, out) transpose when out > in:
-# BLAS then streams rows of the output width, where F.linear on the row-major weight computes
-# out short dot products (BlinkDL's `rwkv` package stores every weight transposed for this).
-# The parameters stay row-major (out, in), as nn.Linear's are; the step keeps a transposed copy
-# in the dict of the module that uses it, under ROWS_PREFIX + the weight's name.
-ROWS_PREFIX = "_rows_"
-
-
-inplace_version = tensor_version  # see _compat.torch.tensor_version
-
-
-def widening(m: nn.Module) -> bool:
-    """Whether ``m`` is a plain ``nn.Linear`` whose step reads a row-major copy (out > in)."""
-    return type(m) is nn.Linear and m.out_features > m.in_features
-
-
-def rows_weight(owner: nn.Module, name: str, weight: torch.Tensor) -> torch.Tensor:
-    """``weight`` ``(out, in)`` as a row-major ``(in, out)`` copy, kept in ``owner``'s dict.
-
-    The copy is made again when ``weight`` is another tensor or has another storage, layout,
-    dtype or in-place version: an optimizer step, ``load_state_dict``, ``.to()`` or an edit
-    under ``torch.no_grad()`` shows at the next step. It costs the weight's memory once more
-    while it is kept; ``forget_rows`` drops it (the owners do when a call records a graph,
-    and on ``.to()``), and pickles and deep copies leave it out.
-    """
-    key = ROWS_PREFIX + name
-    stamp = (
-        weight.data_ptr(),
-        inplace_version(weight),
-        weight.shape,
-        weight.stride(),
-        weight.dtype,
-    )
-    entry = owner.__dict__.get(key)
-    if entry is not None and entry[0] is weight and entry[1] == stamp:
-        return entry[2]
-    owner.__dict__.pop(key, None)  # the old copy's memory first
-    rows = weight.detach().t().contiguous()
-    owner.__dict__[key] = (weight, stamp, rows)
-    return rows
-
-
-def forget_rows(owner: nn.Module) -> None:
-    """Drop the row-major copies ``owner`` keeps (``rows_weight``). Nothing while compiling:
-    a compiled graph never reads them, and Dynamo need not trace a module dict's edits."""
-    if torch.compiler.is_compiling():
-        return
-    for key in [k for k in owner.__dict__ if k.startswith(ROWS_PREFIX)]:
-        del owner.__dict__[key]
-
-
-def recording(*modules: nn.Module) -> bool:
-    """Whether a call of ``modules`` now would record a graph for their parameters: grad
-    mode on and one of them requires grad (training)."""
-    return torch.is_grad_enabled() and any(p.requires_grad for m in modules for p in m.parameters())
-
-
-def step_linear(owner: nn.Module, name: str, x: torch.Tensor) -> torch.Tensor:
-    """``owner.<name>(x)`` on the eager path (``owner.<name>`` a plain ``nn.Linear`` without
-    hooks): ``F.linear``, on the row-major copy of a widening weight."""
-    m = cast(nn.Module, owner._modules[name])
-    weight, bias = read(WEIGHT_BIAS, m)
-    if widening(m):
-        weight = rows_weight(owner, name, weight).t()
-    return torch.nn.functional.linear(x, weight, bias)
-
-
-class KeepsRows(nn.Module):
-    """A module whose eager step keeps row-major copies (``rows_weight``): they are dropped on
-    ``.to()`` / ``.cuda()`` / ``.half()`` (which replace the storage anyway) and left out of
-    pickles and deep copies."""
-
-    def _apply(self, fn: Any, recurse: bool = True) -> Any:
-        forget_rows(self)
-        return super()._apply(fn, recurse)
-
-    def __getstate__(self) -> dict[str, Any]:
-        state: dict[str, Any] = super().__getstate__()
-        return {k: v for k, v in state.items() if not k.startswith(ROWS_PREFIX)}
-
-
-def group_norm(m: nn.Module, x: torch.Tensor, fast: bool) -> torch.Tensor:
-    """``m(x)``, as ``F.group_norm`` on the fast path (``m`` a plain ``nn.GroupNorm``)."""
-    if fast:
-        weight, bias = read(WEIGHT_BIAS, m)
-        return torch.nn.functional.group_norm(
-            x,
-            m.num_groups,  # type: ignore[arg-type]
-            weight,
-            bias,
-            m.eps,  # type: ignore[arg-type]
-        )
-    return m(x)
+        ``y`` has ``x``'s shape and dtype; ``v_first`` ``(B, T, n_embd)`` is layer 0's ``v``
+        (which layer 0 makes, ignoring the one passed in) and required by every later layer.
+        Floating ``x`` in the parameters' dtype (any dtype under ``torch.autocast``) on their
+        device; the WKV-7 state is float32 (float64 for float64 ``x``). Raises ``ValueError``
+        naming ``x``, ``v_first`` or ``state`` for a wrong shape, batch size or device,
+        ``TypeError`` for a wrong type or dtype.
+        """
+        x, s = self._begin(x, state)
+        y, v_first, new_state = self._math(self, x, self._check_v_first(v_first, x), s)
+        return (y, v_first) if s is None else (y, v_first, new_state)

@@ -11,6 +11,8 @@ import torch
 from torch import nn
 
 from ._common import allocation_failure, check_dense
+from ._models import _RWKV
+from ._recurrent import Recurrent
 
 __all__ = ["generate", "sample_logits"]
 
@@ -98,9 +100,11 @@ def _prompt(prompt: object, model: object) -> torch.Tensor:
         if not all(isinstance(i, int) and not isinstance(i, bool) for i in prompt):
             kinds = sorted({type(i).__name__ for i in prompt if not isinstance(i, int)} or {"bool"})
             raise TypeError(f"prompt must be a list of int token ids, got items of {kinds}")
-        # A list goes to the model's device (a module's parameters tell it).
+        # A list goes to the model's device (a module's parameters, a snapshot's tensors).
         device = None
-        if isinstance(model, nn.Module):
+        if isinstance(model, Recurrent):
+            device = model.device
+        elif isinstance(model, nn.Module):
             device = next((q.device for q in model.parameters()), None)
         try:
             idx = torch.tensor([list(prompt)], dtype=torch.int64, device=device)
@@ -137,9 +141,11 @@ def generate(
 ) -> torch.Tensor:
     """Continue ``prompt`` by ``max_new_tokens`` tokens with an RWKV model in RNN mode.
 
-    ``model``: an ``RWKV7`` or ``RWKV4`` (anything with ``model(idx, state) -> (logits,
-    new_state)``). ``prompt``: ``(B, T)`` int64 (or int32) token ids, or a list of ids for
-    ``B = 1`` (made on the model's device), with ``T >= 1``; it runs in one parallel call,
+    ``model``: an ``RWKV7`` or ``RWKV4``, run through its recurrent form (``model.recurrent()``,
+    built for this call: to generate repeatedly from the same weights, build it once and pass
+    it instead), or anything else called as ``model(idx, state) -> (logits, new_state)`` (a
+    ``Recurrent``, say). ``prompt``: ``(B, T)`` int64 (or int32) token ids, or a list of ids
+    for ``B = 1`` (made on the model's device), with ``T >= 1``; it runs in one parallel call,
     then each new token is fed alone with the state carried, so a step costs the same whatever
     the length so far. ``state``: where the prompt starts (``None``: the zero state; e.g. a
     tuned initial state); it is not modified. Sampling as ``sample_logits``
@@ -166,12 +172,13 @@ def generate(
         raise ValueError(
             f"max_new_tokens={max_new_tokens} is too many: the output cannot be allocated"
         ) from e
-    logits, state = _logits_and_state(model(idx, state))
+    step = model.recurrent() if isinstance(model, _RWKV) else model
+    logits, state = _logits_and_state(step(idx, state))
     for i in range(max_new_tokens):
         token = sample_logits(
             logits[:, -1], temperature=temperature, top_p=top_p, generator=generator
         )
         out[:, i] = token
         if i + 1 < max_new_tokens:
-            logits, state = _logits_and_state(model(token[:, None], state))
+            logits, state = _logits_and_state(step(token[:, None], state))
     return out

@@ -12,41 +12,37 @@ loads them.
 from __future__ import annotations
 
 import math
-from collections.abc import Mapping, Sequence
-from typing import Any, TypeVar, cast, overload
+from collections.abc import Callable, Iterable, Mapping, Sequence
+from typing import Any, Generic, TypeVar, cast, overload
 
 import torch
 from torch import nn
 from torch.utils.checkpoint import checkpoint
 
 from .._checks import FLOATS
-from .._tracing import eager
 from ._common import (
     STATELESS,
-    KeepsRows,
     Stateless,
     check_dense,
     check_fits,
+    check_idx,
     check_size,
-    forget_rows,
-    layer_norm,
-    plain,
-    recording,
+    check_states,
     sizes_checked,
-    step_linear,
-    widening,
 )
-from ._rnn import PLAN_ATTRIBUTE, forget, plan_for, step
+from ._recurrent import Recurrent
 from ._rwkv4 import BlockState, RWKVBlock
 from ._rwkv7 import RWKV7Block, RWKV7BlockState, lora_widths
 
 __all__ = ["RWKV4", "RWKV7"]
 
-_Model = TypeVar("_Model", bound="_RWKV")
+_Model = TypeVar("_Model", bound="_RWKV[Any]")
+S = TypeVar("S", bound=tuple)
 
 
-class _RWKV(KeepsRows):
-    """``emb -> blocks -> ln_out -> head``; the subclasses say what a block takes and returns."""
+class _RWKV(nn.Module, Generic[S]):
+    """``emb -> blocks -> ln_out -> head``; the subclasses say how a block is called
+    (``_layers``)."""
 
     blocks: nn.ModuleList
     #: Activation checkpointing (RWKV-LM's ``--grad_cp 1``): set it to True and, with grad on,
@@ -60,6 +56,14 @@ class _RWKV(KeepsRows):
         self.vocab_size = check_size("vocab_size", vocab_size)
         self.n_embd = check_size("n_embd", n_embd)
         self.emb = nn.Embedding(vocab_size, n_embd)
+
+    @staticmethod
+    def _layers(
+        call: Callable[..., Any], blocks: Iterable[Any], x: torch.Tensor, states: list[Any] | None
+    ) -> tuple[torch.Tensor, list[Any] | None]:
+        """``x`` through ``blocks``, each called as ``call(block, x, ...)``, with ``states``
+        (one per block) or without (``None``); returns ``x`` and the new states."""
+        raise NotImplementedError
 
     def _block(self, block: nn.Module, *args: Any) -> Any:
         """``block(*args)``, under activation checkpointing when it is on and grad is."""
@@ -84,60 +88,13 @@ class _RWKV(KeepsRows):
     def n_layer(self) -> int:
         return len(self.blocks)
 
-    # RWKV4's one-token plan (_rnn) holds views of the parameters and copies of the widening
-    # ones; the models keep the head's copy (rows_weight): dropped when the parameters are
-    # moved or replaced wholesale, so the old storage is freed at once.
-    def _apply(self, fn: Any, recurse: bool = True) -> Any:
-        forget(self)
-        return super()._apply(fn, recurse)
-
-    def load_state_dict(
-        self, state_dict: Mapping[str, Any], strict: bool = True, assign: bool = False
-    ) -> Any:
-        self._forget_steps()
-        return super().load_state_dict(state_dict, strict, assign)
-
-    def _forget_steps(self) -> None:
-        """Drop what the eager steps keep beside the parameters: the plan and every copy."""
-        forget(self)
-        for m in self.modules():
-            forget_rows(m)
-
-    def _logits(self, x: torch.Tensor, stateful: bool) -> torch.Tensor:
-        """``head(ln_out(x))``. On a stateful call with no graph to record (RNN mode,
-        generation), with a plain ``ln_out`` and a plain widening ``head`` without hooks, as
-        ``F.layer_norm`` and ``F.linear`` on the head's row-major copy (``rows_weight``): the
-        layout a one-row product reads fastest. A call that records a graph drops the plan and
-        the head's copy (training holds none beside the weights; the layers drop their own)."""
-        modules = self._modules
-        head, ln_out = modules["head"], modules["ln_out"]
-        assert head is not None and ln_out is not None
-        if (
-            stateful
-            and widening(head)
-            and type(ln_out) is nn.LayerNorm
-            and eager(x)
-            and not recording(head, ln_out)
-            and plain(head, ln_out)
-        ):
-            return step_linear(self, "head", layer_norm(ln_out, x, True))
-        if not torch.compiler.is_compiling() and recording(head, ln_out):
-            forget(self)
-            forget_rows(self)
-        return head(ln_out(x))
-
-    def __getstate__(self) -> dict[str, Any]:
-        state: dict[str, Any] = super().__getstate__()
-        state.pop(PLAN_ATTRIBUTE, None)  # pickles and deep copies leave the plan out
-        return state
-
     def init_state(
         self,
         batch_size: int,
         *,
         device: torch.device | str | None = None,
         dtype: torch.dtype | None = None,
-    ) -> list[Any]:
+    ) -> list[S]:
         """The state before the first token: one block state per layer (a list).
 
         ``device`` and ``dtype`` (of the shift states; the WKV states are float32, float64 for
@@ -148,43 +105,36 @@ class _RWKV(KeepsRows):
             for block in self.blocks
         ]
 
-    def _check_idx(self, idx: object) -> torch.Tensor:
-        if not isinstance(idx, torch.Tensor):
-            raise TypeError(f"idx must be a torch.Tensor, got {type(idx).__name__}")
-        check_dense("idx", idx)
-        if idx.dtype not in (torch.int64, torch.int32):
-            raise TypeError(f"idx must be int64 (or int32) token ids, got {idx.dtype}")
-        if idx.dim() != 2:
-            raise ValueError(f"idx must be (B, T), got shape {tuple(idx.shape)}")
-        weight = self.emb.weight
-        if idx.device != weight.device:
-            raise ValueError(
-                f"idx is on {idx.device}, the model on {weight.device}: use one device"
-            )
-        # The range needs the values on the host: skipped while torch.compile traces (a graph
-        # break per call otherwise), where the embedding's own index check remains, and for
-        # meta tensors, which have no values (a meta model gives meta logits).
-        if idx.numel() and not idx.is_meta and not torch.compiler.is_compiling():
-            low, high = (int(v) for v in torch.aminmax(idx))
-            if low < 0 or high >= self.vocab_size:
-                raise ValueError(
-                    f"idx must hold token ids in [0, vocab_size={self.vocab_size}), got values "
-                    f"in [{low}, {high}]"
-                )
-        return idx
+    @overload
+    def forward(self, idx: torch.Tensor) -> torch.Tensor: ...
+    @overload
+    def forward(
+        self, idx: torch.Tensor, state: Sequence[S] | None
+    ) -> tuple[torch.Tensor, list[S]]: ...
 
-    def _check_model_state(self, state: object, batch_size: int, x: torch.Tensor) -> list[Any]:
-        if state is None:
-            return self.init_state(batch_size, device=x.device, dtype=x.dtype)
-        if not isinstance(state, Sequence) or isinstance(state, torch.Tensor | str | bytes):
-            raise TypeError(
-                f"state must be a list of {self.n_layer} block states, got {type(state).__name__}"
-            )
-        if len(state) != self.n_layer:
-            raise ValueError(
-                f"state must hold one block state per layer ({self.n_layer}), got {len(state)}"
-            )
-        return list(state)
+    def forward(
+        self, idx: torch.Tensor, state: Sequence[S] | Stateless | None = STATELESS
+    ) -> torch.Tensor | tuple[torch.Tensor, list[S]]:
+        """Logits ``(B, T, vocab_size)`` of ``idx`` ``(B, T)`` int64 (or int32) token ids, in
+        the model's dtype (autocast's under ``torch.autocast``); with ``state`` (a list of
+        block states, ``model.init_state(B)``; ``None``: that zero state), also the state after
+        ``idx``. The state passed in is never modified. Raises ``TypeError`` / ``ValueError``
+        naming ``idx`` or ``state``.
+        """
+        x = self.emb(check_idx(idx, self.vocab_size, self.emb.weight.device))
+        states = None
+        if state is not STATELESS:
+            states = check_states(state, self.n_layer, x, self.init_state)
+        x, new_state = self._layers(self._block, self.blocks, x, states)
+        logits = self.head(self.ln_out(x))
+        return logits if new_state is None else (logits, new_state)
+
+    def recurrent(self) -> Recurrent[S]:
+        """This model's recurrent form, for generation one token at a time: ``rec(idx,
+        state)`` gives ``model(idx, state)``'s logits and states (to float rounding) on a
+        snapshot of the weights, without module calls. A snapshot: after the weights change
+        (training steps, loads, ``.to()``), call ``rec.rebuild()``. See ``Recurrent``."""
+        return Recurrent(self)
 
     @classmethod
     def _build(cls: type[_Model], sd: Mapping[str, torch.Tensor], **sizes: Any) -> _Model:
@@ -262,7 +212,7 @@ class _RWKV(KeepsRows):
         return {"vocab_size": vocab_size, "n_embd": n_embd, "n_layer": 1 + max(layers)}
 
 
-class RWKV7(_RWKV):
+class RWKV7(_RWKV[RWKV7BlockState]):
     """An RWKV-7 "Goose" (x070) language model, named like RWKV-LM's x070 checkpoints.
 
     Args:
@@ -276,9 +226,9 @@ class RWKV7(_RWKV):
     model's dtype; ``model(idx, state)`` -> ``(logits, new_state)``: ``state`` a list of
     ``RWKV7BlockState`` (``model.init_state(B)``, or ``None`` for that zero state). A sequence
     run whole, in chunks or one token at a time gives the same logits to float rounding, not
-    the same bits (float32, relative to the logits' largest magnitude: measured at most 8.2e-7
-    at 2 layers of width 32, 4.2e-6 at 4 of 128, 6.9e-6 at 6 of 256; see docs/rwkv.md); the
-    state passed in is never modified.
+    the same bits (docs/rwkv.md states the bound); the state passed in is never modified.
+    For generation, ``model.recurrent()`` runs the same calls on a snapshot of the weights
+    laid out for one-token steps (``Recurrent``).
 
     Under ``torch.autocast`` (bfloat16 or float16, CPU or CUDA) the linear maps run in the
     autocast dtype and the WKV-7 recurrence and its state in float32 (``ops.wkv7`` promotes its
@@ -318,33 +268,20 @@ class RWKV7(_RWKV):
         )  # fmt: skip
         self._finish()
 
-    @overload
-    def forward(self, idx: torch.Tensor) -> torch.Tensor: ...
-    @overload
-    def forward(
-        self, idx: torch.Tensor, state: Sequence[RWKV7BlockState] | None
-    ) -> tuple[torch.Tensor, list[RWKV7BlockState]]: ...
-
-    def forward(
-        self,
-        idx: torch.Tensor,
-        state: Sequence[RWKV7BlockState] | Stateless | None = STATELESS,
-    ) -> torch.Tensor | tuple[torch.Tensor, list[RWKV7BlockState]]:
-        """Logits ``(B, T, vocab_size)`` of ``idx`` ``(B, T)``; with ``state``, also the state
-        after ``idx``. Raises ``TypeError`` / ``ValueError`` naming ``idx`` or ``state``.
-        """
-        x = self.emb(self._check_idx(idx))
+    @staticmethod
+    def _layers(
+        call: Callable[..., Any], blocks: Iterable[Any], x: torch.Tensor, states: list[Any] | None
+    ) -> tuple[torch.Tensor, list[Any] | None]:
         v_first: torch.Tensor | None = None
-        if state is STATELESS:
-            for block in self.blocks:
-                x, v_first = self._block(block, x, v_first)
-            return self._logits(x, False)
-        states = self._check_model_state(state, idx.shape[0], x)
-        new_state = []
-        for block, s in zip(self.blocks, states, strict=True):
-            x, v_first, s = self._block(block, x, v_first, s)
-            new_state.append(s)
-        return self._logits(x, True), new_state
+        if states is None:
+            for block in blocks:
+                x, v_first = call(block, x, v_first)
+            return x, None
+        new_states = []
+        for block, s in zip(blocks, states, strict=True):
+            x, v_first, s = call(block, x, v_first, s)
+            new_states.append(s)
+        return x, new_states
 
     @classmethod
     def from_state_dict(
@@ -382,7 +319,7 @@ class RWKV7(_RWKV):
         )
 
 
-class RWKV4(_RWKV):
+class RWKV4(_RWKV[BlockState]):
     """An RWKV-4 language model, named like RWKV-LM's RWKV-4 checkpoints (Pile, Raven, World).
 
     Args:
@@ -390,7 +327,7 @@ class RWKV4(_RWKV):
         dim_att, dim_ffn: widths of the time and channel mixes (default ``n_embd``,
             ``4 * n_embd``).
 
-    Calls as ``RWKV7``; the state is a list of ``BlockState``.
+    Calls as ``RWKV7`` (``recurrent()`` too); the state is a list of ``BlockState``.
     """
 
     @sizes_checked
@@ -418,35 +355,19 @@ class RWKV4(_RWKV):
         )
         self._finish()
 
-    @overload
-    def forward(self, idx: torch.Tensor) -> torch.Tensor: ...
-    @overload
-    def forward(
-        self, idx: torch.Tensor, state: Sequence[BlockState] | None
-    ) -> tuple[torch.Tensor, list[BlockState]]: ...
-
-    def forward(
-        self, idx: torch.Tensor, state: Sequence[BlockState] | Stateless | None = STATELESS
-    ) -> torch.Tensor | tuple[torch.Tensor, list[BlockState]]:
-        """As ``RWKV7.forward``."""
-        x = self.emb(self._check_idx(idx))
-        if state is STATELESS:
-            for block in self.blocks:
-                x = self._block(block, x)
-            return self._logits(x, False)
-        states = self._check_model_state(state, idx.shape[0], x)
-        if x.shape[1] == 1 and eager(x):
-            # RNN mode (generation): the layers on rows over prepared views (_rnn.Plan).
-            plan = plan_for(self, self.blocks)
-            if plan is not None:
-                rows, new_state = step(plan, x, states)
-                # (B, 1, C) again: hooks on ln_out and head see the module path's shapes.
-                return self._logits(rows.unsqueeze(1), True), new_state
-        new_state = []
-        for block, s in zip(self.blocks, states, strict=True):
-            x, s = self._block(block, x, s)
-            new_state.append(s)
-        return self._logits(x, True), new_state
+    @staticmethod
+    def _layers(
+        call: Callable[..., Any], blocks: Iterable[Any], x: torch.Tensor, states: list[Any] | None
+    ) -> tuple[torch.Tensor, list[Any] | None]:
+        if states is None:
+            for block in blocks:
+                x = call(block, x)
+            return x, None
+        new_states = []
+        for block, s in zip(blocks, states, strict=True):
+            x, s = call(block, x, s)
+            new_states.append(s)
+        return x, new_states
 
     @classmethod
     def from_state_dict(

@@ -2,8 +2,10 @@
 
 Written from BlinkDL's RWKV-LM ``RWKV-v7/train_temp/src/model.py`` (2025, the code the released
 x070 models were trained with): ``RWKV7TimeMix`` (``RWKV_Tmix_x070``), ``RWKV7ChannelMix``
-(``RWKV_CMix_x070``) and ``RWKV7Block`` (``Block``). Parameter names, shapes, registration order
-and initial values are RWKV-LM's, so the ``blocks.N.*`` weights of an x070 checkpoint load with
+(``RWKV_CMix_x070``) and ``RWKV7Block`` (``Block``), each layer's math one function
+(``time_mix``, ``channel_mix``, ``block``) of the module or its recurrent snapshot, as in
+``nn/_rwkv4.py``. Parameter names, shapes, registration order and initial values are
+RWKV-LM's, so the ``blocks.N.*`` weights of an x070 checkpoint load with
 ``load_state_dict(strict=True)``.
 
 The value residual: layer 0 hands its ``v`` (``v_first``) to every later layer, which mixes it
@@ -23,37 +25,26 @@ Calls, as the RWKV-4 layers (``tipad_transforms.nn._rwkv4``):
 from __future__ import annotations
 
 import math
-from typing import NamedTuple, cast, overload
+from typing import Any, NamedTuple
 
 import torch
 import torch.nn.functional as F
 from torch import nn
 
 from ..ops import wkv7
-from ..ops._wkv7 import MAX_HEAD_SIZE
+from ..ops.rwkv7 import MAX_HEAD_SIZE
 from ._common import (
-    STATELESS,
-    KeepsRows,
-    Stateless,
+    ValueLayer,
     channel_ramp,
-    check_layer,
     check_part,
     check_size,
-    check_state_args,
-    check_tuple,
-    check_x,
-    fast_step,
-    forget_rows,
-    group_norm,
     last,
-    layer_norm,
-    linear,
+    ratios,
     shifted,
     sizes_checked,
     state_dtype,
-    step_linear,
 )
-from ._rwkv4 import ChannelMixState
+from ._rwkv4 import ChannelMix, ChannelMixState
 
 __all__ = [
     "RWKV7Block",
@@ -63,6 +54,7 @@ __all__ = [
     "RWKV7TimeMixState",
     "lora_widths",
 ]
+
 
 # The log-decay scale: w = -exp(-0.5) * sigmoid(...), i.e. RWKV-LM's -softplus(-x) - 0.5 under exp.
 _DECAY_SCALE = math.exp(-0.5)
@@ -114,12 +106,6 @@ def lora_widths(n_embd: int) -> dict[str, int]:
             "g": rule(0.6 * n_embd**0.8)}  # fmt: skip
 
 
-def _ratios(layer_id: int, n_layer: int) -> tuple[float, float]:
-    """``(ratio_0_to_1, ratio_1_to_almost0)``; a lone layer counts as a first one (RWKV-LM: 0/0)."""
-    check_layer(layer_id, n_layer)
-    return (layer_id / (n_layer - 1) if n_layer > 1 else 0.0), 1.0 - layer_id / n_layer
-
-
 def _ortho(rows: int, cols: int, scale: float) -> torch.Tensor:
     """RWKV-LM's ``ortho_init``: orthogonal, gain ``scale`` (times ``sqrt(rows/cols)`` if tall)."""
     gain = math.sqrt(rows / cols) if rows > cols else 1.0
@@ -153,7 +139,72 @@ def _checkpoint_order(
     state_dict.update(own + [e for e in entries if e[0] not in rank])
 
 
-class RWKV7TimeMix(nn.Module):
+# ---- the math ---------------------------------------------------------------------------------
+
+
+def time_mix(
+    m: Any, x: torch.Tensor, v_first: torch.Tensor | None, state: RWKV7TimeMixState | None
+) -> tuple[torch.Tensor, torch.Tensor, Any]:
+    """RWKV-7 time mixing (see ``RWKV7TimeMix``); ``(y, v_first, new_state)`` (``None``
+    without a state)."""
+    b, t, c = x.shape
+    xx = shifted(x, None if state is None else state.shift) - x
+    r = m.receptance(x + xx * m.x_r)
+    w = -_DECAY_SCALE * torch.sigmoid(m.w0 + torch.tanh((x + xx * m.x_w) @ m.w1) @ m.w2)
+    k = m.key(x + xx * m.x_k)
+    xv = x + xx * m.x_v
+    v = m.value(xv)
+    if m.layer_id == 0:
+        v_first = v
+    else:
+        v = v + (v_first - v) * torch.sigmoid(m.v0 + (xv @ m.v1) @ m.v2)
+    iclr = torch.sigmoid(m.a0 + ((x + xx * m.x_a) @ m.a1) @ m.a2)
+    g = torch.sigmoid((x + xx * m.x_g) @ m.g1) @ m.g2
+
+    def heads(z: torch.Tensor) -> torch.Tensor:
+        return z.view(b, t, m.n_head, m.head_size)
+
+    kk = F.normalize(heads(k * m.k_k), dim=-1, p=2.0)
+    k = k * (1 + (iclr - 1) * m.k_a)
+    args = (heads(r), heads(w), heads(k), heads(v), -kk, kk * heads(iclr))
+    if state is None:
+        y, new_state = wkv7(*args), None
+    else:
+        y, s = wkv7(*args, state.wkv)
+        new_state = RWKV7TimeMixState(last(x, state.shift), s)
+    y = m.ln_x(y.reshape(b * t, c)).view(b, t, c) if b * t else y.reshape(b, t, c)
+    bonus = (heads(r) * heads(k) * m.r_k).sum(-1, keepdim=True) * heads(v)
+    return m.output((y + bonus.view(b, t, c)) * g), v_first, new_state  # type: ignore[return-value]
+
+
+def channel_mix(m: Any, x: torch.Tensor, state: ChannelMixState | None) -> tuple[torch.Tensor, Any]:
+    """``value(relu(key(x_k)) ** 2)``, ``x_k`` the token mixed with the previous one."""
+    shift = None if state is None else state.shift
+    k = m.key(x + (shifted(x, shift) - x) * m.x_k)
+    y = m.value(torch.square(torch.relu(k)))
+    return y, None if state is None else ChannelMixState(last(x, state.shift))
+
+
+def block(
+    m: Any, x: torch.Tensor, v_first: torch.Tensor | None, state: RWKV7BlockState | None
+) -> tuple[torch.Tensor, torch.Tensor, Any]:
+    """``x = ln0(x)`` (layer 0), ``x = x + att(ln1(x), v_first)``, ``x = x + ffn(ln2(x))``."""
+    if m.ln0 is not None:
+        x = m.ln0(x)
+    if state is None:
+        a, v_first = m.att(m.ln1(x), v_first)
+        x = x + a
+        return x + m.ffn(m.ln2(x)), v_first, None
+    a, v_first, att = m.att(m.ln1(x), v_first, state[0])
+    x = x + a
+    f, ffn = m.ffn(m.ln2(x), state[1])
+    return x + f, v_first, RWKV7BlockState(att, ffn)
+
+
+# ---- the modules ------------------------------------------------------------------------------
+
+
+class RWKV7TimeMix(ValueLayer[RWKV7TimeMixState]):
     """RWKV-7 time mixing (RWKV-LM ``RWKV_Tmix_x070``).
 
     With ``xx`` the previous token's input minus this one's and ``x_m = x + xx * x_m`` for
@@ -201,6 +252,11 @@ class RWKV7TimeMix(nn.Module):
         whose tensors cannot be allocated.
     """
 
+    State = RWKV7TimeMixState
+    _math = staticmethod(time_mix)
+    _recurrent = ("layer_id", "n_head", "head_size", *_ORDER,
+                  "receptance", "key", "value", "output", "ln_x")  # fmt: skip
+
     @sizes_checked
     def __init__(
         self,
@@ -214,8 +270,8 @@ class RWKV7TimeMix(nn.Module):
         v_lora: int | None = None,
         g_lora: int | None = None,
     ) -> None:
-        super().__init__()
-        c = self.n_embd = check_size("n_embd", n_embd)
+        super().__init__(n_embd, layer_id, n_layer)
+        c = self.n_embd
         n = self.head_size = check_size("head_size", head_size)
         if c % n:
             raise ValueError(f"head_size={n} must divide n_embd={c}")
@@ -224,8 +280,7 @@ class RWKV7TimeMix(nn.Module):
                 f"head_size must be at most {MAX_HEAD_SIZE} (the limit of ops.wkv7), got {n}"
             )
         h = self.n_head = c // n
-        self.layer_id = layer_id
-        r01, r1a0 = _ratios(layer_id, n_layer)
+        r01, r1a0 = ratios(layer_id, n_layer)
         widths = lora_widths(c)
         given = {"w": w_lora, "a": a_lora, "v": v_lora, "g": g_lora}
         for key, value in given.items():
@@ -279,128 +334,34 @@ class RWKV7TimeMix(nn.Module):
         with torch.no_grad():
             self.ln_x.weight.fill_(((1 + layer_id) / n_layer) ** 0.7)
 
-    def init_state(
-        self,
-        batch_size: int,
-        *,
-        device: torch.device | str | None = None,
-        dtype: torch.dtype | None = None,
+    def _like(self) -> torch.Tensor:
+        return self.x_r
+
+    def _zeros(
+        self, batch_size: int, device: torch.device | str, dtype: torch.dtype
     ) -> RWKV7TimeMixState:
-        """The state before the first token: zero ``shift`` ``(batch_size, n_embd)`` in
-        ``dtype`` and zero ``wkv`` ``(batch_size, H, N, N)``, float32 (float64 when ``dtype`` is
-        float64). ``device`` and ``dtype`` default to the module's parameters'.
-        """
-        check_state_args(batch_size, device, dtype)
-        device = self.x_r.device if device is None else device
-        dtype = self.x_r.dtype if dtype is None else dtype
+        n = self.head_size
         return RWKV7TimeMixState(
             torch.zeros(batch_size, self.n_embd, device=device, dtype=dtype),
-            torch.zeros(
-                batch_size, self.n_head, self.head_size, self.head_size,
-                device=device, dtype=state_dtype(dtype),
-            ),
-        )  # fmt: skip
-
-    @overload
-    def forward(
-        self, x: torch.Tensor, v_first: torch.Tensor | None = None
-    ) -> tuple[torch.Tensor, torch.Tensor]: ...
-    @overload
-    def forward(
-        self, x: torch.Tensor, v_first: torch.Tensor | None, state: RWKV7TimeMixState | None
-    ) -> tuple[torch.Tensor, torch.Tensor, RWKV7TimeMixState]: ...
-
-    def forward(
-        self,
-        x: torch.Tensor,
-        v_first: torch.Tensor | None = None,
-        state: RWKV7TimeMixState | Stateless | None = STATELESS,
-    ) -> tuple[torch.Tensor, torch.Tensor] | tuple[torch.Tensor, torch.Tensor, RWKV7TimeMixState]:
-        """Mix ``x`` ``(B, T, n_embd)`` over time.
-
-        Returns ``(y, v_first)``, or ``(y, v_first, new_state)`` when ``state`` is given
-        (``None``: the zero state). ``y`` has ``x``'s shape and dtype; ``v_first``
-        ``(B, T, n_embd)`` is this layer's ``v`` in layer 0 and the ``v_first`` passed in
-        otherwise (layers after 0 require it; layer 0 ignores it). Floating ``x`` in the
-        parameters' dtype on their device; the WKV-7 state is float32 (float64 for float64
-        ``x``). Raises ``ValueError`` naming ``x``, ``v_first`` or ``state`` for a wrong shape,
-        batch size or device, ``TypeError`` for a wrong type.
-        """
-        return self._forward(x, v_first, state, False)
-
-    def _forward(
-        self,
-        x: torch.Tensor,
-        v_first: torch.Tensor | None,
-        state: RWKV7TimeMixState | Stateless | None,
-        fast: bool,
-    ) -> tuple[torch.Tensor, torch.Tensor] | tuple[torch.Tensor, torch.Tensor, RWKV7TimeMixState]:
-        """``forward``; ``fast``: the children as ``F.linear`` / ``F.group_norm`` (what
-        ``RWKV7Block``'s eager inference step checked they are)."""
-        x = check_x(x, self.n_embd, self.x_r)
-        b, t, c = x.shape
-        checked: RWKV7TimeMixState | None = None
-        if state is not STATELESS:
-            if state is None:
-                state = self.init_state(b, device=x.device, dtype=x.dtype)
-            checked = self._check_state(state, x)
-        if self.layer_id > 0:
-            if v_first is None:
-                raise ValueError(
-                    f"v_first is required by layer {self.layer_id}: pass the v_first that "
-                    "layer 0 returned"
-                )
-            v_first = check_part("v_first", v_first, (b, t, c), x)
-            if v_first.dtype != x.dtype and not torch.is_autocast_enabled(x.device.type):
-                raise TypeError(f"v_first must have x's dtype {x.dtype}, got {v_first.dtype}")
-        xx = shifted(x, None if checked is None else checked.shift) - x
-        r = linear(self.receptance, x + xx * self.x_r, fast)
-        w = -_DECAY_SCALE * torch.sigmoid(
-            self.w0 + torch.tanh((x + xx * self.x_w) @ self.w1) @ self.w2
+            torch.zeros(batch_size, self.n_head, n, n, device=device, dtype=state_dtype(dtype)),
         )
-        k = linear(self.key, x + xx * self.x_k, fast)
-        xv = x + xx * self.x_v
-        v = linear(self.value, xv, fast)
+
+    def _state_shapes(self, batch_size: int) -> tuple[tuple[int, ...], ...]:
+        n = self.head_size
+        return (batch_size, self.n_embd), (batch_size, self.n_head, n, n)
+
+    def _check_v_first(self, v_first: object, x: torch.Tensor) -> torch.Tensor | None:
         if self.layer_id == 0:
-            v_first = v
-        else:
-            assert v_first is not None
-            v = v + (v_first - v) * torch.sigmoid(self.v0 + (xv @ self.v1) @ self.v2)
-        iclr = torch.sigmoid(self.a0 + ((x + xx * self.x_a) @ self.a1) @ self.a2)
-        g = torch.sigmoid((x + xx * self.x_g) @ self.g1) @ self.g2
-
-        def heads(z: torch.Tensor) -> torch.Tensor:
-            return z.view(b, t, self.n_head, self.head_size)
-
-        kk = F.normalize(heads(k * self.k_k), dim=-1, p=2.0)
-        k = k * (1 + (iclr - 1) * self.k_a)
-        args = (heads(r), heads(w), heads(k), heads(v), -kk, kk * heads(iclr))
-        if checked is None:
-            y = wkv7(*args)
-            new_state = None
-        else:
-            y, s = wkv7(*args, checked.wkv)
-            new_state = RWKV7TimeMixState(last(x, checked.shift), s)
-        y = (
-            group_norm(self.ln_x, y.reshape(b * t, c), fast).view(b, t, c)
-            if b * t
-            else y.reshape(b, t, c)
-        )
-        bonus = (heads(r) * heads(k) * self.r_k).sum(-1, keepdim=True) * heads(v)
-        out = linear(self.output, (y + bonus.view(b, t, c)) * g, fast)
-        return (out, v_first) if new_state is None else (out, v_first, new_state)
-
-    def _check_state(self, state: object, x: torch.Tensor) -> RWKV7TimeMixState:
-        state = check_tuple(state, 2, "RWKV7TimeMixState")
-        b = x.shape[0]
-        shift = check_part("state.shift", state[0], (b, self.n_embd), x)
-        n, h = self.head_size, self.n_head
-        s = check_part("state.wkv", state[1], (b, h, n, n), x)
-        if s.dtype != state_dtype(x.dtype):
-            raise TypeError(
-                f"state.wkv must be {state_dtype(x.dtype)} for {x.dtype} x, got {s.dtype}"
+            return None  # layer 0 makes its own
+        if v_first is None:
+            raise ValueError(
+                f"v_first is required by layer {self.layer_id}: pass the v_first that "
+                "layer 0 returned"
             )
-        return RWKV7TimeMixState(shift, s)
+        v_first = check_part("v_first", v_first, tuple(x.shape), x)
+        if v_first.dtype != x.dtype and not torch.is_autocast_enabled(x.device.type):
+            raise TypeError(f"v_first must have x's dtype {x.dtype}, got {v_first.dtype}")
+        return v_first
 
     def extra_repr(self) -> str:
         return (
@@ -409,7 +370,7 @@ class RWKV7TimeMix(nn.Module):
         )
 
 
-class RWKV7ChannelMix(KeepsRows):
+class RWKV7ChannelMix(ChannelMix):
     """RWKV-7 channel mixing (RWKV-LM ``RWKV_CMix_x070``): ``value(relu(key(x_k)) ** 2)``.
 
     ``x_k = x + xx * x_k``, ``xx`` the previous token's input minus this one's; no receptance.
@@ -424,79 +385,29 @@ class RWKV7ChannelMix(KeepsRows):
     ``±0.5 / sqrt(n_embd)``; ``value`` ``Linear(dim_ffn, n_embd)`` zero; no bias.
 
     Call ``m(x)`` -> ``y`` or ``m(x, state)`` -> ``(y, new_state)`` with a ``ChannelMixState``
-    (``None``: the zero state), as ``RWKVChannelMix``. The eager inference step (see
-    ``RWKV7Block``) reads ``key`` through a row-major ``(n_embd, dim_ffn)`` copy of its weight
-    when ``dim_ffn > n_embd`` (``_common.rows_weight``); the parameter itself stays the
-    contiguous ``(dim_ffn, n_embd)`` of ``nn.Linear``.
+    (``None``: the zero state), as ``RWKVChannelMix``.
     """
+
+    _math = staticmethod(channel_mix)
+    _recurrent = ("x_k", "key", "value")
 
     @sizes_checked
     def __init__(
         self, n_embd: int, layer_id: int = 0, n_layer: int = 1, *, dim_ffn: int | None = None
     ) -> None:
-        super().__init__()
-        c = self.n_embd = check_size("n_embd", n_embd)
+        super().__init__(n_embd, layer_id, n_layer)
+        c = self.n_embd
         self.dim_ffn = 4 * c if dim_ffn is None else check_size("dim_ffn", dim_ffn)
-        self.layer_id = layer_id
-        _, r1a0 = _ratios(layer_id, n_layer)
+        _, r1a0 = ratios(layer_id, n_layer)
         self.x_k = nn.Parameter((1.0 - channel_ramp(c) ** (r1a0**4)).float())
         self.key = _uniform_linear(c, self.dim_ffn, 0.5 / c**0.5)
         self.value = _uniform_linear(self.dim_ffn, c, 0.0)
 
-    def init_state(
-        self,
-        batch_size: int,
-        *,
-        device: torch.device | str | None = None,
-        dtype: torch.dtype | None = None,
-    ) -> ChannelMixState:
-        """The state before the first token: zero ``shift`` ``(batch_size, n_embd)``."""
-        check_state_args(batch_size, device, dtype)
-        device = self.x_k.device if device is None else device
-        dtype = self.x_k.dtype if dtype is None else dtype
-        return ChannelMixState(torch.zeros(batch_size, self.n_embd, device=device, dtype=dtype))
-
-    @overload
-    def forward(self, x: torch.Tensor) -> torch.Tensor: ...
-    @overload
-    def forward(
-        self, x: torch.Tensor, state: ChannelMixState | None
-    ) -> tuple[torch.Tensor, ChannelMixState]: ...
-
-    def forward(
-        self, x: torch.Tensor, state: ChannelMixState | Stateless | None = STATELESS
-    ) -> torch.Tensor | tuple[torch.Tensor, ChannelMixState]:
-        """``x`` ``(B, T, n_embd)`` -> ``y`` of the same shape and dtype; with ``state``
-        returns ``(y, new_state)``. Errors as ``RWKV7TimeMix.forward``.
-        """
-        return self._forward(x, state, False)
-
-    def _forward(
-        self, x: torch.Tensor, state: ChannelMixState | Stateless | None, fast: bool
-    ) -> torch.Tensor | tuple[torch.Tensor, ChannelMixState]:
-        """``forward``; ``fast`` as ``RWKV7TimeMix._forward``."""
-        x = check_x(x, self.n_embd, self.x_k)
-        prev = None
-        if state is not STATELESS:
-            if state is None:
-                state = self.init_state(x.shape[0], device=x.device, dtype=x.dtype)
-            (prev,) = check_tuple(state, 1, "ChannelMixState")
-            prev = check_part("state.shift", prev, (x.shape[0], self.n_embd), x)
-        k = x + (shifted(x, prev) - x) * self.x_k
-        if fast:
-            k = step_linear(self, "key", k)
-        else:
-            if torch.is_grad_enabled():  # training: no copy held beside the weights
-                forget_rows(self)
-            k = self.key(k)
-        y = linear(self.value, torch.square(torch.relu(k)), fast)
-        return y if prev is None else (y, ChannelMixState(last(x, prev)))
-
-    def extra_repr(self) -> str:
-        return f"n_embd={self.n_embd}, dim_ffn={self.dim_ffn}, layer_id={self.layer_id}"
+    def _like(self) -> torch.Tensor:
+        return self.x_k
 
 
-class RWKV7Block(nn.Module):
+class RWKV7Block(ValueLayer[RWKV7BlockState]):
     """One RWKV-7 layer (RWKV-LM ``Block``): ``x = x + att(ln1(x)); x = x + ffn(ln2(x))``.
 
     Layer 0 first normalises its input with ``ln0`` and produces ``v_first``. State-dict keys:
@@ -512,6 +423,12 @@ class RWKV7Block(nn.Module):
     ``(y, v_first, new_state)`` with an ``RWKV7BlockState`` (``None``: the zero state).
     """
 
+    State = RWKV7BlockState
+    _math = staticmethod(block)
+    _recurrent = ("ln0", "ln1", "ln2", "att", "ffn")
+    att: RWKV7TimeMix
+    ffn: RWKV7ChannelMix
+
     @sizes_checked
     def __init__(
         self,
@@ -526,71 +443,25 @@ class RWKV7Block(nn.Module):
         v_lora: int | None = None,
         g_lora: int | None = None,
     ) -> None:
-        super().__init__()
-        check_size("n_embd", n_embd)
-        check_layer(layer_id, n_layer)
-        self.layer_id = layer_id
-        self.ln1 = nn.LayerNorm(n_embd)
-        self.ln2 = nn.LayerNorm(n_embd)
-        self.ln0 = nn.LayerNorm(n_embd) if layer_id == 0 else None
-        self.att = RWKV7TimeMix(
-            n_embd, layer_id, n_layer, head_size=head_size,
-            w_lora=w_lora, a_lora=a_lora, v_lora=v_lora, g_lora=g_lora,
+        super().__init__(n_embd, layer_id, n_layer)
+        self._add_block_children(
+            RWKV7TimeMix(
+                n_embd, layer_id, n_layer, head_size=head_size,
+                w_lora=w_lora, a_lora=a_lora, v_lora=v_lora, g_lora=g_lora,
+            ),
+            RWKV7ChannelMix(n_embd, layer_id, n_layer, dim_ffn=dim_ffn),
         )  # fmt: skip
-        self.ffn = RWKV7ChannelMix(n_embd, layer_id, n_layer, dim_ffn=dim_ffn)
 
-    def init_state(
-        self,
-        batch_size: int,
-        *,
-        device: torch.device | str | None = None,
-        dtype: torch.dtype | None = None,
+    def _like(self) -> torch.Tensor:
+        return self.att.x_r
+
+    def _zeros(
+        self, batch_size: int, device: torch.device | str, dtype: torch.dtype
     ) -> RWKV7BlockState:
-        """The state before the first token (see ``RWKV7TimeMixState``, ``ChannelMixState``)."""
         return RWKV7BlockState(
             self.att.init_state(batch_size, device=device, dtype=dtype),
             self.ffn.init_state(batch_size, device=device, dtype=dtype),
         )
 
-    @overload
-    def forward(
-        self, x: torch.Tensor, v_first: torch.Tensor | None = None
-    ) -> tuple[torch.Tensor, torch.Tensor]: ...
-    @overload
-    def forward(
-        self, x: torch.Tensor, v_first: torch.Tensor | None, state: RWKV7BlockState | None
-    ) -> tuple[torch.Tensor, torch.Tensor, RWKV7BlockState]: ...
-
-    def forward(
-        self,
-        x: torch.Tensor,
-        v_first: torch.Tensor | None = None,
-        state: RWKV7BlockState | Stateless | None = STATELESS,
-    ) -> tuple[torch.Tensor, torch.Tensor] | tuple[torch.Tensor, torch.Tensor, RWKV7BlockState]:
-        """``x`` ``(B, T, n_embd)`` -> ``(y, v_first)``, or ``(y, v_first, new_state)`` with a
-        ``state``. Errors as ``RWKV7TimeMix.forward``.
-        """
-        x = check_x(x, self.att.n_embd, self.att.x_r)
-        if state is not STATELESS and state is not None:
-            check_tuple(state, 2, "RWKV7BlockState")
-        if self.ln0 is not None:
-            x = self.ln0(x)
-        if state is STATELESS:
-            a, v_first = self.att(self.ln1(x), v_first)
-            x = x + a
-            return x + self.ffn(self.ln2(x)), v_first
-        if state is None:
-            state = self.init_state(x.shape[0], device=x.device, dtype=x.dtype)
-        mixers = ((self.att, RWKV7TimeMix), (self.ffn, RWKV7ChannelMix))
-        if not fast_step(x, self, mixers, (self.ln0, self.ln1, self.ln2)):
-            a, v_first, att_state = self.att(self.ln1(x), v_first, state[0])
-            x = x + a
-            f, ffn_state = self.ffn(self.ln2(x), state[1])
-            return x + f, v_first, RWKV7BlockState(att_state, ffn_state)
-        # Eager inference (one-token generation): the same computation without module calls.
-        att = self.att._forward(layer_norm(self.ln1, x, True), v_first, state[0], True)
-        a, v_first, att_state = cast(tuple[torch.Tensor, torch.Tensor, RWKV7TimeMixState], att)
-        x = x + a
-        ffn = self.ffn._forward(layer_norm(self.ln2, x, True), state[1], True)
-        f, ffn_state = cast(tuple[torch.Tensor, ChannelMixState], ffn)
-        return x + f, v_first, RWKV7BlockState(att_state, ffn_state)
+    def _state_shapes(self, batch_size: int) -> tuple[None, None]:
+        return None, None  # the mixers check their parts

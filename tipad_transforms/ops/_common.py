@@ -6,13 +6,14 @@ from __future__ import annotations
 from collections.abc import Sequence
 
 import torch
+from torch import Tensor
 
 from .._checks import check_tensor
 
 _INT32 = (-(2**31), 2**31 - 1)
 
 
-def check_dense(**tensors: torch.Tensor) -> None:
+def check_dense(**tensors: Tensor) -> None:
     """``check_tensor`` on each named tensor (the public pad ops' check, before the dispatch:
     quantized, nested and sparse tensors would otherwise meet torch's "could not run" or a
     crash in their own dispatch keys)."""
@@ -22,7 +23,7 @@ def check_dense(**tensors: torch.Tensor) -> None:
 
 def check_meta(
     name: str,
-    t: torch.Tensor,
+    t: Tensor,
     *,
     shape: Sequence[int] | None = None,
     dtype: torch.dtype | None = None,
@@ -44,14 +45,14 @@ def check_int32(name: str, value: int) -> None:
         raise ValueError(f"{name} must fit in int32, got {value}")
 
 
-def _span(t: torch.Tensor) -> tuple[int, int]:
+def _span(t: Tensor) -> tuple[int, int]:
     """The byte range ``[start, end)`` that ``t``'s elements lie in."""
     start = t.data_ptr()
     last = sum((size - 1) * stride for size, stride in zip(t.shape, t.stride(), strict=True))
     return start, start + (last + 1) * t.element_size()
 
 
-def check_no_overlap(out: torch.Tensor, **inputs: torch.Tensor) -> None:
+def check_no_overlap(out: Tensor, **inputs: Tensor) -> None:
     """ValueError naming the first input whose memory overlaps ``out``'s (by address range:
     interleaved views of one buffer count as overlapping). Skipped while compiling (Dynamo
     cannot trace pointers; a compiled graph functionalizes the write to out)."""

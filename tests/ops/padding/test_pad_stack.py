@@ -1,0 +1,378 @@
+"""``functional.pad_stack`` / ``tipad::pad_stack``: variable-size images padded in one launch.
+
+Every canvas is checked against the numpy reference applied to its own image with its own
+padding ``(left_i, top_i, W - left_i - w_i, H - top_i - h_i)``, on fresh random inputs.
+"""
+
+from __future__ import annotations
+
+import warnings
+from collections.abc import Iterator
+from typing import Any
+
+import pytest
+import torch
+from reference import (
+    STANDARD_MODES,
+    assert_bitwise_equal,
+    pad_ref,
+    random_image,
+    texture_pad_ref,
+)
+
+import tipad_transforms.functional as F
+import tipad_transforms.ops  # noqa: F401  (registers torch.ops.tipad)
+from tipad_transforms import backends
+from tipad_transforms.backends import TAICHI
+from tipad_transforms.ops.padding import PadCall, StackGeometry
+from tipad_transforms.ops.padding import taichi as pad_taichi
+
+MODES = (*STANDARD_MODES, "texture")
+SIZE = (13, 17)  # (H, W) of every canvas
+
+
+def _layout(n: int, mode: str, seed: int) -> list[tuple[int, int, int, int]]:
+    """``(h, w, top, left)`` per image: random sizes and placements, plus the corner cases
+    (an image as large as the canvas, one at the bottom-right edge, one at the top-left corner
+    and, where the mode takes one, an empty image)."""
+    gen = torch.Generator().manual_seed(seed)
+    out_h, out_w = SIZE
+
+    def rand(lo: int, hi: int) -> int:
+        return int(torch.randint(lo, hi + 1, (), generator=gen))
+
+    rows = [(out_h, out_w, 0, 0), (3, 5, out_h - 3, out_w - 5), (4, 1, 0, 0)]
+    if mode in ("constant", "texture"):  # empty images: no rows, no columns (at the edge)
+        rows += [(0, 4, 2, 3), (5, 0, 1, out_w)]
+    else:
+        rows += [(1, 1, 6, 16), (2, 1, out_h - 2, 9)]
+    while len(rows) < n:
+        h, w = rand(1, out_h), rand(1, out_w)
+        rows.append((h, w, rand(0, out_h - h), rand(0, out_w - w)))
+    order = torch.randperm(len(rows), generator=gen).tolist()
+    return [rows[i] for i in order]
+
+
+def _case(
+    mode: str, dtype: torch.dtype, seed: int, n: int = 6, channels: int = 3
+) -> tuple[list[torch.Tensor], torch.Tensor, dict[str, Any]]:
+    """Images, placement and pad_stack keyword arguments (per-sample offsets and bank indices)."""
+    layout = _layout(n, mode, seed)
+    images = [
+        random_image((channels, h, w), dtype, seed=seed * 100 + i)
+        for i, (h, w, _, _) in enumerate(layout)
+    ]
+    placement = torch.tensor([[top, left] for _, _, top, left in layout])
+    kw: dict[str, Any] = {"padding_mode": mode}
+    if mode == "texture":
+        gen = torch.Generator().manual_seed(seed + 1)
+        kw.update(
+            texture=random_image((3, channels, 4, 5), dtype, seed=seed + 2),
+            stagger=3,
+            offset=torch.randint(-40, 40, (n, 2), generator=gen),
+            texture_index=torch.randint(0, 3, (n,), generator=gen),
+        )
+    elif mode == "constant":
+        if dtype == torch.bool:
+            kw["fill"] = [True, False, True]
+        else:
+            kw["fill"] = [1, 0.5, -2] if dtype.is_floating_point else [7, 0, 200]
+    return images, placement, kw
+
+
+def _reference(
+    images: list[torch.Tensor], placement: torch.Tensor, differentiable: bool = False, **kw: Any
+) -> torch.Tensor:
+    """Each image padded alone by the numpy reference, stacked."""
+    out_h, out_w = SIZE
+    mode = kw.get("padding_mode", "constant")
+    canvases = []
+    for i, im in enumerate(images):
+        top, left = placement[i].tolist()
+        padding = (left, top, out_w - left - im.shape[2], out_h - top - im.shape[1])
+        if mode == "texture":
+            canvases.append(
+                texture_pad_ref(
+                    im,
+                    padding,
+                    kw["texture"],
+                    stagger=kw.get("stagger", 0),
+                    offset=kw["offset"][i],
+                    texture_index=int(kw["texture_index"][i]),
+                    differentiable=differentiable,
+                )
+            )
+        else:
+            fill = kw.get("fill", 0)
+            canvases.append(pad_ref(im, padding, mode, fill, differentiable=differentiable))
+    return torch.stack(canvases)
+
+
+@pytest.fixture
+def per_pixel(request: pytest.FixtureRequest, monkeypatch: pytest.MonkeyPatch) -> Iterator[bool]:
+    """Run under the CPU row walk (False) or CUDA's one-thread-per-pixel order (True)."""
+    F.pad(torch.zeros(1, 1, 1), 1)  # initialise first: init would reset the switch
+    monkeypatch.setattr(TAICHI, "gpu_order", request.param)
+    yield request.param
+
+
+# ---------------------------------------------------------------------------------------------
+# values
+
+
+@pytest.mark.parametrize("per_pixel", [False, True], ids=["rows", "per_pixel"], indirect=True)
+@pytest.mark.parametrize("dtype", [torch.uint8, torch.bool, torch.bfloat16, torch.float64], ids=str)
+@pytest.mark.parametrize("mode", MODES)
+def test_matches_reference_per_sample(mode: str, dtype: torch.dtype, per_pixel: bool) -> None:
+    images, placement, kw = _case(mode, dtype, seed=MODES.index(mode) + 7 * dtype.itemsize)
+    got = F.pad_stack(images, SIZE, placement, **kw)
+    assert_bitwise_equal(got, _reference(images, placement, **kw))
+
+
+@pytest.mark.parametrize("per_pixel", [False, True], ids=["rows", "per_pixel"], indirect=True)
+@pytest.mark.parametrize("mode", MODES)
+def test_launcher_writes_every_element(mode: str, per_pixel: bool) -> None:
+    # Poisoned canvas: an element the kernel skipped would keep its NaN payload.
+    images, placement, kw = _case(mode, torch.float32, seed=30 + MODES.index(mode), n=5)
+    sizes = torch.cat([torch.tensor([im.shape[1:] for im in images]), placement], 1)
+    canvas = torch.full((5, 3, *SIZE), float("nan"))
+    if mode == "texture":
+        bank, offset, index = kw["texture"], kw["offset"], kw["texture_index"]
+    else:
+        bank, offset, index = torch.empty(0), torch.zeros(5, 2), torch.zeros(5)
+    fill = torch.tensor(kw.get("fill", []), dtype=torch.float32)
+    call = PadCall(StackGeometry(sizes, 3, *SIZE), mode, fill, bank, offset.to(torch.int32),
+                   index.to(torch.int32), kw.get("stagger", 0))  # fmt: skip
+    pad_taichi.forward(call, torch.cat([im.reshape(-1) for im in images]), canvas)
+    assert_bitwise_equal(canvas, _reference(images, placement, **kw))
+
+
+def test_lattice_is_anchored_at_each_image_and_values_are_reduced() -> None:
+    # Offsets and stagger beyond int32 (reduced by the pattern's periods, as texture_pad does;
+    # small enough for the reference's int64 products) and a 1-channel texture broadcast over
+    # 4 channels; int16 runs the word moves.
+    images, placement, kw = _case("texture", torch.int16, seed=3, n=5, channels=4)
+    kw["texture"] = random_image((2, 1, 3, 7), torch.int16, seed=4)
+    kw["texture_index"] = torch.tensor([1, 0, 1, 1, 0])
+    kw["offset"] = torch.tensor([[2**31 + 3, -(2**32)], [0, 0], [-7, 9], [-(2**31), 5], [1, -1]])
+    kw["stagger"] = 2**31 + 11
+    got = F.pad_stack(images, SIZE, placement, **kw)
+    assert_bitwise_equal(got, _reference(images, placement, **kw))
+    # One image per call through texture_pad gives the same canvases.
+    for i, im in enumerate(images):
+        top, left = placement[i].tolist()
+        padding = (left, top, SIZE[1] - left - im.shape[2], SIZE[0] - top - im.shape[1])
+        alone = F.texture_pad(
+            im,
+            padding,
+            kw["texture"],
+            stagger=kw["stagger"],
+            offset=kw["offset"][i],
+            texture_index=kw["texture_index"][i],
+        )
+        assert_bitwise_equal(got[i], alone)
+
+
+def test_out_of_bank_index_is_clamped_in_the_kernel() -> None:
+    # A device-resident index skips the op's host check; the kernel clamps it into the bank.
+    images, placement, kw = _case("texture", torch.float32, seed=5, n=5)
+    sizes = torch.cat([torch.tensor([im.shape[1:] for im in images]), placement], 1)
+    canvas = torch.full((5, 3, *SIZE), float("nan"))
+    bad = torch.tensor([-5, 9, 2, 2**31 - 1, 1], dtype=torch.int32)
+    call = PadCall(StackGeometry(sizes, 3, *SIZE), "texture", torch.empty(0), kw["texture"],
+                   kw["offset"].to(torch.int32), bad, 3)  # fmt: skip
+    pad_taichi.forward(call, torch.cat([im.reshape(-1) for im in images]), canvas)
+    kw["texture_index"] = bad.clamp(0, 2)
+    assert_bitwise_equal(canvas, _reference(images, placement, **kw))
+
+
+def test_one_launch_forward_and_backward(monkeypatch: pytest.MonkeyPatch) -> None:
+    F.pad(torch.zeros(1, 1, 1), 1)  # the kernel family exists from here on
+    kernels = TAICHI.kernels["pad"]
+    launches = []
+
+    def counting(*args: Any) -> None:
+        launches.append(args[8])  # the `backward` switch (after the 7 tensors and `lanes`)
+        kernels_pad_canvas(*args)
+
+    kernels_pad_canvas = kernels["pad_canvas"]
+    monkeypatch.setitem(kernels, "pad_canvas", counting)
+    images, placement, kw = _case("texture", torch.float64, seed=6, n=16)
+    images = [im.requires_grad_() for im in images]
+    out = F.pad_stack(images, SIZE, placement, **kw)
+    assert launches == [False]
+    out.backward(random_image(tuple(out.shape), torch.float64, seed=7))
+    assert launches == [False, True]
+
+
+# ---------------------------------------------------------------------------------------------
+# gradients
+
+
+@pytest.mark.parametrize("per_pixel", [False, True], ids=["rows", "per_pixel"], indirect=True)
+@pytest.mark.parametrize("mode", MODES)
+def test_gradients_match_reference_autograd(mode: str, per_pixel: bool) -> None:
+    images, placement, kw = _case(mode, torch.float64, seed=40 + MODES.index(mode), n=5)
+    images = [im.requires_grad_() for im in images]
+    inputs = tuple(images)
+    if mode == "texture":
+        kw["texture"] = kw["texture"].requires_grad_()
+        inputs = (*images, kw["texture"])
+    got = F.pad_stack(images, SIZE, placement, **kw)
+    want = _reference(images, placement, differentiable=True, **kw)
+    assert_bitwise_equal(got, want)
+    upstream = random_image(tuple(want.shape), torch.float64, seed=41)
+    for g, w in zip(
+        torch.autograd.grad(got, inputs, upstream),
+        torch.autograd.grad(want, inputs, upstream),
+        strict=True,
+    ):
+        torch.testing.assert_close(g, w, rtol=1e-12, atol=1e-12)
+
+
+@pytest.mark.parametrize("mode", ["texture", "reflect", "constant"])
+def test_gradcheck(mode: str) -> None:
+    gen = torch.Generator().manual_seed(8)
+    shapes = [(2, 2, 3), (2, 1, 1), (2, 3, 2)]
+    images = tuple(
+        torch.randn(s, generator=gen, dtype=torch.float64).requires_grad_() for s in shapes
+    )
+    bank = torch.randn(2, 2, 2, 3, generator=gen, dtype=torch.float64).requires_grad_()
+    placement = torch.tensor([[0, 2], [3, 0], [1, 3]])
+    kw: dict[str, Any] = {"padding_mode": mode}
+    if mode == "texture":
+        kw.update(stagger=1, offset=torch.tensor([[1, -1], [0, 2], [3, 3]]), texture_index=1)
+    elif mode == "constant":
+        kw["fill"] = 0.5
+
+    def fn(*tensors: torch.Tensor) -> torch.Tensor:
+        if mode == "texture":
+            return F.pad_stack(list(tensors[:-1]), (4, 5), placement, texture=tensors[-1], **kw)
+        return F.pad_stack(list(tensors), (4, 5), placement, **kw)
+
+    assert torch.autograd.gradcheck(fn, (*images, bank) if mode == "texture" else images)
+
+
+# ---------------------------------------------------------------------------------------------
+# the ops
+
+
+def _op_args(mode: str) -> tuple[Any, ...]:
+    images, placement, kw = _case(mode, torch.float64, seed=50, n=5)
+    packed = torch.cat([im.reshape(-1) for im in images]).requires_grad_()
+    sizes = torch.cat([torch.tensor([im.shape[1:] for im in images]), placement], 1)
+    empty = packed.new_empty(0)
+    texture = kw["texture"].requires_grad_() if mode == "texture" else empty
+    fill = torch.tensor(kw["fill"], dtype=torch.float64) if mode == "constant" else empty
+    offset = kw["offset"] if mode == "texture" else torch.zeros(5, 2)
+    index = kw["texture_index"] if mode == "texture" else torch.zeros(5)
+    int32 = torch.int32
+    return (packed, sizes, [3, *SIZE], mode, fill, texture, offset.to(int32), index.to(int32), 2)
+
+
+@pytest.mark.parametrize("mode", ["texture", "symmetric", "constant"])
+def test_opcheck(mode: str) -> None:
+    args = _op_args(mode)
+    torch.library.opcheck(torch.ops.tipad.pad_stack.default, args)
+    packed, sizes, canvas, _, _, texture, offset, index, stagger = args
+    grad = random_image((5, *canvas), torch.float64, seed=51)
+    backward = (grad, sizes, packed.numel(), mode, texture.detach(), offset, index, stagger)
+    torch.library.opcheck(torch.ops.tipad.pad_stack_backward.default, backward)
+
+
+# ---------------------------------------------------------------------------------------------
+# the torch route
+
+
+@pytest.mark.allow_fallback
+@pytest.mark.parametrize("dtype", [torch.uint8, torch.float64], ids=str)
+@pytest.mark.parametrize("mode", MODES)
+def test_fallback_equals_kernel(
+    mode: str, dtype: torch.dtype, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    images, placement, kw = _case(mode, dtype, seed=60 + MODES.index(mode), n=5)
+    grads = dtype.is_floating_point
+    images = [im.requires_grad_(grads) for im in images]
+    if mode == "texture":
+        kw["texture"] = kw["texture"].requires_grad_(grads)
+    inputs = (*images, kw["texture"]) if mode == "texture" else tuple(images)
+    kernel = F.pad_stack(images, SIZE, placement, **kw)
+    reason = f"test refusal of pad_stack, {mode} {dtype}"
+    monkeypatch.setattr(TAICHI, "refusal", lambda device: reason)
+    with pytest.warns(RuntimeWarning, match=reason):
+        fallback = F.pad_stack(images, SIZE, placement, **kw)
+    assert_bitwise_equal(fallback, kernel)
+    if grads:
+        upstream = random_image(tuple(kernel.shape), dtype, seed=61)
+        with warnings.catch_warnings():
+            warnings.simplefilter("error")  # warned once per reason
+            fb_grads = torch.autograd.grad(fallback, inputs, upstream)
+        monkeypatch.undo()
+        for g, w in zip(fb_grads, torch.autograd.grad(kernel, inputs, upstream), strict=True):
+            torch.testing.assert_close(g, w, rtol=1e-12, atol=1e-12)
+
+
+def test_fallback_routes_are_guarded(monkeypatch: pytest.MonkeyPatch) -> None:
+    # The conftest guard must cover pad_stack's torch routes too, or a silent fallback would
+    # pass every value test above.
+    images, placement, kw = _case("reflect", torch.float32, seed=62, n=2)
+    monkeypatch.setattr(TAICHI, "refusal", lambda device: "refused by test_pad_stack")
+    with pytest.warns(RuntimeWarning), pytest.raises(backends.Forbidden, match="torch backend"):
+        F.pad_stack(images, SIZE, placement, **kw)
+
+
+# ---------------------------------------------------------------------------------------------
+# bad input
+
+
+def test_bad_inputs_name_the_argument_and_sample() -> None:
+    im = [random_image((3, 4, 5), torch.uint8, seed=i) for i in range(3)]
+    at = torch.tensor([[0, 0], [1, 1], [2, 2]])
+    with pytest.raises(ValueError, match=r"images\[2\] of size \(4, 5\) at placement \(9, 2\)"):
+        F.pad_stack(im, (12, 12), torch.tensor([[0, 0], [1, 1], [9, 2]]))
+    with pytest.raises(ValueError, match=r"images\[1\] is empty.*'edge'"):
+        F.pad_stack([im[0], im[1][:, :0], im[2]], (9, 9), at, padding_mode="edge")
+    with pytest.raises(ValueError, match=r"images\[1\]"):
+        F.pad_stack([im[0], im[1].float(), im[2]], (9, 9), at)
+    with pytest.raises(ValueError, match=r"images\[2\] must be \(C, H, W\)"):
+        F.pad_stack([im[0], im[1], im[2][0]], (9, 9), at)
+    with pytest.raises(TypeError, match=r"images\[0\] must be a torch.Tensor"):
+        F.pad_stack([[1, 2]], (9, 9), at[:1])  # type: ignore[list-item]
+    with pytest.raises(ValueError, match="placement must be"):
+        F.pad_stack(im, (9, 9), at[:2])
+    with pytest.raises(TypeError, match="placement must hold integers"):
+        F.pad_stack(im, (9, 9), at.float())
+    with pytest.raises(ValueError, match="size must be"):
+        F.pad_stack(im, (9, -1), at)
+    with pytest.raises(ValueError, match="texture_index must lie in"):
+        F.pad_stack(im, (9, 9), at, texture=im[0][:, :2], texture_index=1, padding_mode="texture")
+    with pytest.raises(ValueError, match="offset must broadcast"):
+        F.pad_stack(
+            im, (9, 9), at, texture=im[0], offset=torch.zeros(2, 2).long(), padding_mode="texture"
+        )
+    with pytest.raises(ValueError, match="needs a texture"):
+        F.pad_stack(im, (9, 9), at, padding_mode="texture")
+    with pytest.raises(ValueError, match="mode must be one of"):
+        F.pad_stack(im, (9, 9), at, padding_mode="mirror")
+    # Direct op calls: the size table is checked before the kernel trusts it.
+    packed = torch.cat([t.reshape(-1) for t in im])
+    sizes = torch.tensor([[4, 5, 0, 0], [4, 5, 5, 1], [4, 5, 0, 0]])
+    args = (packed.new_empty(0), im[0][None], torch.zeros(3, 2, dtype=torch.int32))
+    index = torch.zeros(3, dtype=torch.int32)
+    with pytest.raises(ValueError, match=r"sample 1: .* does not fit a \(8, 8\) canvas"):
+        torch.ops.tipad.pad_stack(packed, sizes, [3, 8, 8], "texture", *args, index, 0)
+    with pytest.raises(ValueError, match="sizes and 3 channels describe 180"):
+        torch.ops.tipad.pad_stack(packed[1:], sizes, [3, 9, 9], "texture", *args, index, 0)
+    sizes[2, :2] = 0
+    with pytest.raises(ValueError, match="sample 2: mode 'reflect' needs a non-empty image"):
+        torch.ops.tipad.pad_stack(packed[:120], sizes, [3, 9, 9], "reflect", *args, index, 0)
+    with pytest.raises(ValueError, match="texture_index"):
+        torch.ops.tipad.pad_stack(packed[:120], sizes, [3, 9, 9], "constant", *args, index[:2], 0)
+
+
+def test_inputs_are_not_modified() -> None:
+    images, placement, kw = _case("texture", torch.float32, seed=70, n=5)
+    before = [im.clone() for im in (*images, placement, kw["texture"], kw["offset"])]
+    F.pad_stack(images, SIZE, placement, **kw)
+    for b, a in zip(before, (*images, placement, kw["texture"], kw["offset"]), strict=True):
+        assert_bitwise_equal(a, b)

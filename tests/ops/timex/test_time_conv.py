@@ -1,0 +1,344 @@
+"""tipad time_conv: the causal depthwise time convolution on its Taichi kernels.
+
+References: ``conv_ref``, the formula written out in float64 (one einsum per lag), and
+F.conv1d as a second, independent peer.
+"""
+
+from __future__ import annotations
+
+import warnings
+from collections.abc import Iterator
+
+import pytest
+import torch
+import torch.nn.functional as F
+
+import tipad_transforms.ops  # noqa: F401  (registers torch.ops.tipad)
+from tipad_transforms import backends
+from tipad_transforms.backends import TAICHI
+from tipad_transforms.ops import time_conv
+from tipad_transforms.ops.timex import taichi as timex_taichi
+
+# (B, C, T, L): L == T (RWKV's case), L < T, L > T, L == 1, T == 1, odd sizes.
+SHAPES = [
+    (2, 3, 8, 8),
+    (3, 5, 17, 17),
+    (2, 4, 19, 5),
+    (1, 3, 6, 11),
+    (3, 2, 9, 1),
+    (2, 3, 1, 1),
+    (1, 2, 1, 4),
+    (5, 7, 13, 6),
+    # long enough for the vectorised loop and its rounding into the padding (see _time_conv)
+    (2, 3, 100, 100),
+    (3, 2, 150, 41),
+    (2, 3, 45, 77),
+]
+
+
+@pytest.fixture
+def gen() -> torch.Generator:
+    return torch.Generator().manual_seed(torch.seed() % 2**32)
+
+
+def _rand(gen: torch.Generator, *shape: int, dtype: torch.dtype = torch.float64) -> torch.Tensor:
+    return torch.randn(*shape, generator=gen, dtype=torch.float64).to(dtype)
+
+
+def conv_ref(w: torch.Tensor, k: torch.Tensor, eps: float = 0.0) -> torch.Tensor:
+    """``out[b,c,t] = eps + sum_{j <= min(t, L-1)} w[c, L-1-j] k[b,c,t-j]`` in float64."""
+    w, k = w.double(), k.double()
+    length, t_len = w.shape[1], k.shape[2]
+    out = torch.full(k.shape, float(eps), dtype=torch.float64)
+    for j in range(min(length, t_len)):  # lag j: k shifted right by j, times tap L-1-j
+        out[:, :, j:] += torch.einsum("c,bct->bct", w[:, length - 1 - j], k[:, :, : t_len - j])
+    return out
+
+
+def conv_grads_ref(
+    w: torch.Tensor, k: torch.Tensor, g: torch.Tensor
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """The rwkv.md backward formulas, lag by lag, in float64: ``(dw, dk)``."""
+    w, k, g = w.double(), k.double(), g.double()
+    length, t_len = w.shape[1], k.shape[2]
+    dw, dk = torch.zeros_like(w), torch.zeros_like(k)
+    for j in range(min(length, t_len)):
+        dw[:, length - 1 - j] = torch.einsum("bct,bct->c", g[:, :, j:], k[:, :, : t_len - j])
+        dk[:, :, : t_len - j] += g[:, :, j:] * w[None, :, length - 1 - j, None]
+    return dw, dk
+
+
+def conv1d_peer(w: torch.Tensor, k: torch.Tensor, eps: float = 0.0) -> torch.Tensor:
+    length = w.shape[1]
+    return F.conv1d(F.pad(k, (length - 1, 0)), w.unsqueeze(1), groups=w.shape[0]) + eps
+
+
+@pytest.fixture(params=[False, True], ids=["cpu-order", "per-output-order"])
+def loop_order(request: pytest.FixtureRequest) -> Iterator[bool]:
+    """Both loop orders on the CPU: the tiled CPU one and CUDA's one-thread-per-output one."""
+    time_conv(torch.ones(1, 1), torch.ones(1, 1, 1))  # starts the runtime: the real setting
+    old = TAICHI.gpu_order
+    TAICHI.gpu_order = request.param
+    yield request.param
+    TAICHI.gpu_order = old
+
+
+# ---------------------------------------------------------------------------------------------
+# the launcher, on poisoned outputs
+
+
+@pytest.mark.parametrize("shape", SHAPES, ids=lambda s: "x".join(map(str, s)))
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float64])
+def test_launcher_all_passes(
+    shape: tuple[int, int, int, int], dtype: torch.dtype, loop_order: bool, gen: torch.Generator
+) -> None:
+    b, c, t, length = shape
+    w, k, g = (
+        _rand(gen, c, length, dtype=dtype),
+        _rand(gen, b, c, t, dtype=dtype),
+        _rand(gen, b, c, t, dtype=dtype),
+    )
+    tol = {"rtol": 1e-5, "atol": 1e-5} if dtype == torch.float32 else {"rtol": 1e-12, "atol": 1e-12}
+    out = torch.full_like(k, float("nan"))
+    timex_taichi.forward(w, k, out, 0.25)
+    torch.testing.assert_close(out.double(), conv_ref(w, k, 0.25), **tol)
+    dw_ref, dk_ref = conv_grads_ref(w, k, g)
+    dk, dw = torch.full_like(k, float("nan")), torch.full_like(w, float("nan"))
+    timex_taichi.backward(g, w, k, dw, dk, False, True)
+    torch.testing.assert_close(dk.double(), dk_ref, **tol)
+    assert dw.isnan().all()  # not asked for: not written
+    timex_taichi.backward(g, w, k, dw, dk, True, False)
+    torch.testing.assert_close(dw.double(), dw_ref, **tol)
+
+
+def test_reference_agrees_with_conv1d(gen: torch.Generator) -> None:
+    # The two references are independent; if they agree the tests below check the formula.
+    for b, c, t, length in SHAPES:
+        w, k = _rand(gen, c, length), _rand(gen, b, c, t)
+        torch.testing.assert_close(conv_ref(w, k, 0.5), conv1d_peer(w, k, 0.5))
+        wr, kr = w.clone().requires_grad_(), k.clone().requires_grad_()
+        g = _rand(gen, b, c, t)
+        got = torch.autograd.grad(conv1d_peer(wr, kr), (wr, kr), g)
+        for a, e in zip(got, conv_grads_ref(w, k, g), strict=True):
+            torch.testing.assert_close(a, e)
+
+
+# ---------------------------------------------------------------------------------------------
+# the public op
+
+
+@pytest.mark.parametrize("shape", SHAPES, ids=lambda s: "x".join(map(str, s)))
+def test_time_conv_forward_and_grads(
+    shape: tuple[int, int, int, int], loop_order: bool, gen: torch.Generator
+) -> None:
+    b, c, t, length = shape
+    w = _rand(gen, c, length, dtype=torch.float32).requires_grad_()
+    k = _rand(gen, b, c, t, dtype=torch.float32).requires_grad_()
+    out = time_conv(w, k, eps=0.5)
+    assert out.dtype == torch.float32 and out.shape == (b, c, t)
+    f32 = {"rtol": 1e-5, "atol": 1e-5}
+    torch.testing.assert_close(out.double(), conv_ref(w.detach(), k.detach(), 0.5), **f32)
+    torch.testing.assert_close(out.detach(), conv1d_peer(w.detach(), k.detach(), 0.5), **f32)
+    g = _rand(gen, b, c, t, dtype=torch.float32)
+    dw, dk = torch.autograd.grad(out, (w, k), g)
+    dw_ref, dk_ref = conv_grads_ref(w.detach(), k.detach(), g)
+    torch.testing.assert_close(dw.double(), dw_ref, rtol=1e-5, atol=1e-4)
+    torch.testing.assert_close(dk.double(), dk_ref, rtol=1e-5, atol=1e-4)
+
+
+def test_weight_with_unit_dim_and_only_one_grad(gen: torch.Generator) -> None:
+    w3 = _rand(gen, 4, 1, 6).requires_grad_()
+    k = _rand(gen, 2, 4, 9)
+    out = time_conv(w3, k)
+    torch.testing.assert_close(out, conv_ref(w3.detach()[:, 0], k))
+    g = _rand(gen, 2, 4, 9)
+    (dw,) = torch.autograd.grad(out, (w3,), g)
+    assert dw.shape == (4, 1, 6)
+    torch.testing.assert_close(dw[:, 0], conv_grads_ref(w3.detach()[:, 0], k, g)[0])
+    kr = k.clone().requires_grad_()
+    (dk,) = torch.autograd.grad(time_conv(w3.detach(), kr), (kr,), g)
+    torch.testing.assert_close(dk, conv_grads_ref(w3.detach()[:, 0], k, g)[1])
+
+
+def test_non_contiguous_inputs_and_inputs_unchanged(gen: torch.Generator) -> None:
+    base_k = _rand(gen, 9, 3, 2 * 10, dtype=torch.float32)
+    k = base_k.transpose(0, 1)[:, :, ::2]  # (3, 9, 10), strided in every dim
+    w = _rand(gen, 12, 9, dtype=torch.float32).t()[:, :7]  # (9, 7), column-major slice
+    assert not k.is_contiguous() and not w.is_contiguous()
+    k_before, w_before = k.clone(), w.clone()
+    out = time_conv(w, k, 1.5)
+    torch.testing.assert_close(out.double(), conv_ref(w, k, 1.5), rtol=1e-5, atol=1e-5)
+    wr, kr = w.clone().requires_grad_(), k.clone().requires_grad_()
+    g = _rand(gen, 3, 9, 10, dtype=torch.float32).transpose(1, 2).contiguous().transpose(1, 2)
+    g_before = g.clone()
+    dw, dk = torch.autograd.grad(time_conv(wr, kr), (wr, kr), g)
+    dw_ref, dk_ref = conv_grads_ref(w, k, g)
+    torch.testing.assert_close(dw.double(), dw_ref, rtol=1e-5, atol=1e-4)
+    torch.testing.assert_close(dk.double(), dk_ref, rtol=1e-5, atol=1e-4)
+    for now, before in ((k, k_before), (w, w_before), (g, g_before), (wr, w), (kr, k)):
+        assert torch.equal(now, before)
+
+
+@pytest.mark.parametrize("dtype", [torch.float16, torch.bfloat16])
+def test_half_inputs_compute_in_float32(dtype: torch.dtype, gen: torch.Generator) -> None:
+    # Long sums of half-precision products: exact float32 math, rounded once at the end.
+    w = _rand(gen, 4, 64, dtype=dtype).requires_grad_()
+    k = _rand(gen, 3, 4, 64, dtype=dtype).requires_grad_()
+    out = time_conv(w, k, 0.125)
+    assert out.dtype == dtype
+    want = conv_ref(w.detach(), k.detach(), 0.125).to(torch.float32)
+    torch.testing.assert_close(out, want.to(dtype))  # within one rounding to the half type
+    g = _rand(gen, 3, 4, 64, dtype=dtype)
+    dw, dk = torch.autograd.grad(out, (w, k), g)
+    assert dw.dtype == dtype and dk.dtype == dtype
+    dw_ref, dk_ref = conv_grads_ref(w.detach(), k.detach(), g)
+    torch.testing.assert_close(dw, dw_ref.to(dtype))
+    torch.testing.assert_close(dk, dk_ref.to(dtype))
+    # Mixed: float32 weights, half activations -> a float32 result.
+    assert time_conv(w.detach().float(), k.detach()).dtype == torch.float32
+
+
+def test_gradcheck_float64(gen: torch.Generator) -> None:
+    for b, c, t, length in [(2, 3, 7, 7), (1, 2, 6, 3), (2, 2, 3, 5)]:
+        w = _rand(gen, c, length).requires_grad_()
+        k = _rand(gen, b, c, t).requires_grad_()
+        assert torch.autograd.gradcheck(lambda w, k: time_conv(w, k, 0.3), (w, k))
+
+
+def test_opcheck(gen: torch.Generator) -> None:
+    w = _rand(gen, 3, 5, dtype=torch.float32).requires_grad_()
+    k = _rand(gen, 2, 3, 7, dtype=torch.float32).requires_grad_()
+    torch.library.opcheck(torch.ops.tipad.time_conv_forward, (w, k, 0.5))
+    g = _rand(gen, 2, 3, 7, dtype=torch.float32)
+    torch.library.opcheck(
+        torch.ops.tipad.time_conv_backward, (g, w.detach(), k.detach(), True, True)
+    )
+
+
+def test_torch_compile_fullgraph(gen: torch.Generator) -> None:
+    @torch.compile(fullgraph=True, backend="aot_eager")
+    def block(w: torch.Tensor, k: torch.Tensor) -> torch.Tensor:
+        return torch.tanh(time_conv(w, k * 2.0, eps=0.1)).sum()
+
+    w = _rand(gen, 4, 6, dtype=torch.float32).requires_grad_()
+    k = _rand(gen, 2, 4, 6, dtype=torch.float32).requires_grad_()
+    got = block(w, k)
+    got.backward()
+    wr, kr = w.detach().clone().requires_grad_(), k.detach().clone().requires_grad_()
+    want = torch.tanh(conv1d_peer(wr, kr * 2.0, 0.1)).sum()
+    want.backward()
+    torch.testing.assert_close(got, want)
+    torch.testing.assert_close(w.grad, wr.grad)
+    torch.testing.assert_close(k.grad, kr.grad)
+
+
+def test_causal_non_finite_values_stay_in_their_future(gen: torch.Generator) -> None:
+    # The kernel rounds its loops into zero padding; a NaN or inf must still reach only the
+    # outputs whose sums contain it (0 * inf would be NaN).
+    b, c, t = 2, 3, 130
+    w = _rand(gen, c, t, dtype=torch.float32).requires_grad_()
+    k = _rand(gen, b, c, t, dtype=torch.float32)
+    k[:, :, 90] = float("inf")
+    k[0, 1, 100] = float("nan")
+    k.requires_grad_()
+    out = time_conv(w, k)
+    want = conv_ref(w.detach(), k.detach())
+    assert torch.isfinite(out[:, :, :90]).all()
+    torch.testing.assert_close(out[:, :, :90].double(), want[:, :, :90], rtol=1e-5, atol=1e-5)
+    g = _rand(gen, b, c, t, dtype=torch.float32)
+    g[:, :, 20] = float("inf")
+    dk = torch.autograd.grad(out, (k,), g)[0]
+    assert torch.isfinite(dk[:, :, 21:]).all()  # dk[u] sums g[t] over t >= u only
+
+
+def test_empty_sizes(gen: torch.Generator) -> None:
+    w = _rand(gen, 3, 4).requires_grad_()
+    for shape in [(0, 3, 5), (2, 3, 0)]:
+        k = torch.zeros(shape, dtype=torch.float64, requires_grad=True)
+        out = time_conv(w, k, 0.5)
+        assert out.shape == shape
+        dw, dk = torch.autograd.grad(out.sum(), (w, k))
+        assert torch.equal(dw, torch.zeros_like(w)) and dk.shape == shape
+
+
+# ---------------------------------------------------------------------------------------------
+# the torch route
+
+
+@pytest.mark.allow_fallback
+def test_refused_device_uses_fallback_with_one_warning(
+    monkeypatch: pytest.MonkeyPatch, gen: torch.Generator
+) -> None:
+    w = _rand(gen, 5, 7).requires_grad_()
+    k = _rand(gen, 3, 5, 11).requires_grad_()
+    g = _rand(gen, 3, 5, 11)
+    kernel_out = time_conv(w, k, 0.5)
+    kernel_grads = torch.autograd.grad(kernel_out, (w, k), g)
+    reason = "test refusal for time_conv"
+    monkeypatch.setattr(TAICHI, "refusal", lambda device: reason)
+    with backends.record() as ran:
+        with pytest.warns(RuntimeWarning, match=reason) as record:
+            out = time_conv(w, k, 0.5)
+        assert record[0].filename == __file__
+        with warnings.catch_warnings():
+            warnings.simplefilter("error")  # once per reason, not per call
+            grads = torch.autograd.grad(out, (w, k), g)
+    assert ran == [("time_conv", "forward", "torch"), ("time_conv", "backward", "torch")]
+    torch.testing.assert_close(out, kernel_out, rtol=1e-12, atol=1e-12)
+    for a, e in zip(grads, kernel_grads, strict=True):
+        torch.testing.assert_close(a, e, rtol=1e-12, atol=1e-12)
+
+
+# ---------------------------------------------------------------------------------------------
+# bad input
+
+
+def test_bad_inputs() -> None:
+    w, k = torch.randn(3, 4), torch.randn(2, 3, 5)
+    cases = [
+        ((torch.randn(3), k), ValueError, "w must be"),
+        ((torch.randn(3, 2, 4), k), ValueError, "w must be"),
+        ((w, torch.randn(3, 5)), ValueError, "k must be"),
+        ((torch.randn(4, 4), k), ValueError, "channels"),
+        ((torch.randn(3, 0), k), ValueError, "L >= 1"),
+        ((w.int(), k), TypeError, "w must be"),
+        ((w, k.long()), TypeError, "k must be"),
+        ((w, [[1.0]]), TypeError, "k must be a torch.Tensor"),
+        ((w, k.to("meta")), ValueError, "w is on cpu, k on meta"),
+    ]
+    for args, exc, match in cases:
+        with pytest.raises(exc, match=match):
+            time_conv(*args)
+    with pytest.raises(TypeError, match="eps must be a real number"):
+        time_conv(w, k, eps=torch.tensor(1.0))  # type: ignore[arg-type]
+
+
+@pytest.mark.parametrize(
+    ("b", "c", "t", "length"), [(2, 3, 100, 100), (2, 2, 40, 70), (3, 2, 90, 9)]
+)
+@pytest.mark.parametrize("where", ["w", "k", "grad"])
+@pytest.mark.parametrize("value", [float("nan"), float("inf")])
+def test_non_finite_values_propagate_like_conv1d(
+    b: int, c: int, t: int, length: int, where: str, value: float, gen: torch.Generator
+) -> None:
+    # F.conv1d over the zero-padded k is the op's definition: a non-finite tap times the
+    # padding's zeros is NaN (every output of its channel), a non-finite gradient reaches every
+    # tap's gradient the same way, and dk has no padding term at all. The kernels once rounded
+    # their loops into the padding only where convenient, so some of these NaNs were missing
+    # and dk had spurious ones.
+    w = _rand(gen, c, length, dtype=torch.float32)
+    k = _rand(gen, b, c, t, dtype=torch.float32)
+    grad = _rand(gen, b, c, t, dtype=torch.float32)
+    target = {"w": w, "k": k, "grad": grad}[where]
+    target[..., 1, target.shape[-1] // 3] = value
+    wk = [w.clone().requires_grad_(), k.clone().requires_grad_()]
+    out = time_conv(*wk)
+    got = [out, *torch.autograd.grad(out, wk, grad)]
+    wr, kr = w.double().requires_grad_(), k.double().requires_grad_()
+    ref = F.conv1d(F.pad(kr, (length - 1, 0)), wr.unsqueeze(1), groups=c)
+    want = [ref, *torch.autograd.grad(ref, (wr, kr), grad.double())]
+    for name, a, e in zip(("out", "dw", "dk"), got, want, strict=True):
+        assert torch.equal(a.isnan(), e.isnan()), name
+        assert torch.equal(a.isinf(), e.isinf()) and torch.equal(a[a.isinf()], e[e.isinf()].float())
+        finite = e.isfinite()
+        torch.testing.assert_close(a[finite].double(), e[finite], rtol=1e-4, atol=1e-4)

@@ -1,0 +1,144 @@
+"""Padding with plain torch ops: the torch backend's implementation of the padding family.
+
+It builds the kernel's index maps (``geometry.fold_index`` for the standard modes, the texture
+mapping spec for texture mode) with a handful of torch ops, so its results are the kernel's
+bit for bit; slower, with full-size temporaries. Every process runs ``forward`` for its first
+CPU calls (the warm-up), so it builds index vectors only and writes the canvas once.
+"""
+
+from __future__ import annotations
+
+from dataclasses import replace
+
+import torch
+from torch import Tensor
+
+from .geometry import PadCall, PadGeometry, fold_index
+
+__all__ = ["backward", "forward"]
+
+
+def _tile_index(call: PadCall, g: PadGeometry) -> Tensor:
+    """``(N, 1, H'*W')`` flat ``ty * tw + tx`` of every canvas pixel (the texture mapping)."""
+    dev = call.texture.device
+    th, tw = call.texture.shape[-2:]
+    iy = torch.arange(g.out_h, device=dev) - g.top
+    ix = torch.arange(g.out_w, device=dev) - g.left
+    off = call.offset.to(device=dev, dtype=torch.long)
+    y = iy[None, :] - off[:, :1]  # (N, H')
+    v = torch.div(y, th, rounding_mode="floor")
+    ty = y - v * th
+    tx = (ix[None, None, :] - off[:, 1, None, None] - v[:, :, None] * call.stagger).remainder(tw)
+    return (ty[:, :, None] * tw + tx).reshape(g.n, 1, -1)
+
+
+def _texture_rows(call: PadCall, g: PadGeometry) -> Tensor:
+    """``(N, Ct, H', W')``: every canvas pixel's texture value, indexed per row.
+
+    Along a canvas row the tile column advances by one per pixel, wrapping at ``tw``: the row is
+    the window ``[s, s + W')`` of its tile row repeated ``ceil((tw + W' - 1) / tw)`` times, ``s``
+    being the row's first tile column. So the index math is per row and the canvas is one
+    ``index_select`` of contiguous windows.
+    """
+    texture = call.texture
+    dev = texture.device
+    _, ct, th, tw = texture.shape
+    off = call.offset.to(device=dev, dtype=torch.long)
+    y = (torch.arange(g.out_h, device=dev) - g.top)[None, :] - off[:, :1]  # (N, H')
+    v = torch.div(y, th, rounding_mode="floor")  # the lattice row: its bricks shift by stagger
+    ty = y - v * th
+    s = (-g.left - off[:, 1:] - v * call.stagger).remainder(tw)  # (N, H')
+    reps = -(-(tw + g.out_w - 1) // tw)
+    chosen = texture[call.texture_index.to(device=dev, dtype=torch.long)]  # (N, Ct, th, tw)
+    wide = chosen.unsqueeze(3).expand(g.n, ct, th, reps, tw).reshape(-1)  # rows of reps * tw
+    plane = torch.arange(g.n * ct, device=dev).view(g.n, ct, 1) * th  # (n, c)'s first tile row
+    starts = (plane + ty[:, None, :]) * (reps * tw) + s[:, None, :]  # (N, Ct, H')
+    windows = wide.unfold(0, g.out_w, 1)  # window i: wide[i : i + W'], a view
+    return windows.index_select(0, starts.reshape(-1)).view(g.n, ct, g.out_h, g.out_w)
+
+
+def _pad(call: PadCall, g: PadGeometry, image: Tensor) -> Tensor:
+    """``(N, C, H, W)`` image -> ``(N, C, H', W')`` canvas (``g`` one geometry of ``call``)."""
+    dev = image.device
+    if g.n * g.c * g.out_h * g.out_w == 0:  # no index maps for a canvas that holds nothing
+        return image.new_empty(g.n, g.c, g.out_h, g.out_w)
+    if call.mode not in ("texture", "constant"):
+        # The row and column maps cover the interior too: they fold an inside index to itself.
+        rows = fold_index(torch.arange(g.out_h, device=dev) - g.top, g.h, call.mode)
+        cols = fold_index(torch.arange(g.out_w, device=dev) - g.left, g.w, call.mode)
+        return image.index_select(2, rows).index_select(3, cols)
+    if call.mode == "texture":
+        border = _texture_rows(call, g)
+    else:
+        border = call.fill.reshape(1, g.c, 1, 1)
+    # A copy for an expanded border; a gathered one is already a fresh canvas.
+    canvas = border.to(image.dtype).expand(g.n, g.c, g.out_h, g.out_w).contiguous()
+    canvas[:, :, g.top : g.top + g.h, g.left : g.left + g.w] = image  # padding is >= 0 here
+    return canvas
+
+
+def _per_image(call: PadCall) -> list[tuple[PadCall, PadGeometry, int]]:
+    """A ``pad_stack`` call as one call per image: its geometry and first element."""
+    assert not isinstance(call.geometry, PadGeometry)
+    return [
+        (replace(call, geometry=g, offset=call.offset[i : i + 1],
+                 texture_index=call.texture_index[i : i + 1]), g, start)
+        for i, (g, start) in enumerate(call.geometry.each())
+    ]  # fmt: skip
+
+
+def forward(call: PadCall, image: Tensor, canvas: Tensor) -> None:
+    """Write every element of ``canvas`` (``N*C*H'*W'`` contiguous) from ``image``
+    (``N*C*H*W`` contiguous; for a stack the packed images), the texture or the fill."""
+    g = call.geometry
+    if isinstance(g, PadGeometry):
+        out = _pad(call, g, image.view(g.n, g.c, g.h, g.w))
+        canvas.view(g.n, g.c, g.out_h, g.out_w).copy_(out)
+        return
+    for i, (one, gi, start) in enumerate(_per_image(call)):
+        image_i = image[start : start + g.c * gi.h * gi.w].view(1, g.c, gi.h, gi.w)
+        canvas[i : i + 1].copy_(_pad(one, gi, image_i))
+
+
+def _backward(
+    call: PadCall, g: PadGeometry, grad: Tensor, grad_image: Tensor,
+    grad_texture: Tensor,
+) -> None:  # fmt: skip
+    """Add the canvas gradient ``grad`` ``(N, C, H'*W')`` into ``grad_image`` ``(N, C, H*W)``
+    and, in texture mode, ``grad_texture`` along the forward index map (explicit scatter-adds:
+    this runs inside a custom op's implementation, where autograd is off)."""
+    dev = grad.device
+    iy = torch.arange(g.out_h, device=dev) - g.top
+    ix = torch.arange(g.out_w, device=dev) - g.left
+    inside = (((iy >= 0) & (iy < g.h))[:, None] & ((ix >= 0) & (ix < g.w))[None, :]).reshape(-1)
+    if call.mode in ("constant", "texture"):
+        src = (iy[:, None] * g.w + ix[None, :]).reshape(-1)
+        grad_image.index_add_(2, src[inside], grad[:, :, inside])
+    else:
+        src = fold_index(iy, g.h, call.mode)[:, None] * g.w + fold_index(ix, g.w, call.mode)
+        grad_image.index_add_(2, src.reshape(-1), grad)
+    if call.mode == "texture" and grad_texture.numel() > 0:
+        _, ct, th, tw = grad_texture.shape
+        border = ~inside
+        channel = torch.arange(g.c, device=dev) * (1 if ct == g.c else 0)  # Ct = 1: all read 0
+        plane = call.texture_index.to(device=dev, dtype=torch.long)[:, None] * ct + channel
+        flat = _tile_index(call, g)[:, :, border]  # (N, 1, B)
+        target = plane[:, :, None] * (th * tw) + flat  # (N, C, B)
+        grad_texture.view(-1).index_add_(0, target.reshape(-1), grad[:, :, border].reshape(-1))
+
+
+def backward(call: PadCall, canvas_grad: Tensor, grad_image: Tensor, grad_texture: Tensor) -> None:
+    """Add ``canvas_grad`` (the output's gradient, contiguous float) into ``grad_image`` (zeros:
+    ``(N, C, H, W)``, or flat for a stack) and, in texture mode, ``grad_texture`` (zeros of the
+    bank's shape): every image and texture pixel gets the sum over the canvas pixels it fed."""
+    g = call.geometry
+    if canvas_grad.numel() == 0:
+        return
+    if isinstance(g, PadGeometry):
+        grad = canvas_grad.reshape(g.n, g.c, g.out_h * g.out_w)
+        _backward(call, g, grad, grad_image.view(g.n, g.c, g.h * g.w), grad_texture)
+        return
+    for i, (one, gi, start) in enumerate(_per_image(call)):
+        grad = canvas_grad[i : i + 1].reshape(1, g.c, g.out_h * g.out_w)
+        part = grad_image[start : start + g.c * gi.h * gi.w].view(1, g.c, gi.h * gi.w)
+        _backward(one, gi, grad, part, grad_texture)

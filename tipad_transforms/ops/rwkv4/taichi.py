@@ -1,0 +1,390 @@
+"""The RWKV-4 WKV kernels (forward and explicit backward): the Taichi backend of ``ops.wkv``.
+
+One chain per (batch, channel): the recurrence is sequential in time and independent across
+chains. The tensors are ``(B, T, C)`` row-major, so adjacent channels are adjacent in memory:
+on CUDA one thread per chain (a warp reads 32 adjacent floats per step); on the CPU one task
+walks ``_LANES`` adjacent channels at once, in lanes unrolled at compile time, which reads whole
+cache lines and gives LLVM's vectorizer independent work to pack into SIMD registers (Taichi's
+CPU backend emits scalar code; the kernels are shaped so that LLVM's SLP vectorizer turns the
+lanes into 8-wide AVX operations, exponentials included: see ``exp_neg``, ``lanes_at`` and
+the one-step-late stores in ``forward_chain``).
+"""
+
+# No `from __future__ import annotations`: Taichi reads the kernels' annotations at runtime.
+# Taichi kernels annotate arguments with calls (ti.types.ndarray(...)), which mypy cannot read,
+# and stay unannotated (Taichi would read a "-> None").
+from typing import Any
+
+import torch
+from torch import Tensor
+
+from ..._compat.taichi import Steps
+from ..._value_cache import constant
+from ...backends.taichi import TAICHI, serial_launch
+
+# Adjacent channels per CPU task (a power of two; 1 = the GPU order, one chain per task).
+_LANES = 8
+# A forward whose output is at most this large runs serially on the CPU (serial_launch):
+# 16k chains of one step (one-token generation), or fewer of a few steps.
+_SERIAL_BYTES = 1 << 16
+
+
+# fmt: off
+def _build_kernels(ti: Any) -> dict[str, Any]:
+    """Compile-on-demand kernels ``forward`` and ``backward`` (float32 or float64), and their
+    ``_packed`` twins (float32, the loaded arrays viewed as ``(N / _LANES, _LANES)``).
+
+    Layouts (all flat): ``k, v, y, gy, gk, gv``: ``(B, T, C)``. ``states``: with ``save``
+    ``(3, B, T + 1, C)``, rows aa, bb, pp, slot t the state before step t (slot T the final
+    state); without, ``(B, 3, C)``, the final state alone (the op's output, written in place).
+    The forward's ``decay`` and ``first``: ``time_decay (C)`` and ``u = time_first (C)`` as
+    the user holds them (``w = -exp(time_decay)`` is computed per chain: a one-token step then
+    spends no torch call on it) and its ``state`` ``(B, 3, C)``; the backward's ``params``:
+    ``w, u, gstate (B, 3, C)`` (the gradient of the final state). ``grads``: ``gw (B, C), gu (B, C),
+    gstate_in (B, 3, C)``. ``meta``: int32 ``[B, T, C]``. Scalars travel packed because each
+    kernel argument costs tens of microseconds of Python per launch.
+    """
+    nd = ti.types.ndarray
+
+    @ti.func
+    def is_nan(x):
+        # From the bits: Taichi compiles with fast-math, under which LLVM may fold `x != x` to
+        # False and pick either operand of a max or a compare with NaN. Rounded to float32 first
+        # (NaN stays NaN, every other float64 stays non-NaN), so one test serves both dtypes.
+        return (ti.bit_cast(ti.cast(x, ti.f32), ti.i32) & 0x7FFFFFFF) > 0x7F800000
+
+    @ti.func
+    def nan_max(a, b):
+        # max(a, b), NaN if either is (torch.maximum): the running max carries a NaN onwards.
+        return ti.select(is_nan(a), a, ti.select(is_nan(b), b, ti.max(a, b)))
+
+    @ti.func
+    def exp_neg(x, fast: ti.template()):
+        # e**x for x <= 0. The float32 version is a Cephes-style expf: x = n ln2 + r with
+        # |r| <= ln2/2, a degree-6 polynomial for e**r and 2**n made from its exponent bits.
+        # Unlike a libm call, LLVM can vectorize it across the lanes. Below about -87.7 the
+        # result flushes to 0 (n = -127 gives the bits of 0.0); e**x would be subnormal there.
+        # NaN propagates (as torch's exp does): the clamp below would turn it into -88.
+        out = x
+        if ti.static(fast):
+            z = ti.max(x, -88.0)
+            n = ti.floor(z * 1.44269504088896341 + 0.5)
+            r = z - n * 0.693359375 + n * 2.12194440e-4  # ln2 split in two: r stays exact
+            p = 1.9875691500e-4
+            p = p * r + 1.3981999507e-3
+            p = p * r + 8.3334519073e-3
+            p = p * r + 4.1665795894e-2
+            p = p * r + 1.6666665459e-1
+            p = p * r + 5.0000001201e-1
+            p = p * r * r + r + 1.0
+            out = ti.select(is_nan(x), x, p * ti.bit_cast((ti.cast(n, ti.i32) + 127) << 23, ti.f32))
+        else:
+            out = ti.exp(x)
+        return out
+
+    @ti.func
+    def lanes_at(a: ti.template(), i: ti.i32, n: ti.template(), packed: ti.template()):
+        # Elements i .. i+n-1 of a flat array. Packed: the array is viewed as vectors of n
+        # (i a multiple of n), so LLVM sees n consecutive addresses and loads them as one
+        # SIMD word; from a flat array it sees n separately sign-extended 32-bit indices.
+        if ti.static(packed):
+            return a[i // n]
+        else:
+            return ti.Vector([a[i + j] for j in ti.static(range(n))])
+
+    @ti.func
+    def is_pos_inf(x):
+        # From the bits, as is_nan (fast-math may fold comparisons with infinity), of x widened
+        # to float64 (exact for float32), so one test serves both dtypes.
+        bits = ti.bit_cast(ti.cast(x, ti.f64), ti.i64)
+        return (ti.cast(bits >> 32, ti.i32) == 0x7FF00000) & (ti.cast(bits, ti.i32) == 0)
+
+    @ti.func
+    def scales(a, b, fast: ti.template()):
+        # (e**(a - m), e**(b - m)) with m = max(a, b), one exp: the other's is e**-|a - b|,
+        # the leader's e**(m - m), which is 1 unless m is not finite. There the formula gives
+        # NaN (m = +inf, both -inf, or a NaN in either), as torch does: a +inf in k or u must
+        # not be taken as a weight of 1 (a frozen channel with finite outputs).
+        d = a - b
+        e = exp_neg(-ti.abs(d), fast)
+        lead = ti.select(is_nan(d) | is_pos_inf(a) | is_pos_inf(b), ti.bit_cast(0x7FC00000, ti.f32),
+                         1.0)
+        return ti.select(d >= 0, lead, e), ti.select(d >= 0, e, lead)
+
+    @ti.func
+    def forward_chain(decay: ti.template(), first: ti.template(), state: ti.template(),
+                      k: ti.template(), v: ti.template(), y: ti.template(),
+                      states: ti.template(), b: ti.i32, c: ti.i32,
+                      n_b: ti.i32, n_t: ti.i32, n_c: ti.i32, n: ti.template(),
+                      save: ti.template(), fast: ti.template(), packed: ti.template()):
+        # Channels c .. c+n-1 of batch row b, the recurrence of rwkv.md:
+        #   y = (e1 aa + e2 v) / (e1 bb + e2), scales of (pp, u + k);
+        #   aa, bb, pp = f1 aa + f2 v, f1 bb + f2, max(w + pp, k), scales of (w + pp, k).
+        st = b * 3 * n_c + c
+        w = ti.Vector([-ti.exp(decay[c + j]) for j in ti.static(range(n))])
+        u = ti.Vector([first[c + j] for j in ti.static(range(n))])
+        aa = ti.Vector([state[st + j] for j in ti.static(range(n))])
+        bb = ti.Vector([state[st + n_c + j] for j in ti.static(range(n))])
+        pp = ti.Vector([state[st + 2 * n_c + j] for j in ti.static(range(n))])
+        # Without save the final state goes straight into the (B, 3, C) tensor the op returns.
+        plane = n_c
+        so = st
+        if ti.static(save):
+            plane = n_b * (n_t + 1) * n_c
+            so = b * (n_t + 1) * n_c + c
+        off = b * n_t * n_c + c
+        # Each step stores the previous step's outputs: a loop-carried vector of lanes is
+        # what LLVM's SLP vectorizer starts from (stores cannot start it: each reloads the
+        # arrays' base pointers). Step 0 stores a placeholder where step 1 stores y_0.
+        y_prev = aa * 0
+        dst = off
+        for _t in range(n_t):
+            # Loads first: a store between them would split the lanes the same way.
+            kt = lanes_at(k, off, n, packed)
+            vt = lanes_at(v, off, n, packed)
+            yt = kt * 0
+            if ti.static(save):
+                for j in ti.static(range(n)):
+                    states[so + j] = aa[j]
+                    states[so + plane + j] = bb[j]
+                    states[so + 2 * plane + j] = pp[j]
+            for j in ti.static(range(n)):
+                e1, e2 = scales(pp[j], u[j] + kt[j], fast)
+                yt[j] = (e1 * aa[j] + e2 * vt[j]) / (e1 * bb[j] + e2)
+                ww = w[j] + pp[j]
+                f1, f2 = scales(ww, kt[j], fast)
+                aa[j] = f1 * aa[j] + f2 * vt[j]
+                bb[j] = f1 * bb[j] + f2
+                pp[j] = nan_max(ww, kt[j])
+            for j in ti.static(range(n)):
+                y[dst + j] = y_prev[j]
+            y_prev = yt
+            dst = off
+            off += n_c
+            if ti.static(save):
+                so += n_c
+        for j in ti.static(range(n)):
+            y[dst + j] = y_prev[j]
+        for j in ti.static(range(n)):
+            states[so + j] = aa[j]
+            states[so + plane + j] = bb[j]
+            states[so + 2 * plane + j] = pp[j]
+
+    @ti.func
+    def backward_chain(params: ti.template(), k: ti.template(), v: ti.template(),
+                       gy: ti.template(), states: ti.template(), gk: ti.template(),
+                       gv: ti.template(), grads: ti.template(), b: ti.i32, c: ti.i32,
+                       n_b: ti.i32, n_t: ti.i32, n_c: ti.i32, n: ti.template(),
+                       fast: ti.template(), packed: ti.template()):
+        # Reverse-mode through each step, from the saved state before it, exactly as autograd
+        # would go through the forward ops, except for the max m of the output's pair: the
+        # output is invariant to that common scale, so its gradient is exactly zero. Carried:
+        # ga, gb, gp, the gradients of the state after the step (at the end: the final state's).
+        st = 2 * n_c + b * 3 * n_c + c
+        w = ti.Vector([params[c + j] for j in ti.static(range(n))])
+        u = ti.Vector([params[n_c + c + j] for j in ti.static(range(n))])
+        ga = ti.Vector([params[st + j] for j in ti.static(range(n))])
+        gb = ti.Vector([params[st + n_c + j] for j in ti.static(range(n))])
+        gp = ti.Vector([params[st + 2 * n_c + j] for j in ti.static(range(n))])
+        gw = ga * 0
+        gu = ga * 0
+        gk_prev = ga * 0  # outputs stored a step late, as in forward_chain
+        gv_prev = ga * 0
+        slots = n_t + 1
+        plane = n_b * slots * n_c
+        so = (b * slots + n_t - 1) * n_c + c
+        off = (b * n_t + n_t - 1) * n_c + c
+        dst = off
+        for _t in range(n_t):
+            aa = lanes_at(states, so, n, packed)
+            bb = lanes_at(states, so + plane, n, packed)
+            pp = lanes_at(states, so + 2 * plane, n, packed)
+            kt = lanes_at(k, off, n, packed)
+            vt = lanes_at(v, off, n, packed)
+            gyt = lanes_at(gy, off, n, packed)
+            gkt = kt * 0
+            gvt = kt * 0
+            for j in ti.static(range(n)):
+                # Output: y = num / den.
+                e1, e2 = scales(pp[j], u[j] + kt[j], fast)
+                inv = 1.0 / (e1 * bb[j] + e2)
+                g_num = gyt[j] * inv
+                g_den = -g_num * (e1 * aa[j] + e2 * vt[j]) * inv
+                g_uk = e2 * (g_num * vt[j] + g_den)  # through e2 to u + k; to pp: its negative
+                # State update: aa' = f1 aa + f2 v, bb' = f1 bb + f2, pp' = max(w + pp, k).
+                ww = w[j] + pp[j]
+                f1, f2 = scales(ww, kt[j], fast)
+                g_f1 = (ga[j] * aa[j] + gb[j] * bb[j]) * f1
+                g_f2 = (ga[j] * vt[j] + gb[j]) * f2
+                g_max = gp[j] - g_f1 - g_f2  # through m = max(ww, k), shared by f1 and f2
+                # A tie splits the max's gradient in half, like torch.maximum.
+                to_ww = g_max * ti.select(ww > kt[j], 1.0, ti.select(ww == kt[j], 0.5, 0.0))
+                g_ww = g_f1 + to_ww
+                gkt[j] = g_uk + g_f2 + (g_max - to_ww)
+                gvt[j] = ga[j] * f2 + g_num * e2
+                gw[j] += g_ww
+                gu[j] += g_uk
+                ga[j] = ga[j] * f1 + g_num * e1
+                gb[j] = gb[j] * f1 + g_den * e1
+                gp[j] = g_ww - g_uk
+            for j in ti.static(range(n)):
+                gk[dst + j] = gk_prev[j]
+                gv[dst + j] = gv_prev[j]
+            gk_prev = gkt
+            gv_prev = gvt
+            dst = off
+            off -= n_c
+            so -= n_c
+        for j in ti.static(range(n)):
+            gk[dst + j] = gk_prev[j]
+            gv[dst + j] = gv_prev[j]
+        pc = b * n_c + c
+        sc = 2 * n_b * n_c + b * 3 * n_c + c
+        for j in ti.static(range(n)):
+            grads[pc + j] = gw[j]
+            grads[n_b * n_c + pc + j] = gu[j]
+            grads[sc + j] = ga[j]
+            grads[sc + n_c + j] = gb[j]
+            grads[sc + 2 * n_c + j] = gp[j]
+
+    def make(packed):
+        # packed: k, v (and the backward's gy, states) arrive as vectors of _LANES float32
+        # (C a multiple of _LANES): the CPU's fast path. Else flat arrays of any float dtype.
+        loads = nd(dtype=ti.types.vector(_LANES, ti.f32), ndim=1) if packed else nd(ndim=1)
+
+        @ti.kernel
+        def wkv_forward(decay: nd(ndim=1), first: nd(ndim=1), state: nd(ndim=1), k: loads,
+                        v: loads, y: nd(ndim=1), states: nd(ndim=1),
+                        meta: nd(dtype=ti.i32, ndim=1), lanes: ti.template(),
+                        save: ti.template(), fast: ti.template(), serial: ti.template()):
+            n_b, n_t, n_c = meta[0], meta[1], meta[2]
+            blocks = (n_c - 1) // lanes + 1  # n_c >= 1; n_c + lanes could pass 2**31
+            # A few steps of a few chains (one-token generation) run on the launching thread:
+            # waking Taichi's pool would cost more than they take.
+            ti.loop_config(serialize=serial)
+            # With lanes == 1, task = b * C + c: adjacent CUDA threads take adjacent channels.
+            for task in range(n_b * blocks):
+                b = task // blocks
+                c0 = (task - b * blocks) * lanes
+                if ti.static(lanes == 1 or packed):
+                    forward_chain(decay, first, state, k, v, y, states, b, c0, n_b, n_t, n_c,
+                                  lanes, save, fast, packed)
+                else:
+                    if c0 <= n_c - lanes:
+                        forward_chain(decay, first, state, k, v, y, states, b, c0, n_b, n_t,
+                                      n_c, lanes, save, fast, False)
+                    else:  # the last, partial block: one channel at a time
+                        for c in range(c0, n_c):
+                            forward_chain(decay, first, state, k, v, y, states, b, c, n_b, n_t,
+                                          n_c, 1, save, fast, False)
+
+        @ti.kernel
+        def wkv_backward(params: nd(ndim=1), k: loads, v: loads, gy: loads, states: loads,
+                         gk: nd(ndim=1), gv: nd(ndim=1), grads: nd(ndim=1),
+                         meta: nd(dtype=ti.i32, ndim=1), lanes: ti.template(),
+                         fast: ti.template()):
+            n_b, n_t, n_c = meta[0], meta[1], meta[2]
+            blocks = (n_c - 1) // lanes + 1  # n_c >= 1; n_c + lanes could pass 2**31
+            for task in range(n_b * blocks):
+                b = task // blocks
+                c0 = (task - b * blocks) * lanes
+                if ti.static(lanes == 1 or packed):
+                    backward_chain(params, k, v, gy, states, gk, gv, grads, b, c0, n_b, n_t,
+                                   n_c, lanes, fast, packed)
+                else:
+                    if c0 <= n_c - lanes:
+                        backward_chain(params, k, v, gy, states, gk, gv, grads, b, c0, n_b,
+                                       n_t, n_c, lanes, fast, False)
+                    else:
+                        for c in range(c0, n_c):
+                            backward_chain(params, k, v, gy, states, gk, gv, grads, b, c, n_b,
+                                           n_t, n_c, 1, fast, False)
+
+        return wkv_forward, wkv_backward
+
+    flat, packed = make(False), make(True)
+    return {"forward": flat[0], "backward": flat[1],
+            "forward_packed": packed[0], "backward_packed": packed[1]}
+
+
+# fmt: on
+def _switches(k: Tensor) -> tuple[int, bool, bool]:
+    """(lanes, the float32 polynomial exp, packed loads) for a launch on ``k`` ``(B, T, C)``:
+    the CPU reads float32 inputs as vectors of ``_LANES`` where C allows."""
+    lanes = 1 if TAICHI.gpu_order else _LANES
+    fast = k.dtype == torch.float32
+    return lanes, fast, fast and lanes == _LANES and k.shape[2] % _LANES == 0
+
+
+def _loads(t: Tensor, packed: bool) -> Tensor:
+    return t.reshape(-1, _LANES) if packed else t.reshape(-1)
+
+
+def _meta(k: Tensor) -> Tensor:
+    """``[B, T, C]`` int32 on ``k``'s device (read only; one per shape in use)."""
+    return constant(
+        ("wkv meta", *k.shape, k.device),
+        lambda: torch.tensor(list(k.shape), dtype=torch.int32).to(k.device, non_blocking=True),
+    )
+
+
+# Lean launchers of recent forward signatures (a model's layers share one per batch size).
+_steps = Steps()
+
+
+def forward(
+    time_decay: Tensor, time_first: Tensor, state: Tensor, k: Tensor, v: Tensor, y: Tensor,
+    states: Tensor,
+) -> None:  # fmt: skip
+    """The WKV forward. All tensors contiguous, detached, float32 or float64 (one dtype), on
+    one device, none empty.
+
+    ``time_decay``, ``time_first``: ``(C,)`` (the kernel takes ``w = -exp(time_decay)`` and
+    ``u = time_first``); ``k, v``: ``(B, T, C)``; ``state``: ``(B, 3, C)`` (aa, bb, pp) before
+    the first token. Writes ``y`` ``(B, T, C)`` and ``states``: given ``(3, B, T + 1, C)``, the
+    state before every step and after the last (what the backward reads); given ``(B, 3, C)``,
+    the final state only.
+    """
+    save = states.dim() == 4
+    tensors = (time_decay, time_first, state, k, v, y, states)
+    with TAICHI.session(k.device, "wkv", _build_kernels, (k, states)) as kernels:
+        lanes, fast, packed = _switches(k)
+        key = (k.shape, k.dtype, k.device, save, lanes)
+        step = _steps.get(key)
+        if step is not None and step.launch(tensors):
+            return
+        kernel = kernels["forward_packed" if packed else "forward"]
+        args = (
+            time_decay, time_first, state.reshape(-1), _loads(k, packed), _loads(v, packed),
+            y.reshape(-1), states.reshape(-1), _meta(k), lanes, save, fast,
+            serial_launch(y, _SERIAL_BYTES),
+        )  # fmt: skip
+        kernel(*args)
+        _steps.record(key, kernel, args, len(tensors))
+
+
+def backward(
+    time_decay: Tensor, w: Tensor, u: Tensor, k: Tensor, v: Tensor, state: Tensor, saved: Tensor,
+    gy: Tensor, gstate: Tensor, gk: Tensor, gv: Tensor, grads: Tensor,
+) -> None:  # fmt: skip
+    """The WKV backward; same conventions as ``forward``, ``w = -exp(time_decay)``.
+
+    ``saved``: the forward's states ``(3, B, T + 1, C)``, or an empty ``(3, B, 0, C)`` to
+    recompute them from ``state``; ``gy`` ``(B, T, C)`` and ``gstate`` ``(B, 3, C)``: the
+    gradients of ``y`` and of the final state. Writes ``gk``, ``gv`` ``(B, T, C)`` and ``grads``
+    ``(2 + 3, B, C)`` flat: the per-chain gradients of ``w`` and ``u`` ``(B, C)`` each (the
+    caller sums them over B), then the gradient of the initial state ``(B, 3, C)``.
+    """
+    n_b, n_t, n_c = k.shape
+    states = saved
+    if states.shape[2] != n_t + 1:
+        states = k.new_empty(3, n_b, n_t + 1, n_c)
+        forward(time_decay, u, state, k, v, torch.empty_like(k), states)
+    params = torch.cat([w, u, gstate.reshape(-1)])
+    with TAICHI.session(k.device, "wkv", _build_kernels, (k, states, params, grads)) as kernels:
+        lanes, fast, packed = _switches(k)
+        kernels["backward_packed" if packed else "backward"](
+            params, _loads(k, packed), _loads(v, packed), _loads(gy, packed),
+            _loads(states, packed), gk.reshape(-1), gv.reshape(-1), grads.reshape(-1), _meta(k),
+            lanes, fast,
+        )  # fmt: skip

@@ -1,0 +1,39 @@
+"""The causal depthwise time convolution with ``F.conv1d``: the torch backend of
+``ops.time_conv`` (conv1d's own gradient formulas, called explicitly: this runs inside a
+custom op's implementation, where autograd is off)."""
+
+from __future__ import annotations
+
+import torch.nn.functional as F
+from torch import Tensor
+from torch.nn.grad import conv1d_input, conv1d_weight
+
+__all__ = ["backward", "forward"]
+
+
+def forward(w: Tensor, k: Tensor, out: Tensor, eps: float) -> None:
+    """``taichi.forward``'s contract."""
+    if k.numel() == 0:  # conv1d refuses an input shorter than the kernel (T = 0)
+        out.fill_(eps)
+        return
+    length = w.shape[-1]
+    out.copy_(F.conv1d(F.pad(k, (length - 1, 0)), w.unsqueeze(1), groups=w.shape[0]))
+    if eps:
+        out.add_(eps)
+
+
+def backward(
+    grad: Tensor, w: Tensor, k: Tensor, dw: Tensor, dk: Tensor, grad_w: bool, grad_k: bool
+) -> None:
+    """``taichi.backward``'s contract."""
+    if k.numel() == 0:
+        dw.zero_()
+        dk.zero_()
+        return
+    length, channels = w.shape[-1], w.shape[0]
+    padded = F.pad(k, (length - 1, 0))
+    weight = w.unsqueeze(1)
+    if grad_k:
+        dk.copy_(conv1d_input(padded.shape, weight, grad, groups=channels)[..., length - 1 :])
+    if grad_w:
+        dw.copy_(conv1d_weight(padded, weight.shape, grad, groups=channels).squeeze(1))

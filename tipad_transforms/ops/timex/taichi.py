@@ -1,0 +1,214 @@
+"""The causal depthwise time convolution's Taichi backend: one windowed-dot kernel for forward
+and backward.
+
+Every pass of the operator is the same sum, ``y[o] = sum_s a[s] * x[o - off + s]`` over the
+``s`` in ``[0, len(a))`` that keep ``o - off + s`` inside ``x``'s row of ``T``:
+
+* forward ``out[b,c,t]``: ``a = w[c]``, ``x = k[b,c]``, ``o = t``, ``off = L - 1`` (plus eps);
+* ``dk[b,c,u]``: ``a = flip(w[c])``, ``x = g[b,c]``, ``o = u``, ``off = 0``;
+* ``dw[c,d]``: ``a = g[b,c]``, ``x = k[b,c]``, ``o = d``, ``off = L - 1``, summed over ``b``.
+
+The reduction index ``s`` walks ``a`` and ``x`` forwards in both, which is what the LLVM loop
+vectoriser wants (Taichi compiles with fast-math, so it may reassociate the sums).
+"""
+
+# No `from __future__ import annotations`: Taichi reads the kernels' annotations at runtime.
+# Taichi kernels annotate arguments with calls (ti.types.ndarray(...)), which mypy cannot read,
+# and stay unannotated (Taichi would read a "-> None").
+from typing import Any
+
+import torch
+from torch import Tensor
+
+from ...backends import Refused
+from ...backends.taichi import MAX_ELEMENTS, TAICHI
+
+# Layout of the kernel's int32 `meta` argument. ROWS: (b, c) rows of the output (B*C), or its
+# channels when the sum runs over b (dw). LA: len(a). N_OUT: outputs per row (T, or L for dw).
+# SUM_B: 1 for dw. XS: the row stride of the padded x (T + 2 * _PAD). Then, at _FINITE, one
+# flag per channel: 1 where that row of `a` is finite (the loop may run into x's end padding).
+_ROWS, _C, _B, _T, _LA, _N_OUT, _OFF, _SUM_B, _XS, _FINITE = range(10)
+# Consecutive outputs per CPU task. They share each load of `a`; each needs its own (shifted)
+# load of `x`: 4 amortises the loads of `a` where more gives no more.
+_TILE = 4
+# Zeros on both sides of every x row (a padded copy, one pass over x), so the common loop can
+# run a multiple of _ROUND steps: the LLVM loop vectoriser runs 8 lanes x 4 interleaved for
+# float32 and would leave up to 31 steps to a slow scalar remainder loop.
+_ROUND = 32
+_PAD = 32
+
+
+# fmt: off
+def _build_kernels(ti: Any) -> dict[str, Any]:
+    """The windowed dot product in two loop orders (see the module docstring for the sum).
+
+    CPU: a task computes ``_TILE`` consecutive outputs of one row; the ``s`` range valid for all
+    of them is one branch-free loop (vectorised along ``s``, one load of ``a`` shared by the
+    tile), the few ``s`` valid for only some of them are scalar edge loops. CUDA: one thread
+    per output, so neighbouring threads read neighbouring ``x``.
+    """
+    nd = ti.types.ndarray
+
+    @ti.func
+    def bases(row: ti.i32, b: ti.i32, c_count: ti.i32, la: ti.i32, t_len: ti.i32,
+              sum_b: ti.i32, xs: ti.i32):
+        # Flat starts of the `a` and `x` rows that output row `row` reads in step b.
+        a_base = (row % c_count) * la
+        x_row = row
+        if sum_b:
+            x_row = b * c_count + row
+            a_base = x_row * t_len
+        return a_base, x_row * xs + _PAD
+
+    @ti.kernel
+    def window_dot(a: nd(ndim=1), x: nd(ndim=1), y: nd(ndim=1), meta: nd(dtype=ti.i32, ndim=1),
+                   eps: ti.f64, dt: ti.template(), per_output: ti.template()):
+        # Writes every y[row * n_out + o] = eps + sum (summed over b too when sum_b). sum_b is
+        # a runtime flag, not a template: each compiled variant costs seconds of LLVM time.
+        rows, c_count, t_len = meta[_ROWS], meta[_C], meta[_T]
+        la, n_out, off, sum_b, xs = meta[_LA], meta[_N_OUT], meta[_OFF], meta[_SUM_B], meta[_XS]
+        steps = meta[_B] if sum_b else 1
+        e = ti.cast(eps, dt)
+        if ti.static(per_output):
+            for i in range(rows * n_out):
+                row = i // n_out
+                o = i - row * n_out
+                lo = ti.max(0, off - o)
+                hi = ti.min(la, t_len + off - o)
+                total = e
+                for b in range(steps):
+                    a_base, x_base = bases(row, b, c_count, la, t_len, sum_b, xs)
+                    xo = x_base + o - off
+                    for s in range(lo, hi):
+                        total += a[a_base + s] * x[xo + s]
+                y[i] = total
+        else:
+            tiles = (n_out - 1) // _TILE + 1  # n_out >= 1; n_out + _TILE could pass 2**31
+            for task in range(rows * tiles):
+                row = task // tiles
+                o0 = (task - row * tiles) * _TILE
+                # s valid for every output of the tile: o0 + r - off + s in [0, t_len).
+                common_lo = ti.max(0, off - o0)
+                x_end = t_len + off - o0 - _TILE + 1
+                common_hi = ti.max(common_lo, ti.min(la, x_end))
+                # Round its length up to _ROUND, into x's zero padding only: s below the bound
+                # set by x's start (and above the one set by its end) multiply a real tap of
+                # `a` by a zero of x, or are valid terms of the later outputs of the tile. Never
+                # past `a`'s ends: that would multiply later x values by zero, and 0 * inf in
+                # the future of a causal sum must not make NaN.
+                spare = (_ROUND - (common_hi - common_lo) % _ROUND) % _ROUND
+                if common_hi > common_lo:
+                    if common_lo == off - o0:
+                        down = ti.min(spare, common_lo)
+                        common_lo -= down
+                        spare -= down
+                    # Past x's end only with a finite row of `a`: with off = 0 (dk) these
+                    # terms are no part of the sum, and an inf tap times 0 would be NaN.
+                    if common_hi == x_end and (sum_b or meta[_FINITE + row % c_count] != 0):
+                        common_hi += ti.min(spare, la - common_hi)
+                acc = ti.Vector([0.0] * _TILE, dt)
+                for b in range(steps):
+                    a_base, x_base = bases(row, b, c_count, la, t_len, sum_b, xs)
+                    xo = x_base + o0 - off
+                    for s in range(common_lo, common_hi):
+                        av = a[a_base + s]
+                        for r in ti.static(range(_TILE)):
+                            acc[r] += av * x[xo + r + s]
+                out = row * n_out + o0
+                for r in ti.static(range(_TILE)):
+                    if r < n_out - o0:
+                        y[out + r] = acc[r] + e
+                # The s valid for only some outputs of the tile: a few per output, in a loop
+                # that is not unrolled (unrolled, it doubled the compile time).
+                # (Most tiles have none: the rounding above covers them. Skip their setup.)
+                first_lo = ti.max(0, off - o0 - _TILE + 1)
+                last_hi = ti.min(la, t_len + off - o0)
+                covered = common_lo <= first_lo and common_hi >= last_hi
+                for r in range(0 if covered else ti.min(_TILE, n_out - o0)):
+                    lo = ti.max(0, off - o0 - r)
+                    hi = ti.min(la, t_len + off - o0 - r)
+                    extra = ti.cast(0, dt)
+                    for b in range(steps):
+                        a_base, x_base = bases(row, b, c_count, la, t_len, sum_b, xs)
+                        xo = x_base + o0 + r - off
+                        for s in range(lo, ti.min(common_lo, hi)):
+                            extra += a[a_base + s] * x[xo + s]
+                        for s in range(ti.max(common_hi, lo), hi):
+                            extra += a[a_base + s] * x[xo + s]
+                    y[out + r] += extra
+
+    return {"window_dot": window_dot, "dtypes": {torch.float32: ti.f32, torch.float64: ti.f64}}
+
+
+# fmt: on
+def _window_dot(
+    a: Tensor, x: Tensor, y: Tensor, *, offset: int, sum_batch: bool = False, eps: float = 0.0
+) -> None:
+    """Write every element of ``y`` with the windowed dot of the module docstring.
+
+    All tensors contiguous, detached, float32 or float64 (one dtype) and on one device.
+    ``x``: ``(B, C, T)``. Without ``sum_batch``: ``a`` is ``(C, La)`` and ``y`` ``(B, C, T)``;
+    with it: ``a`` has ``x``'s shape and ``y`` is ``(C, n_out)``, each output summed over the
+    batch. ``offset`` is ``off``. Non-finite values follow ``F.conv1d`` over ``x`` zero-padded
+    by ``off`` in front: each sum also holds ``a[s] * 0`` for the ``s`` that fall into that
+    padding, which is NaN where ``a[s]`` is NaN or infinite; nothing past ``x``'s end.
+    """
+    batch, channels, length = x.shape
+    # The padded copy of x is what the kernel indexes; T + L + padding bound its int32 sums.
+    x_padded = torch.nn.functional.pad(x.reshape(-1, length), (_PAD, _PAD)) if x.numel() else x
+    with TAICHI.session(y.device, "time_conv", _build_kernels, (a, x_padded, y)) as kernels:
+        if y.numel() == 0:
+            return
+        if x.numel() == 0:  # batch == 0 with sum_batch: an empty sum
+            y.fill_(eps)
+            return
+        if length + a.shape[-1] + 2 * _PAD > MAX_ELEMENTS:
+            raise Refused(f"T + L past {MAX_ELEMENTS}: int32 index sums")
+        rows = channels if sum_batch else batch * channels
+        header = [rows, channels, batch, length, a.shape[-1], y.numel() // rows, offset,
+                  int(sum_batch), length + 2 * _PAD]  # fmt: skip
+        # Device-side flags: no host synchronisation to learn whether `a` is finite.
+        finite = a.reshape(-1, channels, a.shape[-1]).isfinite().all(-1).all(0)
+        meta = torch.cat([
+            torch.tensor(header, dtype=torch.int32).to(y.device, non_blocking=True),
+            finite.to(torch.int32),
+        ])  # fmt: skip
+        kernels["window_dot"](
+            a.reshape(-1), x_padded.reshape(-1), y.reshape(-1), meta, float(eps),
+            kernels["dtypes"][y.dtype], bool(TAICHI.gpu_order),
+        )  # fmt: skip
+        if offset > 0:
+            _poison_padding_terms(a, y, channels, offset, sum_batch)
+
+
+def forward(w: Tensor, k: Tensor, out: Tensor, eps: float) -> None:
+    """``out[b,c,t] = eps + sum_j w[c, L-1-j] * k[b,c,t-j]``: ``w`` ``(C, L)``, ``k`` and
+    ``out`` ``(B, C, T)``, contiguous, one float dtype."""
+    _window_dot(w, k, out, offset=w.shape[1] - 1, eps=eps)
+
+
+def backward(
+    grad: Tensor, w: Tensor, k: Tensor, dw: Tensor, dk: Tensor, grad_w: bool, grad_k: bool
+) -> None:
+    """Write ``dk`` (if ``grad_k``) and ``dw`` (if ``grad_w``), the gradients of ``forward``
+    for the output gradient ``grad`` ``(B, C, T)``; tensors as ``forward``'s."""
+    if grad_k:
+        _window_dot(w.flip(-1).contiguous(), grad, dk, offset=0)
+    if grad_w:
+        _window_dot(grad, k, dw, offset=w.shape[1] - 1, sum_batch=True)
+
+
+def _poison_padding_terms(
+    a: Tensor, y: Tensor, channels: int, offset: int, sum_batch: bool
+) -> None:
+    """NaN into the outputs whose sums hold ``a[s] * 0`` terms of x's front padding (``s <
+    offset - o``) with a non-finite ``a[s]``: the kernel leaves most of those terms out."""
+    zeros = a.reshape(-1, channels, a.shape[-1]) * 0  # NaN where a is not finite, else 0
+    if sum_batch:
+        zeros = zeros.sum(0, keepdim=True)
+    # prefix[..., m]: the sum of the first m terms, NaN once one of them is.
+    prefix = torch.nn.functional.pad(zeros.cumsum(-1), (1, 0))
+    n_out = y.shape[-1]
+    first = (offset - torch.arange(n_out, device=y.device)).clamp(0, a.shape[-1])
+    poisoned = prefix[..., first].isnan()  # (1 or B, C, n_out)
+    y.view(-1, channels, n_out).masked_fill_(poisoned, float("nan"))
