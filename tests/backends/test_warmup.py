@@ -385,7 +385,7 @@ def test_the_demo_timing_table_times_the_kernel(
 ) -> None:
     # A fresh process would pad on the torch route first; the table's rows must not.
     # (conftest fails any call the torch route serves.)
-    from tipad_transforms._timing_table import time_paddings
+    from tipad_transforms.cli.timing import time_paddings
 
     tipad_transforms.set_warmup(60)
     rows = time_paddings(4, 1, 1, "cpu")

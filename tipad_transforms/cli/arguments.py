@@ -59,14 +59,14 @@ def _number(text: str) -> int | float:
 
 def build_parser() -> argparse.ArgumentParser:
     """The ``tipad`` argument parser (subcommands ``demo`` and ``pad``)."""
-    from .._runtime import taichi_backend  # names the Taichi without importing it
+    from ..backends.taichi import TAICHI  # names the Taichi without importing it
 
     parser = argparse.ArgumentParser(
         prog="tipad",
         description="Texture padding for images and tensors, one fused Taichi kernel per call.",
     )
     parser.add_argument(
-        "--version", action="version", version=f"tipad {__version__} ({taichi_backend()})"
+        "--version", action="version", version=f"tipad {__version__} ({TAICHI.describe()})"
     )
     sub = parser.add_subparsers(dest="command", metavar="COMMAND", required=True)
     demo = sub.add_parser(

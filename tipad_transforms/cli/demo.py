@@ -231,12 +231,12 @@ def render_gallery(
         y += h + gap
     import torch
 
-    from .._runtime import taichi_backend
+    from ..backends.taichi import TAICHI
 
     draw.text(
         (margin, height - margin - footer_h + 14),
         f"tipad_transforms {__version__} · torch {torch.__version__} · "
-        f"{taichi_backend()} · made by `tipad demo`",
+        f"{TAICHI.describe()} · made by `tipad demo`",
         font=sub_f,
         fill=_MUTED,
     )

@@ -59,7 +59,7 @@ def time_paddings(padding: int, runs: int, batch_size: int, device: str) -> list
     import torch
     import torch.nn.functional as nnF
 
-    from ..ops._route import no_warmup
+    from ..backends.warmup import no_warmup
     from ..transforms import BrickPad, TexturePad
 
     try:

@@ -4,7 +4,7 @@ Decoding and encoding are most of the work and Pillow holds the GIL for much of 
 worker process runs the whole path for a file (:class:`~.painter.Painter`); the parent hands out
 index ranges of the job list (which every worker got once, at its start) and counts the
 results. The parent never launches a kernel, so on Linux the workers can be forked (a process
-forked after Taichi started would hang, see ``_runtime``); where Taichi or CUDA already run in
+forked after Taichi started would hang, see ``backends``); where Taichi or CUDA already run in
 this process, or ``fork`` does not exist, they are spawned instead (each imports torch).
 
 A worker never outlives the run: SIGTERM (from the parent, which sends it when the run is
@@ -56,9 +56,9 @@ def default_workers() -> int:
 def _start_method() -> str:
     if "fork" not in multiprocessing.get_all_start_methods() or sys.platform == "darwin":
         return "spawn"  # macOS: fork is unsafe with system frameworks
-    from .. import _runtime
+    from ..backends.taichi import TAICHI
 
-    taichi_started = "taichi" in sys.modules and _runtime.runtime_arch() is not None
+    taichi_started = "taichi" in sys.modules and TAICHI.runtime_arch() is not None
     torch = sys.modules.get("torch")
     cuda_started = torch is not None and torch.cuda.is_initialized()
     return "spawn" if taichi_started or cuda_started else "fork"
