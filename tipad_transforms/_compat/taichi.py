@@ -74,7 +74,7 @@ def runtime_arch(ti: Any) -> str | None:
     if impl is None or getattr(impl.get_runtime(), "prog", None) is None:
         return None
     arch = impl.current_cfg().arch
-    return "cuda" if arch == ti.cuda else ("cpu" if arch in (ti.x64, ti.arm64) else str(arch))
+    return "cuda" if arch == ti.cuda else ("cpu" if arch in (ti.x64, ti.arm64) else arch.name)
 
 
 def default_ip(ti: Any) -> Any:
@@ -92,6 +92,10 @@ def is_kernel(value: Any) -> bool:
 def lean_supported(ti: Any) -> bool:
     """Whether the lean path may be used with Taichi module ``ti`` in this process."""
     if os.environ.get(LEAN_ENV, "1") == "0":
+        return False
+    # Its launches hand Taichi raw pointers that the device must read in place: a GPU arch
+    # serving CPU tensors (the Vulkan test lane) copies them through the public call instead.
+    if runtime_arch(ti) not in ("cpu", "cuda"):
         return False
     return (getattr(ti, "__name__", ""), tuple(getattr(ti, "__version__", ()))) in KNOWN
 

@@ -44,6 +44,7 @@ __all__ = [
     "MAX_ELEMENTS",
     "MODULES",
     "TAICHI",
+    "TEST_ARCH_ENV",
     "TaichiBackend",
     "advise_huge_pages",
     "serial_launch",
@@ -59,6 +60,9 @@ _DISTRIBUTIONS = {"taichi": "taichi", "taichi_forge": "taichi-forge"}
 #: The environment variable through which ``data.worker_context`` hands a forkserver the main
 #: module's path (``preload`` imports it there; CPython before gh-126631 never passes it).
 FORKSERVER_MAIN_ENV = "TIPAD_FORKSERVER_MAIN"
+#: Test-only: ``vulkan`` starts Taichi on Vulkan for CPU tensors, so the suite runs the GPU loop
+#: orders through Taichi's GPU compiler on a machine without a GPU (``make test``'s Vulkan lane).
+TEST_ARCH_ENV = "TIPAD_TEST_ARCH"
 #: Taichi indexes ndarrays with 32-bit integers: a launch with a larger tensor is refused.
 MAX_ELEMENTS = 2**31 - 1
 #: Launches that move at most this many bytes run serially on the CPU (``serial_launch``).
@@ -276,6 +280,21 @@ class TaichiBackend(Backend):
             )
         return None
 
+    @staticmethod
+    def _arch(ti: Any, device: torch.device) -> Any:
+        """Taichi's arch for ``device``'s tensors: CUDA for CUDA, the CPU for the CPU unless
+        ``TIPAD_TEST_ARCH`` names a GPU arch, which then compiles the GPU loop orders through
+        Taichi's GPU compiler for CPU tensors (copied to and from it at each launch): the test
+        lane that checks them on a machine without a GPU (Mesa's software Vulkan)."""
+        if device.type == "cuda":
+            return ti.cuda
+        wanted = os.environ.get(TEST_ARCH_ENV, "")
+        if wanted in ("", "cpu"):
+            return ti.cpu
+        if wanted != "vulkan":
+            raise ValueError(f"{TEST_ARCH_ENV} must be 'vulkan' or 'cpu', got {wanted!r}")
+        return ti.vulkan
+
     def _start(self, device: torch.device) -> None:
         """Initialise Taichi for ``device``'s tensors (once); the caller holds the lock and
         checked ``refusal``. The one place that picks Taichi's arch and the loop order."""
@@ -284,7 +303,7 @@ class TaichiBackend(Backend):
         if arch is None:
             with contextlib.redirect_stdout(io.StringIO()):
                 ti.init(
-                    arch=ti.cuda if device.type == "cuda" else ti.cpu,
+                    arch=self._arch(ti, device),
                     default_ip=ti.i32,
                     # Kernels read torch memory; Taichi's own pool only needs to be tiny.
                     device_memory_GB=0.25,
@@ -295,6 +314,12 @@ class TaichiBackend(Backend):
                        else {}),
                 )  # fmt: skip
             arch = compat.runtime_arch(ti)
+            wanted = os.environ.get(TEST_ARCH_ENV) if device.type == "cpu" else None
+            if wanted and arch != wanted:  # ti.init falls back to the CPU with a warning
+                raise RuntimeError(
+                    f"{TEST_ARCH_ENV}={wanted}: Taichi started on {arch} instead; is a "
+                    f"{wanted} device installed (vulkaninfo --summary)?"
+                )
         elif arch != device.type:
             raise Refused(f"Taichi was initialised on {arch}, the tensor is on {device.type}")
         else:
