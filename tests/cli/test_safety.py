@@ -427,6 +427,29 @@ def test_fsync_flushes_each_output_before_its_rename_and_its_folder_after(
     assert synced[0][1] == []  # the first file flushed before it was renamed into place
 
 
+def test_a_file_that_replaces_an_earlier_output_is_on_disk_before_the_rename(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Without --fsync a new output is left to the system, but one renamed over an earlier
+    output is flushed first: a crash before the data reached the disk would lose both."""
+    for i in range(3):
+        write_image(tmp_path / "in" / f"i{i}.png", seed=i)
+    args = [tmp_path / "in", "-o", tmp_path / "o", "--mode", "edge", "--workers", "0"]
+    assert run_here(capsys, *args)[0] == 0
+    (tmp_path / "o" / "i1.png").unlink()  # i1 is new on the second run, i0 and i2 replace
+    synced: list[str] = []
+    real_fsync = os.fsync
+
+    def record(fd: int) -> None:
+        assert not stat.S_ISDIR(os.fstat(fd).st_mode)
+        synced.append(os.readlink(f"/proc/self/fd/{fd}"))
+        real_fsync(fd)
+
+    monkeypatch.setattr(os, "fsync", record)
+    assert run_here(capsys, *args)[0] == 0
+    assert [Path(s).name.split(".tipad-")[0] for s in synced] == [".i0.png", ".i2.png"]
+
+
 def test_the_writer_opens_output_folders_without_following_a_link(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:

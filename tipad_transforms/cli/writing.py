@@ -8,7 +8,8 @@ link is broken, the other name keeps its data. The folder is opened from the out
 component at a time without following a symbolic link (:class:`OutputFolders`), so a link put
 on the way, even while the run writes, cannot lead outside it. With ``fsync`` the file is
 flushed to disk before the rename and the folder after it: the output then survives a power
-cut too. :func:`discard_temporary` is what a worker's signal handler calls to remove the file
+cut too; a file that replaces an earlier one is flushed before its rename in any case.
+:func:`discard_temporary` is what a worker's signal handler calls to remove the file
 being written before the process ends; :func:`remove_stale_temporaries` removes those that a
 process killed outright (SIGKILL) left.
 """
@@ -98,7 +99,8 @@ def write_atomically(
 
     ``target``'s folder (opened through ``folders``, else for this call) is created if missing
     and must lie inside ``root`` (resolved). ``fsync``: flush the file, then its folder, to
-    disk. Raises OSError (disk full, no permission, a folder where the file should be, ...) and
+    disk; a file that replaces an earlier one is flushed before the rename in any case.
+    Raises OSError (disk full, no permission, a folder where the file should be, ...) and
     whatever ``img.save`` raises; on any error or interruption the temporary file is removed
     and an earlier file at ``target`` is untouched.
     """
@@ -121,7 +123,9 @@ def write_atomically(
         with os.fdopen(fd, "w+b") as f:
             img.save(f, format=fmt, **options)
             f.flush()
-            if fsync:
+            # A rename over an earlier file that a crash could undo before the new data reached
+            # the disk would leave neither: the new file is on disk before it replaces one.
+            if fsync or _exists(target.name, folder):
                 os.fsync(f.fileno())
         os.replace(temporary, target.name, src_dir_fd=folder, dst_dir_fd=folder)
         if fsync:
@@ -134,6 +138,14 @@ def write_atomically(
             _writing = None
         if own:
             folders.close()
+
+
+def _exists(name: str, folder: int) -> bool:
+    try:
+        os.stat(name, dir_fd=folder, follow_symlinks=False)
+    except FileNotFoundError:
+        return False
+    return True
 
 
 def discard_temporary() -> None:
