@@ -849,24 +849,28 @@ def table_loader(rec: dict[str, Any]) -> str:
 
 
 def table_cli_pad(rec: dict[str, Any]) -> str:
-    """``cli_pad.py``: ``tipad pad`` on a folder against a PIL loop, images per second."""
+    """``cli_pad.py``: ``tipad pad`` on folder trees against a PIL loop: images per second
+    (wall) and CPU time per image (every process of a peer)."""
     s = rec["settings"]
-    labels = {
-        "tipad": f"`tipad pad TREE -o OUT --recursive --mode reflect --workers {s['workers']}`",
-        "pil": "PIL loop: `Image.open`, `ImageOps.expand`, `save`, one process",
+    trees = {
+        "small": f"{s['count']:,} small images (8-40 px, mixed formats)",
+        "photos": f"{s['photos']} photos ({s['photo_size']}, JPEG)",
     }
-    rows = [
-        [
-            labels.get(peer, peer),
-            f"{rate:,.0f}",
-            ", ".join(f"{t:.2f}" for t in rec["seconds"][peer]),
-        ]
-        for peer, rate in rec["images_per_s"].items()
-    ]
+    rows = []
+    for tree, rates in rec["images_per_s"].items():
+        n = s["count"] if tree == "small" else s["photos"]
+        for peer, rate in rates.items():
+            cpu = sorted(rec["cpu_seconds"][tree][peer])[len(rec["cpu_seconds"][tree][peer]) // 2]
+            rows.append([
+                trees.get(tree, tree), peer, f"{rate:,.1f}",
+                f"**{rec['ratio_to_pil_loop'][tree][peer]:.2f}x**", f"{1e3 * cpu / n:.2f}",
+            ])  # fmt: skip
     return blocks(
-        f"{s['count']:,} images padded by {s['padding']} px, {s['repeats']} rounds:",
-        md_table(["peer", "images/s (median)", "seconds per round"], rows, right="12"),
-        f"tipad / PIL loop: **{rec['ratio_tipad_to_pil']:.2f}x** the images per second.",
+        f"Padded by {s['padding']} px, `tipad pad` with {s['workers']} workers, the PIL loop in "
+        f"one process, {s['repeats']} rounds (medians):",
+        md_table(
+            ["tree", "peer", "images/s", "vs PIL loop", "CPU ms per image"], rows, right="234"
+        ),
     )
 
 
