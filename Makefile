@@ -20,7 +20,16 @@ KERNEL_TESTS := tests/ops tests/backends/test_taichi_choice.py tests/backends/te
 	tests/functional/test_texture_pad.py tests/functional/test_pad.py \
 	tests/data/test_loader_safety.py
 
-.PHONY: demo test lint typecheck docs docs-serve pytest pytest-forge dist bench bench-backends clean
+# The GPU-compiler lane: the kernel families' tests again with Taichi on Vulkan for CPU tensors
+# (TIPAD_TEST_ARCH=vulkan), so every GPU loop order goes through Taichi's GPU compiler, shared
+# arrays and block syncs included. Without a GPU, Mesa's software Vulkan (lavapipe) runs it:
+# .ci/run installs it where it can (apt-get install mesa-vulkan-drivers libvulkan1).
+VULKAN_TESTS := tests/ops
+HAS_VULKAN := $(PY) -c "import sys, taichi as ti; from tipad_transforms._compat.taichi import \
+	runtime_arch; ti.init(arch=ti.vulkan, log_level=ti.ERROR); sys.exit(runtime_arch(ti) != 'vulkan')"
+
+.PHONY: demo test lint typecheck docs docs-serve pytest pytest-forge pytest-vulkan dist bench \
+	bench-backends clean
 
 # rwkv (--no-deps): BlinkDL's inference package, the tests' independent client for the RWKV
 # models; its model code needs torch only, its declared tokenizers/huggingface-hub are not needed.
@@ -83,7 +92,18 @@ pytest-forge: $(FORGE_STAMP)
 	$(FORGE_PY) -m pytest -q -p no:cacheprovider $(KERNEL_TESTS) \
 		-k "not test_dependencies_resolve and not compile and not opcheck"
 
-test: lint typecheck docs pytest pytest-forge
+# torch.compile and opcheck are left out as in the forge lane: they check the registration.
+pytest-vulkan: $(STAMP)
+	@if $(HAS_VULKAN) >/dev/null 2>&1; then \
+		echo "TIPAD_TEST_ARCH=vulkan pytest $(VULKAN_TESTS)"; \
+		TIPAD_TEST_ARCH=vulkan $(PY) -m pytest -q -p no:cacheprovider $(VULKAN_TESTS) \
+			-k "not compile and not opcheck" -rs; \
+	else \
+		echo "pytest-vulkan: SKIPPED: Taichi finds no Vulkan device here" \
+			"(apt-get install mesa-vulkan-drivers libvulkan1)"; \
+	fi
+
+test: lint typecheck docs pytest pytest-forge pytest-vulkan
 
 bench: $(STAMP)
 	$(PY) benchmarks/pad.py
