@@ -3,8 +3,9 @@ threads stride across its columns (``GPU_ROW_BLOCKS``, the default) and the simp
 pixel, both bit-exact against the independent references, forward and backward.
 
 On the CPU the GPU order is forced (``TAICHI.gpu_order``); on ``TIPAD_TEST_ARCH=vulkan`` it runs
-through Taichi's GPU compiler. Canvas widths below, at and past the block (128 threads) and past
-two blocks, so a thread writes 0, 1, 2 or 3 columns of a row; every mode; poisoned outputs;
+through Taichi's GPU compiler. Canvas widths below and past a row's span of threads (32 for up
+to 256 columns, then 64), so a thread writes 0 to 5 columns of its row; every mode; poisoned
+outputs;
 gradients of small integers in float32 (exact sums, and float32 atomics every Vulkan device has).
 """
 
@@ -21,7 +22,7 @@ from tipad_transforms.backends import TAICHI
 from tipad_transforms.ops.padding import taichi as pad_taichi
 
 STANDARD = ("constant", "edge", "reflect", "symmetric", "circular")
-# (shape, padding [left, top, right, bottom]): out_w 9, 128, 129, 300.
+# (shape, padding [left, top, right, bottom]): out_w 9, 128, 129, 300 (spans 32, 32, 32, 64).
 CASES = (
     ((2, 3, 5, 4), [2, 1, 3, 2]),
     ((1, 2, 6, 121), [3, 2, 4, 1]),
@@ -32,11 +33,17 @@ CASES = (
 
 @pytest.fixture
 def order(request: pytest.FixtureRequest, monkeypatch: pytest.MonkeyPatch) -> Iterator[bool]:
-    """The GPU order with row blocks (param True) or a thread per pixel (False)."""
+    """The GPU order with a span of threads per row (param True) or a thread per pixel."""
     F.pad(torch.zeros(1, 1, 1), 1)  # Taichi running first: init would reset gpu_order
     monkeypatch.setattr(TAICHI, "gpu_order", True)
     monkeypatch.setattr(pad_taichi, "GPU_ROW_BLOCKS", request.param)
     yield request.param
+
+
+def test_row_spans() -> None:
+    assert [pad_taichi._row_span(w) for w in (1, 9, 256, 257, 300, 2**30)] == [
+        32, 32, 32, 64, 64, 2**27,
+    ]  # fmt: skip
 
 
 def _poisoned(shape: tuple[int, ...], dtype: torch.dtype) -> torch.Tensor:

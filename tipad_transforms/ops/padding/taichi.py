@@ -24,8 +24,9 @@ from .geometry import PadCall, PadGeometry, fold_index
 # The mode itself is not there: the mode family is a kernel template and a standard mode lives
 # in its index maps. _PHASE: how many pixels of the image's first word precede it (its address
 # mod 8, in pixels), so image pixel p is pixel p + phase of the image's word view.
+# _SPAN: threads per canvas row in the GPU row order (_row_span).
 (_N_ROWS, _C, _OUT_H, _OUT_W, _TEX_C, _TH, _TW, _STAGGER, _USE_WORDS, _TEX_GRAD,
- _SAMPLES, _BANK, _REC_STEP, _IMG_STEP, _PHASE, _OFFSETS, _HEADER) = range(17)  # fmt: skip
+ _SAMPLES, _BANK, _REC_STEP, _IMG_STEP, _PHASE, _SPAN, _OFFSETS, _HEADER) = range(18)  # fmt: skip
 # A geometry record: the image's height and width, where its top-left pixel lands on the
 # canvas, the flat index of its first element, and where its row index map starts in meta (its
 # column map follows out_h entries later). Sample b reads the record at _HEADER + b *
@@ -34,10 +35,10 @@ from .geometry import PadCall, PadGeometry, fold_index
 _RH, _RW, _RTOP, _RLEFT, _RSTART, _RMAPS, _RECORD = range(7)
 # Canvas rows per CPU task: enough to amortise a task's divisions, few enough to balance.
 _ROW_BLOCK = 16
-# Threads per canvas row in the GPU row order: four warps, so a 224-pixel-wide row takes two
-# passes and a narrow canvas idles few warps.
+# The GPU row order's block (four warps) and the columns each thread writes of its row.
 _GPU_BLOCK = 128
-#: The GPU loop order: a block per canvas row (True) or the simple thread per pixel (False).
+_GPU_COLUMNS = 8
+#: The GPU loop order: a span of threads per canvas row (True) or a thread per pixel (False).
 GPU_ROW_BLOCKS = True
 
 
@@ -52,7 +53,7 @@ def _build_kernels(ti: Any) -> dict[str, Any]:
     maps. Two loop orders share the index math (``record``, ``row_setup``, ``move``): on the CPU
     a task walks a block of rows, advancing image row, texture row and tile column
     incrementally (no division per row or pixel) and moving 8-byte words where aligned; on a GPU
-    a block per canvas row whose threads stride across its columns (``GPU_ROW_BLOCKS``), or the
+    a span of threads per canvas row striding across its columns (``GPU_ROW_BLOCKS``), or the
     simple thread per pixel; either way a warp writes contiguous memory.
 
     The mode family is a template (``tiled``: texture and constant, else the standard modes):
@@ -236,25 +237,30 @@ def _build_kernels(ti: Any) -> dict[str, Any]:
         stagger, use_words, tex_grad = meta[_STAGGER], meta[_USE_WORDS], meta[_TEX_GRAD]
         phase = meta[_PHASE]
         if ti.static(per_pixel and row_blocks):
-            # A block per canvas row: thread t writes columns t, t + _GPU_BLOCK, ..., so a warp
+            # `span` threads per canvas row: thread t writes columns t, t + span, ..., so a warp
             # writes consecutive columns (coalesced) and the row's setup (record, divisions,
-            # tile row) is made once per thread, not once per pixel.
+            # tile row) is made once per thread for about _GPU_COLUMNS pixels, not per pixel;
+            # a wide row still gets many threads (_row_span).
             # The texture is not staged in shared memory: a row reads one texture row, whose
             # consecutive columns the warp reads together (coalesced, wrapping at most once per
             # tile width), and every block of that tile row reads the same few hundred bytes,
             # which stay in L1/L2; staging would add a copy and a barrier per block for no
             # fewer memory transactions.
+            span = meta[_SPAN]
             ti.loop_config(block_dim=_GPU_BLOCK)
-            for r, t in ti.ndrange(n_rows, _GPU_BLOCK):
+            for r, t in ti.ndrange(n_rows, span):
                 plane = r // out_h
                 rec = record(meta, plane // c_count)
                 s = row_setup(plane, r - plane * out_h, rec, meta, c_count, tiled, tex_channels,
                               th, tw, stagger)
-                X = t
-                while X < out_w:
+                # A count, not X < out_w: X + span would overflow int32 near its limit.
+                columns = 0
+                if t < out_w:
+                    columns = (out_w - 1 - t) // span + 1
+                for k in range(columns):
+                    X = t + k * span
                     pixel(img, tex, canvas, meta, rec, s, X, r * out_w + X, out_h, tw,
                           tex_grad, tiled, backward)
-                    X += _GPU_BLOCK
         elif ti.static(per_pixel):  # the simple order: a thread per pixel
             for r, X in ti.ndrange(n_rows, out_w):
                 plane = r // out_h
@@ -440,7 +446,8 @@ def _plan(
         records, maps = _stack_records(call)
         return _Plan(call, image, canvas, texture, backward, gpu, records, _RECORD, 0, maps)
     key = (call.mode, g, image.numel(), canvas.dtype, canvas.device, texture.shape,
-           texture.dtype, call.stagger, backward, gpu, TAICHI.serial_bytes)  # fmt: skip
+           texture.dtype, call.stagger, backward, gpu, TAICHI.serial_bytes,
+           BULK_INTERIOR)  # fmt: skip
     plan = _plans.get(key)
     if plan is None:
         # One record serves every sample: the image of sample b starts b * C*H*W further on.
@@ -507,8 +514,9 @@ class _Plan:
         self.bulk_interior = BULK_INTERIOR and not (backward or gpu or self.serial) and (
             moved <= _BULK_BYTES
         )
+        self.span = _row_span(out_w)
         header = [n * c * out_h, c, out_h, out_w, tex_channels, th, tw, stagger, 0,
-                  int(texture_grad), n, bank, record_step, image_step, 0]  # fmt: skip
+                  int(texture_grad), n, bank, record_step, image_step, 0, self.span]  # fmt: skip
         n_records = len(records) // _RECORD if isinstance(records, list) else records.shape[0]
         host_size = _HEADER + n_records * _RECORD + sum(m.numel() for m in maps)
         if host_size + 3 * n > MAX_ELEMENTS:  # meta is indexed (and its values) in int32
@@ -519,6 +527,7 @@ class _Plan:
             parts = [torch.tensor([*header, host_size], dtype=torch.int32), records.reshape(-1)]
         host = torch.cat(parts + maps).to(device=self.device, dtype=torch.int32, non_blocking=True)
         self.n = n
+        self.rows = n * c * out_h
         # Per (use of the word table, image phase): the host part of meta, and for standard
         # modes (which never read the lattice) and constant mode (whose lattice is zeros) the
         # whole meta. Texture mode appends each call's offsets and indices.
@@ -623,7 +632,8 @@ def forward(
         interior = plan.bulk_interior and _copy_interior(call, image, canvas)
         # The kernel's signature: its arrays' dtypes (all 1-D) and its template values. Images
         # of new sizes get new plans, not new signatures: one lean launcher serves them all.
-        rows = plan.gpu and GPU_ROW_BLOCKS
+        # The row order launches plan.span threads per canvas row, indexed in int32.
+        rows = plan.gpu and GPU_ROW_BLOCKS and plan.rows * plan.span <= MAX_ELEMENTS
         signature = (kernel, plan.dtype, lanes, backward, plan.gpu, plan.serial,
                      plan.texture_mode, interior, rows)  # fmt: skip
         bound = _bounds.get(signature)
@@ -642,10 +652,19 @@ def forward(
 # Image plus canvas bytes up to which the bulk interior copy runs. Past a last-level cache, the
 # kernel's border writes (a few cache lines per row, far apart) find their lines evicted by the
 # copy and wait on memory for each: slower than the kernel moving whole rows in one pass.
-_BULK_BYTES = 24 << 20
+_BULK_BYTES = 32 << 20
+def _row_span(out_w: int) -> int:
+    """Threads per canvas row in the GPU row order: about one per ``_GPU_COLUMNS`` columns, in
+    whole warps (32), so that rows of any width keep the device busy."""
+    return max(1, -(-out_w // (_GPU_COLUMNS * 32))) * 32
+
+
 #: Whether the CPU order moves the image's interior with one torch copy before the launch (the
-#: kernel then writes only the border); False keeps the kernel's own word moves for comparison.
-BULK_INTERIOR = True
+#: kernel then writes only the border) instead of the kernel's own word moves. Off: on a few
+#: cores the call then hands over between torch's thread pool and Taichi's, and the border's
+#: cache lines, a few per row and far apart, are written in a second pass after the copy has
+#: moved them out of cache; both cost more than the copy saves.
+BULK_INTERIOR = False
 
 
 def _copy_interior(call: PadCall, image: Tensor, canvas: Tensor) -> bool:
