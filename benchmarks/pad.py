@@ -208,7 +208,7 @@ def table(wl: Workload, ms: list[Measurement], rounds: int) -> str:
                 format_ms(s.min_s),
                 f"{s.median_s / base:.2f}x",
                 f"{s.median_s / yard:.2f}x",
-                f"{s.median_s / copy:.2f}x",
+                f"{s.median_s / copy:.2f}x" if copy == copy else "-",  # NaN: no copy row
             ]
         )
     header = [
