@@ -27,6 +27,7 @@ import torch
 from _common import (
     Deadline,
     Measurement,
+    Peer,
     first_call_latency,
     format_ms,
     format_table,
@@ -78,6 +79,114 @@ NOTES = [
 ]
 
 
+# The same-bytes copy: a canvas-sized copy_ into a preallocated tensor, the floor for writing
+# the canvas once (reads as many bytes as it writes: a padding reads fewer).
+COPY = "torch.copy_same_bytes"
+STANDARD = ("constant", "edge", "reflect", "symmetric", "circular")
+# Each standard mode's peers a user would call instead: torch's F.pad and torchvision v2's pad.
+TORCH_MODE = {"constant": "constant", "edge": "replicate", "reflect": "reflect",
+              "circular": "circular"}  # fmt: skip
+V2_MODES = ("edge", "reflect", "symmetric")
+
+
+def batch_input(dtype: torch.dtype, shape: tuple[int, ...], seed: int) -> torch.Tensor:
+    """The batch ``workloads.batch_workload`` pads (its recipe: the same bits)."""
+    gen = torch.Generator().manual_seed(seed)
+    if dtype == torch.uint8:
+        return torch.randint(0, 256, shape, generator=gen, dtype=torch.uint8)
+    return torch.rand(shape, generator=gen, dtype=torch.float32).to(dtype)
+
+
+def issue25_peers(wl: Workload, x: torch.Tensor, pad: int) -> list[Peer]:
+    """The rows issue 25 asks for, beside a batch workload's own: the same-bytes copy, every
+    standard mode fresh and into ``out=``, each mode's torch and v2 peers not already there,
+    and ``PadCollate`` batches (constant and the brick texture) of the same images."""
+    import torch.nn.functional as NF
+    import torchvision.transforms.v2.functional as tvF
+
+    import tipad_transforms.functional as TF
+    from tipad_transforms.data import PadCollate
+
+    have = {p.key for p in wl.peers}
+    canvas = NF.pad(x, [pad] * 4)
+    src, dst = canvas.clone(), torch.empty_like(canvas)
+    peers = [Peer(COPY, "same-bytes copy_", lambda: dst.copy_(src), "copy", "out=")]
+    for mode in STANDARD:
+        out = torch.empty_like(canvas)
+        for key, label, fn, output in (
+            (f"tipad.pad_{mode}", f"tipad pad {mode}",
+             lambda m=mode: TF.pad(x, pad, padding_mode=m), "fresh"),
+            (f"tipad.pad_{mode}_out", f"tipad pad {mode}",
+             lambda m=mode, o=out: TF.pad(x, pad, padding_mode=m, out=o), "out="),
+        ):  # fmt: skip
+            if key not in have:
+                peers.append(Peer(key, label, fn, mode, output))
+        name = TORCH_MODE.get(mode)
+        if name is not None and mode != "constant":
+
+            def fpad(m: str = name) -> torch.Tensor:
+                return NF.pad(x, [pad] * 4, mode=m)
+
+            peers.append(Peer(f"torch.fpad_{name}", f"F.pad {name}", fpad, mode))
+        if mode in V2_MODES and f"torchvision.v2_{mode}" not in have:
+
+            def v2(m: str = mode) -> torch.Tensor:
+                return tvF.pad(x, [pad], padding_mode=m)
+
+            peers.append(Peer(f"torchvision.v2_{mode}", f"v2.pad {mode}", v2, mode))
+    samples = list(x.unbind(0))
+    size = tuple(canvas.shape[-2:])
+    constant = PadCollate(size, padding_mode="constant")
+    brick = PadCollate(size, random_offset=False)
+    peers += [
+        Peer("tipad.PadCollate_constant", "tipad PadCollate constant",
+             lambda: constant(samples), "constant"),
+        Peer("tipad.PadCollate_brick", "tipad PadCollate brick", lambda: brick(samples),
+             "collate-brick"),
+    ]  # fmt: skip
+    return peers
+
+
+# The batch workloads' inputs (key: dtype, shape, padding), as built below.
+BATCHES = {
+    "batch-uint8": (torch.uint8, (64, 3, 224, 224), 32),
+    "batch-float32": (torch.float32, (64, 3, 224, 224), 32),
+    "batch-uint8-odd": (torch.uint8, (64, 3, 201, 173), 31),
+}
+
+
+def issue25_targets(results: dict[str, list[Measurement]]) -> list[dict[str, Any]]:
+    """Issue 25's padding targets, as ``workloads.evaluate_targets`` writes its own: every
+    mode's ``out=`` within 1.5x the same-bytes copy, every fresh tipad output and each
+    ``PadCollate`` batch within 1.0x ``F.pad`` constant's fresh output (medians; the minima's
+    ratio beside)."""
+    targets: list[dict[str, Any]] = []
+    for wl in BATCHES:
+        if wl not in results:
+            continue
+        stats = {m.peer.key: m.stats for m in results[wl]}
+        checks = [(f"{k}", COPY, 1.5, "the same-bytes copy") for k in stats
+                  if k.startswith("tipad.") and k.endswith("_out")]  # fmt: skip
+        checks += [(k, FPAD, 1.0, "F.pad constant fresh") for k in stats
+                   if k.startswith("tipad.") and not k.endswith("_out")]  # fmt: skip
+        for key, base, threshold, what in checks:
+            if base not in stats:
+                continue
+            value = stats[key].median_s / stats[base].median_s
+            targets.append(
+                {
+                    "target": f"{wl}: {key} <= {threshold}x {what} (issue 25)",
+                    "measured": value,
+                    "measured_from_mins": stats[key].min_s / stats[base].min_s,
+                    "op": "<=",
+                    "threshold": threshold,
+                    "verdict": "MET" if value <= threshold else "MISSED",
+                    "how": f"median({key}) / median({base})",
+                }
+            )
+    return targets
+
+
 def log(msg: str) -> None:
     print(msg, file=sys.stderr, flush=True)
 
@@ -85,6 +194,7 @@ def log(msg: str) -> None:
 def table(wl: Workload, ms: list[Measurement], rounds: int) -> str:
     by_key = {m.peer.key: m.stats.median_s for m in ms}
     base = by_key[FPAD]
+    copy = by_key.get(COPY, float("nan"))
     rows = []
     for m in ms:
         s = m.stats
@@ -98,6 +208,7 @@ def table(wl: Workload, ms: list[Measurement], rounds: int) -> str:
                 format_ms(s.min_s),
                 f"{s.median_s / base:.2f}x",
                 f"{s.median_s / yard:.2f}x",
+                f"{s.median_s / copy:.2f}x" if copy == copy else "-",  # NaN: no copy row
             ]
         )
     header = [
@@ -108,8 +219,9 @@ def table(wl: Workload, ms: list[Measurement], rounds: int) -> str:
         "min ms",
         "/ F.pad fresh",
         "/ same-output const",
+        "/ same-bytes copy",
     ]
-    return f"{wl.title}   [{rounds} rounds]\n" + format_table(header, rows, right="23456")
+    return f"{wl.title}   [{rounds} rounds]\n" + format_table(header, rows, right="234567")
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -241,6 +353,9 @@ def main(argv: list[str] | None = None) -> int:
         c = cap if (key == "article" or args.compile_batch) else None
         log(f"{key}: building inputs{' and compiling the gather' if c else ''}...")
         wl = build(c)
+        if key in BATCHES:
+            dtype, shape, pad = BATCHES[key]
+            wl.peers += issue25_peers(wl, batch_input(dtype, shape, args.seed), pad)
         if wl.compile_info:
             tc = wl.compile_info
             log(f"  torch.compile: {tc['status']} in {tc['compile_s']:.1f} s")
@@ -285,6 +400,7 @@ def main(argv: list[str] | None = None) -> int:
         gc.collect()
 
     targets = evaluate_targets(results, first["cold_first_call_median_s"])
+    targets += issue25_targets(results)
     fc = first["cold_first_call_median_s"]
     imp = first["import_tipad_median_s"]
     summary = [

@@ -390,5 +390,7 @@ def test_the_demo_timing_table_times_the_kernel(
     tipad_transforms.set_warmup(60)
     rows = time_paddings(4, 1, 1, "cpu")
     assert [r.label for r in rows][:2] == ["BrickPad", "TexturePad (stripes)"]
-    assert launches.count("pad") >= 2 * 6  # every tipad row, batch and image
+    assert launches.count("pad") >= 2 * 7  # every tipad row, batch and image
+    assert rows[-1].label == "same-bytes copy_" and rows[-1].batch_ms > 0
+    assert {p for r in rows for p in r.peers} <= {r.label for r in rows}  # every peer timed
     assert warmup.budget() == 60

@@ -107,6 +107,31 @@ def test_demo_writes_a_gallery_and_a_timing_table(
     assert str(gallery) in printed
     for label in ("BrickPad", "TexturePad", "pad reflect", "torch F.pad constant", "ms", "GB/s"):
         assert label in printed
+    # Each mode beside its peers and the same-bytes copy.
+    for label in ("torch F.pad replicate", "torch F.pad reflect", "torch F.pad circular",
+                  "v2 pad edge", "v2 pad reflect", "v2 pad symmetric", "same-bytes copy_",
+                  "vs copy", "vs peer"):  # fmt: skip
+        assert label in printed
+
+
+def test_demo_table_sets_each_mode_beside_its_faster_peer_and_the_copy() -> None:
+    from tipad_transforms.cli.timing import COPY, PEERS, Timing, timing_table
+
+    tipad = [Timing(label, 2.0, 0.2, peers) for label, peers in PEERS.items()]
+    peers = {p for r in tipad for p in r.peers}
+    # Made-up times: each peer's batch time is its name's length / 10 ms (distinct).
+    others = [Timing(p, len(p) / 10, len(p) / 100) for p in sorted(peers)]
+    table = timing_table([*tipad, *others, Timing(COPY, 0.5, 0.1)], 4, 1, 2, "cpu")
+    lines = {ln.split("  ")[0].strip(): ln for ln in table.splitlines()}
+    for r in tipad:
+        best = min(r.peers, key=len)  # the faster peer: the shortest name
+        row = lines[r.label]
+        assert row.endswith(best)
+        assert f"{2.0 / (len(best) / 10):.2f}x" in row  # vs peer, batch
+        assert "4.00x" in row and "2.00x" in row  # vs copy: batch 2.0 / 0.5, image 0.2 / 0.1
+    assert lines[COPY].split()[-1] == "1.00x"
+    assert set(PEERS["pad edge"]) == {"torch F.pad replicate", "v2 pad edge"}
+    assert set(PEERS["pad reflect"]) == {"torch F.pad reflect", "v2 pad reflect"}
 
 
 def test_demo_refuses_an_unusable_output(

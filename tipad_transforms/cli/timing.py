@@ -1,7 +1,9 @@
-"""The ``tipad demo`` timing table: every padding against ``torch.nn.functional.pad``.
+"""The ``tipad demo`` timing table: every padding beside the peer a user would pick for it.
 
 :func:`time_paddings` measures (median wall times, a batch and one image), :func:`timing_table`
-formats the rows as the plain-text table the demo prints.
+formats the rows as the plain-text table the demo prints: tipad's rows, then the peers
+(``torch.nn.functional.pad``'s modes, torchvision v2's ``pad``) and a same-bytes ``copy_``,
+the machine's floor for writing the canvas.
 """
 
 from __future__ import annotations
@@ -15,19 +17,38 @@ from typing import TYPE_CHECKING, Any
 from .arguments import STANDARD_MODES
 from .demo import stripes
 
-__all__ = ["Timing", "time_paddings", "timing_table"]
+__all__ = ["COPY", "PEERS", "Timing", "time_paddings", "timing_table"]
 
 if TYPE_CHECKING:  # imported lazily: `tipad --help` stays instant
     import torch
 
+#: The label of the same-bytes copy row: a canvas-sized ``copy_`` into a preallocated tensor.
+COPY = "same-bytes copy_"
+# F.pad's modes, in the order of tipad's (edge is F.pad's replicate, circular its circular).
+TORCH_MODES = ("constant", "replicate", "reflect", "circular")
+#: Each tipad row's peers: what a user would call for that mode instead (torch's own ``F.pad``
+#: and torchvision v2's ``pad``); the texture rows have none, and stand beside the cheapest
+#: padding of the same bytes, ``F.pad`` constant.
+PEERS: dict[str, tuple[str, ...]] = {
+    "BrickPad": ("torch F.pad constant",),
+    "TexturePad (stripes)": ("torch F.pad constant",),
+    "pad constant": ("torch F.pad constant",),
+    "pad edge": ("torch F.pad replicate", "v2 pad edge"),
+    "pad reflect": ("torch F.pad reflect", "v2 pad reflect"),
+    "pad symmetric": ("v2 pad symmetric",),
+    "pad circular": ("torch F.pad circular",),
+}
+
 
 @dataclass
 class Timing:
-    """One row of the table: median ms for the batch and for one image."""
+    """One row of the table: median ms for the batch and for one image; ``peers`` names the
+    rows this one is compared with (empty for a peer or the copy)."""
 
     label: str
     batch_ms: float
     image_ms: float
+    peers: tuple[str, ...] = ()
 
 
 def _median_ms(fn: Callable[[], Any], runs: int, sync: Callable[[], None]) -> float:
@@ -48,7 +69,8 @@ def _median_ms(fn: Callable[[], Any], runs: int, sync: Callable[[], None]) -> fl
 
 
 def time_paddings(padding: int, runs: int, batch_size: int, device: str) -> list[Timing]:
-    """Median times of every padding (and ``F.pad`` constant, last) on random uint8 images.
+    """Median times of every tipad padding, then its peers and the same-bytes copy (last), on
+    random uint8 images.
 
     Each row times a ``(batch_size, 3, 224, 224)`` batch and one ``(3, 224, 224)`` image on
     ``device``, padded by ``padding`` px on every side, at least ``runs`` times each after
@@ -58,6 +80,7 @@ def time_paddings(padding: int, runs: int, batch_size: int, device: str) -> list
     import numpy as np
     import torch
     import torch.nn.functional as nnF
+    import torchvision.transforms.v2.functional as tvF
 
     from ..backends.warmup import no_warmup
     from ..transforms import BrickPad, TexturePad
@@ -83,43 +106,66 @@ def time_paddings(padding: int, runs: int, batch_size: int, device: str) -> list
 
         return lambda x: pad(x, padding, padding_mode=mode)
 
+    def torch_pad(mode: str) -> Callable[[torch.Tensor], Any]:
+        return lambda x: nnF.pad(x, [padding] * 4, mode=mode)
+
+    def v2_pad(mode: str) -> Callable[[torch.Tensor], Any]:
+        return lambda x: tvF.pad(x, [padding], padding_mode=mode)
+
+    # The copy writes a canvas's bytes from another canvas-sized tensor: the floor for any
+    # padding that writes the canvas once (buffers made once per input, outside the timing).
+    buffers: dict[int, tuple[torch.Tensor, torch.Tensor]] = {}
+
+    def same_bytes_copy(x: torch.Tensor) -> Any:
+        pair = buffers.get(x.dim())
+        if pair is None:
+            canvas = nnF.pad(x, [padding] * 4)
+            pair = buffers[x.dim()] = (torch.empty_like(canvas), canvas)
+        return pair[0].copy_(pair[1])
+
     cases: list[tuple[str, Callable[[torch.Tensor], Any]]] = [
         ("BrickPad", brick_t),
         ("TexturePad (stripes)", texture_t),
         *((f"pad {m}", standard(m)) for m in STANDARD_MODES),
-        ("torch F.pad constant", lambda x: nnF.pad(x, [padding] * 4)),
+        *((f"torch F.pad {m}", torch_pad(m)) for m in TORCH_MODES),
+        *((f"v2 pad {m}", v2_pad(m)) for m in ("edge", "reflect", "symmetric")),
+        (COPY, same_bytes_copy),
     ]
     rows = []
     with no_warmup():  # the rows time the kernel, not the torch route of a fresh process
         for label, fn in cases:
             batch_ms = _median_ms(lambda: fn(batch), runs, sync)  # noqa: B023 (called at once)
             image_ms = _median_ms(lambda: fn(image), runs, sync)  # noqa: B023
-            rows.append(Timing(label, batch_ms, image_ms))
+            rows.append(Timing(label, batch_ms, image_ms, PEERS.get(label, ())))
     return rows
 
 
 def timing_table(rows: list[Timing], padding: int, runs: int, batch: int, device: str) -> str:
-    """``rows`` (from :func:`time_paddings`, ``F.pad`` last) as a plain-text table with
-    throughput and ratios to ``F.pad``; the other arguments are the ones the rows were timed
-    with and appear in the heading."""
+    """``rows`` (from :func:`time_paddings`: tipad's, then the peers, the copy last) as a
+    plain-text table: throughput, the time relative to the same-bytes copy and, for tipad's
+    rows, to the faster of its peers (named in the last column); the other arguments are the
+    ones the rows were timed with and appear in the heading."""
     import torch
 
-    yard = rows[-1]
+    by_label = {r.label: r for r in rows}
+    copy = by_label[COPY]
     out_bytes = batch * 3 * (224 + 2 * padding) ** 2
     threads = f" ({torch.get_num_threads()} threads)" if device == "cpu" else ""
-    widths = (22, 10, 12, 9, 10, 10)  # label | batch: time, throughput, ratio | image: time, ratio
+    # label | batch: time, throughput, vs copy, vs peer | image: time, vs copy, vs peer | peer
+    widths = (22, 10, 11, 8, 8, 10, 8, 8)
 
-    def line(*cells: str) -> str:
+    def line(*cells: str, peer: str = "") -> str:
         label, *rest = cells
         parts = [f"{label:<{widths[0]}}"] + [
             f"{c:>{w}}" for c, w in zip(rest, widths[1:], strict=True)
         ]
-        return " ".join(parts[:4]) + "  " + " ".join(parts[4:])
+        return (" ".join(parts[:5]) + "  " + " ".join(parts[5:]) + "  " + peer).rstrip()
 
-    batch_w, image_w = sum(widths[1:4]) + 2, sum(widths[4:]) + 1
+    batch_w, image_w = sum(widths[1:5]) + 3, sum(widths[5:]) + 2
     groups = f"{'':{widths[0]}} {f'batch {batch}x3x224x224':^{batch_w}}  "
     groups += f"{'one image 3x224x224':^{image_w}}"
-    header = line("mode", "time", "throughput", "vs F.pad", "time", "vs F.pad")
+    header = line("mode", "time", "throughput", "vs copy", "vs peer", "time", "vs copy",
+                  "vs peer", peer="peer (the faster)")  # fmt: skip
     rule = "-" * len(header)
     lines = [
         f"Padding uint8 images by {padding} px on {device}{threads}; median of >= {runs} runs "
@@ -129,23 +175,31 @@ def timing_table(rows: list[Timing], padding: int, runs: int, batch: int, device
         header,
         rule,
     ]
+    first_peer = next((r for r in rows if not r.peers), None)
     for r in rows:
-        if r is yard:
+        if r is first_peer or r is copy:
             lines.append(rule)
         gbs = out_bytes / (r.batch_ms * 1e-3) / 1e9
+        peers = [by_label[p] for p in r.peers if p in by_label]
+        best = min(peers, key=lambda p: p.batch_ms) if peers else None
         lines.append(
             line(
                 r.label,
                 f"{r.batch_ms:.2f} ms",
                 f"{gbs:.2f} GB/s",
-                f"{r.batch_ms / yard.batch_ms:.2f}x",
+                f"{r.batch_ms / copy.batch_ms:.2f}x",
+                f"{r.batch_ms / best.batch_ms:.2f}x" if best else "",
                 f"{r.image_ms:.3f} ms",
-                f"{r.image_ms / yard.image_ms:.2f}x",
+                f"{r.image_ms / copy.image_ms:.2f}x",
+                f"{r.image_ms / best.image_ms:.2f}x" if best else "",
+                peer=best.label if best else "",
             )
         )
     lines += [
         "",
-        "throughput: output bytes written per second. vs F.pad: time relative to",
-        "torch.nn.functional.pad (a constant border) on the same input; below 1 is faster.",
+        "throughput: output bytes written per second. vs copy: time relative to a copy_ of the",
+        "canvas's bytes into a preallocated tensor (the floor for writing it once). vs peer: time",
+        "relative to the faster of the mode's peers (torch F.pad, torchvision v2 pad; the texture",
+        "rows stand beside F.pad constant). Below 1 is faster.",
     ]
     return "\n".join(lines)

@@ -9,6 +9,7 @@ parameters), leave autograd, modes and compilation to the op, and actually be ta
 
 from __future__ import annotations
 
+import os
 from collections.abc import Callable
 from typing import Any
 
@@ -228,6 +229,8 @@ def test_compile_traces_the_op() -> None:
 
 def test_plans_launch_through_the_bound_lean_launcher(monkeypatch: pytest.MonkeyPatch) -> None:
     """A repeated signature launches with raw pointers (``_lean.Bound``), same bits."""
+    if os.environ.get("TIPAD_TEST_ARCH"):
+        pytest.skip("Vulkan lane: the lean launcher is off on an arch that copies host arrays")
     calls: list[bool] = []
     real = _lean.Bound.launch
 

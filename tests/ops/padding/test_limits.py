@@ -79,6 +79,11 @@ def _assert_periodic(line: torch.Tensor, period: int, first: torch.Tensor) -> No
 
 @pytest.fixture
 def big() -> Iterator[None]:
+    if os.environ.get("TIPAD_TEST_ARCH"):
+        pytest.skip(
+            "Vulkan lane: a 2**31-element canvas through lavapipe takes minutes (each launch "
+            "copies it to the device and back)"
+        )
     gc.collect()
     yield
     gc.collect()

@@ -24,8 +24,9 @@ from .geometry import PadCall, PadGeometry, fold_index
 # The mode itself is not there: the mode family is a kernel template and a standard mode lives
 # in its index maps. _PHASE: how many pixels of the image's first word precede it (its address
 # mod 8, in pixels), so image pixel p is pixel p + phase of the image's word view.
+# _SPAN: threads per canvas row in the GPU row order (_row_span).
 (_N_ROWS, _C, _OUT_H, _OUT_W, _TEX_C, _TH, _TW, _STAGGER, _USE_WORDS, _TEX_GRAD,
- _SAMPLES, _BANK, _REC_STEP, _IMG_STEP, _PHASE, _OFFSETS, _HEADER) = range(17)  # fmt: skip
+ _SAMPLES, _BANK, _REC_STEP, _IMG_STEP, _PHASE, _SPAN, _OFFSETS, _HEADER) = range(18)  # fmt: skip
 # A geometry record: the image's height and width, where its top-left pixel lands on the
 # canvas, the flat index of its first element, and where its row index map starts in meta (its
 # column map follows out_h entries later). Sample b reads the record at _HEADER + b *
@@ -34,6 +35,11 @@ from .geometry import PadCall, PadGeometry, fold_index
 _RH, _RW, _RTOP, _RLEFT, _RSTART, _RMAPS, _RECORD = range(7)
 # Canvas rows per CPU task: enough to amortise a task's divisions, few enough to balance.
 _ROW_BLOCK = 16
+# The GPU row order's block (four warps) and the columns each thread writes of its row.
+_GPU_BLOCK = 128
+_GPU_COLUMNS = 8
+#: The GPU loop order: a span of threads per canvas row (True) or a thread per pixel (False).
+GPU_ROW_BLOCKS = True
 
 
 # fmt: off
@@ -46,8 +52,9 @@ def _build_kernels(ti: Any) -> dict[str, Any]:
     mode runs as a 1x1 texture per channel; standard modes read precomputed row/column index
     maps. Two loop orders share the index math (``record``, ``row_setup``, ``move``): on the CPU
     a task walks a block of rows, advancing image row, texture row and tile column
-    incrementally (no division per row or pixel) and moving 8-byte words where aligned; on CUDA
-    one thread per pixel, so a warp writes contiguous memory.
+    incrementally (no division per row or pixel) and moving 8-byte words where aligned; on a GPU
+    a span of threads per canvas row striding across its columns (``GPU_ROW_BLOCKS``), or the
+    simple thread per pixel; either way a warp writes contiguous memory.
 
     The mode family is a template (``tiled``: texture and constant, else the standard modes):
     a process compiles only the family it uses, and Taichi's offline cache keeps LLVM IR, which
@@ -109,6 +116,22 @@ def _build_kernels(ti: Any) -> dict[str, Any]:
             shift = -ti.cast(left, ti.i64) - meta[offset + 2 * b + 1] - v * stagger
             tx0 = ti.cast(shift % tw, ti.i32)
         return ti.Vector([iy, src_row, tx0, ty, first])
+
+    @ti.func
+    def pixel(img: ti.template(), tex: ti.template(), canvas: ti.template(),
+              meta: ti.template(), rec: ti.template(), s: ti.template(), X: ti.i32, o: ti.i32,
+              out_h: ti.i32, tw: ti.i32, tex_grad: ti.i32, tiled: ti.template(),
+              backward: ti.template()):
+        # Canvas pixel o, column X of a row set up by row_setup (s) for sample geometry rec:
+        # the GPU orders' one pixel.
+        h, w, left, maps = rec[0], rec[1], rec[3], rec[5]
+        if 0 <= s[0] < h and left <= X < left + w:
+            move(img, s[4] + s[0] * w + X - left, canvas, o, backward)
+        elif ti.static(tiled):
+            if ti.static(not backward) or tex_grad:
+                move(tex, s[1] + (s[2] + X % tw) % tw, canvas, o, backward)
+        else:  # the column map follows the row map
+            move(img, s[1] + meta[maps + out_h + X], canvas, o, backward)
 
     @ti.func
     def copy_run(img: ti.template(), canvas: ti.template(), img_w: ti.template(),
@@ -203,7 +226,8 @@ def _build_kernels(ti: Any) -> dict[str, Any]:
                    canvas_w: nd(ndim=1), tex: nd(ndim=1), words: nd(ndim=1),
                    meta: nd(dtype=ti.i32, ndim=1), lanes: ti.template(),
                    backward: ti.template(), per_pixel: ti.template(), serial: ti.template(),
-                   tiled: ti.template()):
+                   tiled: ti.template(), interior_done: ti.template(),
+                   row_blocks: ti.template()):
         # Forward: canvas <- image, texture. Backward: img += canvas and (if tex_grad)
         # tex += canvas, along the same index map.  (No "-> None": Taichi would read it.)
         # Scalars arrive packed in `meta` (layout beside _HEADER): each kernel argument costs
@@ -212,21 +236,39 @@ def _build_kernels(ti: Any) -> dict[str, Any]:
         tex_channels, th, tw = meta[_TEX_C], meta[_TH], meta[_TW]
         stagger, use_words, tex_grad = meta[_STAGGER], meta[_USE_WORDS], meta[_TEX_GRAD]
         phase = meta[_PHASE]
-        if ti.static(per_pixel):
+        if ti.static(per_pixel and row_blocks):
+            # `span` threads per canvas row: thread t writes columns t, t + span, ..., so a warp
+            # writes consecutive columns (coalesced) and the row's setup (record, divisions,
+            # tile row) is made once per thread for about _GPU_COLUMNS pixels, not per pixel;
+            # a wide row still gets many threads (_row_span).
+            # The texture is not staged in shared memory: a row reads one texture row, whose
+            # consecutive columns the warp reads together (coalesced, wrapping at most once per
+            # tile width), and every block of that tile row reads the same few hundred bytes,
+            # which stay in L1/L2; staging would add a copy and a barrier per block for no
+            # fewer memory transactions.
+            span = meta[_SPAN]
+            ti.loop_config(block_dim=_GPU_BLOCK)
+            for r, t in ti.ndrange(n_rows, span):
+                plane = r // out_h
+                rec = record(meta, plane // c_count)
+                s = row_setup(plane, r - plane * out_h, rec, meta, c_count, tiled, tex_channels,
+                              th, tw, stagger)
+                # A count, not X < out_w: X + span would overflow int32 near its limit.
+                columns = 0
+                if t < out_w:
+                    columns = (out_w - 1 - t) // span + 1
+                for k in range(columns):
+                    X = t + k * span
+                    pixel(img, tex, canvas, meta, rec, s, X, r * out_w + X, out_h, tw,
+                          tex_grad, tiled, backward)
+        elif ti.static(per_pixel):  # the simple order: a thread per pixel
             for r, X in ti.ndrange(n_rows, out_w):
                 plane = r // out_h
                 rec = record(meta, plane // c_count)
-                h, w, left, maps = rec[0], rec[1], rec[3], rec[5]
                 s = row_setup(plane, r - plane * out_h, rec, meta, c_count, tiled, tex_channels,
                               th, tw, stagger)
-                o = r * out_w + X
-                if 0 <= s[0] < h and left <= X < left + w:
-                    move(img, s[4] + s[0] * w + X - left, canvas, o, backward)
-                elif ti.static(tiled):
-                    if ti.static(not backward) or tex_grad:
-                        move(tex, s[1] + (s[2] + X % tw) % tw, canvas, o, backward)
-                else:  # the column map follows the row map
-                    move(img, s[1] + meta[maps + out_h + X], canvas, o, backward)
+                pixel(img, tex, canvas, meta, rec, s, X, r * out_w + X, out_h, tw, tex_grad,
+                      tiled, backward)
         else:
             blocks = (out_h - 1) // _ROW_BLOCK + 1  # per plane (out_h >= 1; no int32 overflow)
             row_shift = stagger % tw  # tile-column step from one tile row to the next
@@ -248,10 +290,15 @@ def _build_kernels(ti: Any) -> dict[str, Any]:
                     # columns [left, left + w) map to themselves, so rows above and below the
                     # image copy that stretch as the image's own rows do, not pixel by pixel.
                     inside = 0 <= iy < h
+                    # interior_done: the image's own rows are already in place (a bulk copy
+                    # before the launch), so only their border is written here.
+                    copy = True
+                    if ti.static(interior_done):
+                        copy = not inside
                     if ti.static(not tiled):
                         src_row = first + meta[maps + big_y] * w
                         inside = True
-                    if inside:
+                    if inside and copy:
                         copy_run(img, canvas, img_w, canvas_w,
                                  src_row if ti.static(not tiled) else first + iy * w, row + left,
                                  w, phase, lanes, backward)  # fmt: skip
@@ -399,7 +446,8 @@ def _plan(
         records, maps = _stack_records(call)
         return _Plan(call, image, canvas, texture, backward, gpu, records, _RECORD, 0, maps)
     key = (call.mode, g, image.numel(), canvas.dtype, canvas.device, texture.shape,
-           texture.dtype, call.stagger, backward, gpu, TAICHI.serial_bytes)  # fmt: skip
+           texture.dtype, call.stagger, backward, gpu, TAICHI.serial_bytes,
+           BULK_INTERIOR)  # fmt: skip
     plan = _plans.get(key)
     if plan is None:
         # One record serves every sample: the image of sample b starts b * C*H*W further on.
@@ -459,8 +507,16 @@ class _Plan:
         self.table = self.words and self.texture_mode and tex_numel * self.lanes * 2 <= border
         self.serial = serial_launch(canvas)
         self.gpu = gpu
+        # A bulk interior copy pays on the CPU order where the pool runs anyway (not a serial
+        # launch) and the canvas is still cached when the kernel writes its border (_BULK_BYTES);
+        # the GPU order writes every pixel from its own thread.
+        moved = (image.numel() + canvas.numel()) * canvas.element_size()
+        self.bulk_interior = BULK_INTERIOR and not (backward or gpu or self.serial) and (
+            moved <= _BULK_BYTES
+        )
+        self.span = _row_span(out_w)
         header = [n * c * out_h, c, out_h, out_w, tex_channels, th, tw, stagger, 0,
-                  int(texture_grad), n, bank, record_step, image_step, 0]  # fmt: skip
+                  int(texture_grad), n, bank, record_step, image_step, 0, self.span]  # fmt: skip
         n_records = len(records) // _RECORD if isinstance(records, list) else records.shape[0]
         host_size = _HEADER + n_records * _RECORD + sum(m.numel() for m in maps)
         if host_size + 3 * n > MAX_ELEMENTS:  # meta is indexed (and its values) in int32
@@ -471,6 +527,7 @@ class _Plan:
             parts = [torch.tensor([*header, host_size], dtype=torch.int32), records.reshape(-1)]
         host = torch.cat(parts + maps).to(device=self.device, dtype=torch.int32, non_blocking=True)
         self.n = n
+        self.rows = n * c * out_h
         # Per (use of the word table, image phase): the host part of meta, and for standard
         # modes (which never read the lattice) and constant mode (whose lattice is zeros) the
         # whole meta. Texture mode appends each call's offsets and indices.
@@ -572,21 +629,58 @@ def forward(
             (plan.meta((table is not None, phase), call.offset, call.texture_index), _AS_IS),
         ]
         lanes = plan.lanes if spans is not None else 1
+        interior = plan.bulk_interior and _copy_interior(call, image, canvas)
         # The kernel's signature: its arrays' dtypes (all 1-D) and its template values. Images
         # of new sizes get new plans, not new signatures: one lean launcher serves them all.
+        # The row order launches plan.span threads per canvas row, indexed in int32.
+        rows = plan.gpu and GPU_ROW_BLOCKS and plan.rows * plan.span <= MAX_ELEMENTS
         signature = (kernel, plan.dtype, lanes, backward, plan.gpu, plan.serial,
-                     plan.texture_mode)  # fmt: skip
+                     plan.texture_mode, interior, rows)  # fmt: skip
         bound = _bounds.get(signature)
         if bound is not None and bound.launch([_raw(t, how) for t, how in slots]):
             return
         args = (*(plan.view(t, how) for t, how in slots), lanes, backward, plan.gpu, plan.serial,
-                plan.texture_mode)  # fmt: skip
+                plan.texture_mode, interior, rows)  # fmt: skip
         kernel(*args)
         bind = getattr(kernel, "bind", None)
         if bind is not None:
             if len(_bounds) >= _PLANS_SIZE:
                 _bounds.clear()
             _bounds[signature] = bind(args)
+
+
+# Image plus canvas bytes up to which the bulk interior copy runs. Past a last-level cache, the
+# kernel's border writes (a few cache lines per row, far apart) find their lines evicted by the
+# copy and wait on memory for each: slower than the kernel moving whole rows in one pass.
+_BULK_BYTES = 32 << 20
+def _row_span(out_w: int) -> int:
+    """Threads per canvas row in the GPU row order: about one per ``_GPU_COLUMNS`` columns, in
+    whole warps (32), so that rows of any width keep the device busy."""
+    return max(1, -(-out_w // (_GPU_COLUMNS * 32))) * 32
+
+
+#: Whether the CPU order moves the image's interior with one torch copy before the launch (the
+#: kernel then writes only the border) instead of the kernel's own word moves. Off: on a few
+#: cores the call then hands over between torch's thread pool and Taichi's, and the border's
+#: cache lines, a few per row and far apart, are written in a second pass after the copy has
+#: moved them out of cache; both cost more than the copy saves.
+BULK_INTERIOR = False
+
+
+def _copy_interior(call: PadCall, image: Tensor, canvas: Tensor) -> bool:
+    """Copy ``image`` into its place on ``canvas`` with one strided torch copy (both as
+    same-size integers: bit exact for every dtype); True when done.
+
+    Taichi's CPU code moves a row as scalar 8-byte words, torch's copy as vector loads and
+    stores over its own thread pool: the interior is most of the canvas, so this halves a
+    large batch's time. Only for one geometry (a stack's images would need one copy each)."""
+    g = call.geometry
+    if not isinstance(g, PadGeometry) or g.h * g.w == 0:
+        return False
+    planes = _bits(canvas).view(g.n * g.c, g.out_h, g.out_w)
+    window = planes[:, g.top : g.top + g.h, g.left : g.left + g.w]
+    window.copy_(_bits(image).view(g.n * g.c, g.h, g.w))
+    return True
 
 
 def backward(
