@@ -30,6 +30,7 @@ from torch import Tensor
 from ..._compat.taichi import Steps
 from ..._value_cache import constant
 from ...backends.taichi import TAICHI
+from . import chunked
 
 # Value rows per task of the CPU's kernels (their states held in a local array).
 _ROWS = 16
@@ -586,6 +587,9 @@ def forward(
     tensors = (r, d, k, v, a, b, state, y, states)
     with TAICHI.session(k.device, "wkv7", _build_kernels, (k, states)) as kernels:
         gpu = TAICHI.gpu_order
+        if not gpu and k.device.type == "cpu" and chunked.eligible(d, chunk):
+            if chunked.forward(*tensors, chunk):  # long sequences: the chunked form's products
+                return
         key = (k.shape, k.dtype, k.device, chunk, slots, gpu, SIMPLE_GPU_ORDER,
                TAICHI.serial_bytes)  # fmt: skip
         step = _steps.get(key)
