@@ -401,6 +401,8 @@ def test_chunks_equal_whole(dtype: torch.dtype, small_chunks: int) -> None:
 # 24: a last, partial group of rows; 7, 24: blocks with idle threads; 128: the largest head
 @pytest.mark.parametrize("n_n", [128, 64, 24, 7])
 def test_launchers_write_every_output(n_n: int, order: None) -> None:
+    if n_n == 128 and not TAICHI.gpu_order:
+        pytest.skip("N = 128 in the CPU order: its 2048-number local arrays compile for 10 s")
     n_b, n_t, n_h, chunk = 2, 11, 2, 4
     xs = make_inputs(n_b, n_t, n_h, n_n, seed=17)
     state = make_state(n_b, n_h, n_n)

@@ -7,10 +7,15 @@ r_t``, so the forward is one independent chain per (batch, head, value row), and
 backward's recurrence for the state's gradient. Only the gradients of ``r, d, k, a, b`` sum
 over the rows: a second loop computes them per (batch, step, head) from the rows' results.
 
-Loop orders: the GPU's (``TAICHI.gpu_order``) one thread per row, and one thread per (step,
-head, key) for the sums, with the rows in the arrays; on the CPU one task per (batch, head,
-``_ROWS`` rows) holding its rows in a local array (see ``forward_rows``), and one task per
-(step, head) for the sums, the keys innermost (contiguous, for the vectorizer).
+Loop orders: the GPU's (``TAICHI.gpu_order``) block order, a block per (batch, head) and a
+thread per value row holding its row locally, each step's vectors staged in shared memory
+(``forward_block``, ``backward_block``); the GPU's simple order (``SIMPLE_GPU_ORDER``, also what
+a GPU order on Taichi's CPU arch runs) one thread per row, and one thread per (step, head, key)
+for the sums, with the rows in the arrays; on the CPU one task per (batch, head, ``_ROWS``
+rows) holding its rows in a local array (see ``forward_rows``), and one task per (step, head)
+for the sums, the keys innermost (contiguous, for the vectorizer). On the CPU a forward of
+``chunked.MIN_STEPS`` steps or more takes the chunked form (``chunked.py``: batched torch
+products per chunk) where its decay bound allows.
 
 Tensor layout: ``r, d, k, v, a, b, y`` and their gradients ``(B, T, H, N)`` row-major; states
 ``(B, H, S, N, N)``. The backward runs one launch per chunk of ``chunk`` steps, from the last:
@@ -54,6 +59,8 @@ def _gpu_kernel(kernels: dict[str, Any], simple: str, block: str) -> tuple[Any, 
     if SIMPLE_GPU_ORDER or TAICHI.runtime_arch() == "cpu":
         return kernels[simple], False
     return kernels[block], True
+
+
 # meta (int32): B, T, H, N, chunk, S (the states' slot count).
 _B, _T, _H, _N, _CHUNK, _SLOTS = range(6)
 
@@ -637,10 +644,11 @@ def backward(
         flat = [t.reshape(-1) for t in (r, d, k, v, a, b, gy, states, gstate, *scratch)]
         flat += [g.reshape(-1) for g in grads.unbind(0)]
         meta, dt = _meta(k, ln, slots), kernels["dtypes"][k.dtype]
+        shape: tuple[int, ...] = (n_n,)  # the templates after c: nk (and the block size)
         if TAICHI.gpu_order:
             kernel, block = _gpu_kernel(kernels, "backward_chunk", "backward_block")
             shape = (n_n, _block_dim(n_n)) if block else ()
         else:
-            kernel, shape = kernels["backward_rows"], (n_n,)
+            kernel = kernels["backward_rows"]
         for c in reversed(range(slots - 1)):
             kernel(*flat, meta, c, *shape, dt)
