@@ -7,6 +7,7 @@ plain torch steps in float64, one per token, differentiated by autograd for the 
 from __future__ import annotations
 
 import math
+import os
 import typing
 import warnings
 from collections.abc import Iterator
@@ -69,11 +70,21 @@ def make_state(
     return torch.randn(n_b, n_h, n_n, n_n, generator=g, dtype=torch.float64).to(dtype)
 
 
-@pytest.fixture(params=[False, True], ids=["cpu-order", "cuda-order"])
+# The lane that compiles the GPU orders through Taichi's GPU compiler (Vulkan on lavapipe).
+GPU_LANE = os.environ.get("TIPAD_TEST_ARCH") is not None
+
+
+@pytest.fixture(params=["cpu", "gpu-simple", "gpu-block"])
 def order(request: pytest.FixtureRequest, monkeypatch: pytest.MonkeyPatch) -> Iterator[None]:
-    """Both loop orders of the backward's sums (one task per step and head, or per key)."""
+    """Every loop order: the CPU's, the GPU's simple one (a thread per row, global reads) and
+    the GPU's block order (shared memory, barriers: only on a GPU arch)."""
     wkv7(*(torch.zeros(1, 1, 1, 1) for _ in range(6)))  # Taichi started: its own order first
-    monkeypatch.setattr(TAICHI, "gpu_order", request.param)
+    if request.param == "cpu" and GPU_LANE:
+        pytest.skip("GPU lane: the CPU order on a GPU arch checks nothing the CPU run does not")
+    if request.param == "gpu-block" and TAICHI.runtime_arch() == "cpu":
+        pytest.skip("the block order needs a GPU arch (shared memory, barriers): Vulkan lane")
+    monkeypatch.setattr(TAICHI, "gpu_order", request.param != "cpu")
+    monkeypatch.setattr(wkv7_taichi, "SIMPLE_GPU_ORDER", request.param == "gpu-simple")
     yield
 
 
@@ -387,8 +398,11 @@ def test_chunks_equal_whole(dtype: torch.dtype, small_chunks: int) -> None:
 # launchers, custom ops, compile
 
 
-@pytest.mark.parametrize("n_n", [64, 24, 7])  # 24: a last, partial group of rows
+# 24: a last, partial group of rows; 7, 24: blocks with idle threads; 128: the largest head
+@pytest.mark.parametrize("n_n", [128, 64, 24, 7])
 def test_launchers_write_every_output(n_n: int, order: None) -> None:
+    if n_n == 128 and not TAICHI.gpu_order:
+        pytest.skip("N = 128 in the CPU order: its 2048-number local arrays compile for 10 s")
     n_b, n_t, n_h, chunk = 2, 11, 2, 4
     xs = make_inputs(n_b, n_t, n_h, n_n, seed=17)
     state = make_state(n_b, n_h, n_n)
@@ -415,6 +429,30 @@ def test_launchers_write_every_output(n_n: int, order: None) -> None:
     for x, z in zip([*grads.unbind(0), g_state], ref, strict=True):
         scale = max(1.0, z.abs().max().item())
         assert_close(x, z, rtol=2e-4, atol=2e-4 * scale)
+
+
+def test_gpu_arch_takes_the_block_order(monkeypatch: pytest.MonkeyPatch) -> None:
+    wkv7(*(torch.zeros(1, 1, 1, 1) for _ in range(6)))
+    if TAICHI.runtime_arch() == "cpu":
+        pytest.skip("the block order needs a GPU arch (shared memory, barriers): Vulkan lane")
+    taken: list[tuple[str, bool]] = []
+    pick = wkv7_taichi._gpu_kernel
+
+    def spy(kernels: dict[str, object], simple: str, block: str) -> tuple[object, bool]:
+        kernel, is_block = pick(kernels, simple, block)
+        taken.append((simple, is_block))
+        return kernel, is_block
+
+    monkeypatch.setattr(wkv7_taichi, "_gpu_kernel", spy)
+    xs = [x.requires_grad_() for x in make_inputs(1, 3, 1, 5, seed=23)]
+    y = wkv7(*xs)
+    assert isinstance(y, torch.Tensor)
+    y.sum().backward()
+    assert taken == [("forward", True), ("backward_chunk", True)]
+    monkeypatch.setattr(wkv7_taichi, "SIMPLE_GPU_ORDER", True)
+    taken.clear()
+    wkv7(*(x.detach() for x in xs), make_state(1, 1, 5))
+    assert taken == [("forward", False)]
 
 
 def test_opcheck() -> None:

@@ -7,10 +7,15 @@ r_t``, so the forward is one independent chain per (batch, head, value row), and
 backward's recurrence for the state's gradient. Only the gradients of ``r, d, k, a, b`` sum
 over the rows: a second loop computes them per (batch, step, head) from the rows' results.
 
-Loop orders: the GPU's (``TAICHI.gpu_order``) one thread per row, and one thread per (step,
-head, key) for the sums, with the rows in the arrays; on the CPU one task per (batch, head,
-``_ROWS`` rows) holding its rows in a local array (see ``forward_rows``), and one task per
-(step, head) for the sums, the keys innermost (contiguous, for the vectorizer).
+Loop orders: the GPU's (``TAICHI.gpu_order``) block order, a block per (batch, head) and a
+thread per value row holding its row locally, each step's vectors staged in shared memory
+(``forward_block``, ``backward_block``); the GPU's simple order (``SIMPLE_GPU_ORDER``, also what
+a GPU order on Taichi's CPU arch runs) one thread per row, and one thread per (step, head, key)
+for the sums, with the rows in the arrays; on the CPU one task per (batch, head, ``_ROWS``
+rows) holding its rows in a local array (see ``forward_rows``), and one task per (step, head)
+for the sums, the keys innermost (contiguous, for the vectorizer). On the CPU a forward of
+``chunked.MIN_STEPS`` steps or more takes the chunked form (``chunked.py``: batched torch
+products per chunk) where its decay bound allows.
 
 Tensor layout: ``r, d, k, v, a, b, y`` and their gradients ``(B, T, H, N)`` row-major; states
 ``(B, H, S, N, N)``. The backward runs one launch per chunk of ``chunk`` steps, from the last:
@@ -30,9 +35,32 @@ from torch import Tensor
 from ..._compat.taichi import Steps
 from ..._value_cache import constant
 from ...backends.taichi import TAICHI
+from . import chunked
 
 # Value rows per task of the CPU's kernels (their states held in a local array).
 _ROWS = 16
+
+#: The GPU's loop order: True takes the simple one (a thread per value row reading each step's
+#: vectors from global memory, a thread per (step, head, key) for the backward's sums), False
+#: the block order (a block per (batch, head), the steps' vectors in shared memory). The block
+#: order needs a GPU arch (shared memory, barriers): on Taichi's CPU arch, where tests switch
+#: ``TAICHI.gpu_order`` on, the simple one runs.
+SIMPLE_GPU_ORDER = False
+
+
+def _block_dim(n: int) -> int:
+    """Threads per block of the block order: ``N`` rounded up to a whole warp (32)."""
+    return 32 * ((n + 31) // 32)
+
+
+def _gpu_kernel(kernels: dict[str, Any], simple: str, block: str) -> tuple[Any, bool]:
+    """The GPU order's kernel (``simple`` or ``block`` by name) and whether it is the block
+    one, which takes ``nk`` and the block size as two more template arguments."""
+    if SIMPLE_GPU_ORDER or TAICHI.runtime_arch() == "cpu":
+        return kernels[simple], False
+    return kernels[block], True
+
+
 # meta (int32): B, T, H, N, chunk, S (the states' slot count).
 _B, _T, _H, _N, _CHUNK, _SLOTS = range(6)
 
@@ -343,7 +371,193 @@ def _build_kernels(ti: Any) -> dict[str, Any]:
                 ga[x + j] = acc[3 * nk + j]
                 gb[x + j] = acc[4 * nk + j]
 
+    # The GPU's block order (RWKV-CUDA's x070 kernels, without their T % 16, N = 64 limits): a
+    # block of nb >= N threads per (batch, head), a thread per value row holding its state row
+    # in a local array, each step's vectors staged once per block in shared memory instead of
+    # read N times from global memory. Two staging buffers alternate, so one barrier per step
+    # suffices: a thread overwrites a buffer only after every thread passed the barrier of the
+    # step that followed its last use. Threads i >= N stage nothing and compute nothing, but
+    # reach every barrier (a barrier inside a divergent branch is undefined behaviour).
+
+    @ti.kernel
+    def forward_block(r: nd(ndim=1), d: nd(ndim=1), k: nd(ndim=1), v: nd(ndim=1),
+                      a: nd(ndim=1), b: nd(ndim=1), state: nd(ndim=1), y: nd(ndim=1),
+                      states: nd(ndim=1), meta: nd(dtype=ti.i32, ndim=1), save: ti.template(),
+                      nk: ti.template(), nb: ti.template(), dt: ti.template()):
+        n_b, n_t, n_h = meta[_B], meta[_T], meta[_H]
+        chunk, slots = meta[_CHUNK], meta[_SLOTS]
+        nn = nk * nk
+        step = n_h * nk
+        ti.loop_config(block_dim=nb)
+        for tid in range(n_b * n_h * nb):
+            i = tid % nb
+            bh = tid // nb
+            bi, h = bh // n_h, bh % n_h
+            pad = ti.simt.block.SharedArray((10 * nb,), dt)  # 2 buffers of r, d, k, a, b
+            row = ti.Vector.zero(dt, nk)
+            if i < nk:
+                for j in range(nk):
+                    row[j] = state[bh * nn + i * nk + j]
+            x = (bi * n_t * n_h + h) * nk
+            for t in range(n_t):
+                p = (t % 2) * 5 * nb
+                if i < nk:
+                    pad[p + i] = r[x + i]
+                    pad[p + nb + i] = d[x + i]
+                    pad[p + 2 * nb + i] = k[x + i]
+                    pad[p + 3 * nb + i] = a[x + i]
+                    pad[p + 4 * nb + i] = b[x + i]
+                ti.simt.block.sync()
+                if i < nk:
+                    if ti.static(save):
+                        if t % chunk == 0:
+                            ck = (bh * slots + t // chunk) * nn + i * nk
+                            for j in range(nk):
+                                states[ck + j] = row[j]
+                    sa = ti.cast(0, dt)
+                    for j in range(nk):
+                        sa += row[j] * pad[p + 3 * nb + j]
+                    vi = v[x + i]
+                    acc = ti.cast(0, dt)
+                    for j in range(nk):
+                        sj = row[j] * pad[p + nb + j] + sa * pad[p + 4 * nb + j] \
+                            + vi * pad[p + 2 * nb + j]
+                        row[j] = sj
+                        acc += sj * pad[p + j]
+                    y[x + i] = acc
+                x += step
+            if i < nk:
+                fin = (bh * slots + slots - 1) * nn + i * nk
+                for j in range(nk):
+                    states[fin + j] = row[j]
+            # A grid-stride loop may hand this block another head: its first staging must
+            # wait for the last reads of this one.
+            ti.simt.block.sync()
+
+    @ti.kernel
+    def backward_block(r: nd(ndim=1), d: nd(ndim=1), k: nd(ndim=1), v: nd(ndim=1),
+                       a: nd(ndim=1), b: nd(ndim=1), gy: nd(ndim=1), states: nd(ndim=1),
+                       carry: nd(ndim=1), ss: nd(ndim=1), gg: nd(ndim=1), sq: nd(ndim=1),
+                       gr: nd(ndim=1), gd: nd(ndim=1), gk: nd(ndim=1), gv: nd(ndim=1),
+                       ga: nd(ndim=1), gb: nd(ndim=1), meta: nd(dtype=ti.i32, ndim=1),
+                       c: ti.i32, nk: ti.template(), nb: ti.template(), dt: ti.template()):
+        # backward_chunk's scheme and scratch layouts in the block order: the rows' recompute
+        # and state gradients with the steps' vectors staged, then the sums over the rows with
+        # a block per (batch, head, step), a thread per key, the rows' scalars staged.
+        n_b, n_t, n_h = meta[_B], meta[_T], meta[_H]
+        chunk, slots = meta[_CHUNK], meta[_SLOTS]
+        nn = nk * nk
+        t0 = c * chunk
+        ln = ti.min(chunk, n_t - t0)
+        q_plane = n_b * n_h * chunk * nk
+        step = n_h * nk
+        ti.loop_config(block_dim=nb)
+        for tid in range(n_b * n_h * nb):
+            i = tid % nb
+            bh = tid // nb
+            bi, h = bh // n_h, bh % n_h
+            pad = ti.simt.block.SharedArray((10 * nb,), dt)  # 2 buffers of 5 vectors
+            row = ti.Vector.zero(dt, nk)
+            if i < nk:
+                ck = (bh * slots + c) * nn + i * nk
+                for j in range(nk):
+                    row[j] = states[ck + j]
+            x0 = ((bi * n_t + t0) * n_h + h) * nk
+            for st in range(ln):  # the states inside the chunk: buffers d, k, a, b
+                x = x0 + st * step
+                p = (st % 2) * 5 * nb
+                if i < nk:
+                    pad[p + nb + i] = d[x + i]
+                    pad[p + 2 * nb + i] = k[x + i]
+                    pad[p + 3 * nb + i] = a[x + i]
+                    pad[p + 4 * nb + i] = b[x + i]
+                ti.simt.block.sync()
+                if i < nk:
+                    cur = (bh * (chunk + 1) + st) * nn + i * nk
+                    sa = ti.cast(0, dt)
+                    for j in range(nk):
+                        ss[cur + j] = row[j]
+                        sa += row[j] * pad[p + 3 * nb + j]
+                    sq[(bh * chunk + st) * nk + i] = sa
+                    vi = v[x + i]
+                    for j in range(nk):
+                        row[j] = row[j] * pad[p + nb + j] + sa * pad[p + 4 * nb + j] \
+                            + vi * pad[p + 2 * nb + j]
+            if i < nk:
+                last = (bh * (chunk + 1) + ln) * nn + i * nk
+                cr = bh * nn + i * nk
+                for j in range(nk):
+                    ss[last + j] = row[j]
+                    row[j] = carry[cr + j]  # from here on the row of the state's gradient
+            for back in range(ln):  # buffers r, d, k, a, b; the parity runs on from above
+                st = ln - 1 - back
+                x = x0 + st * step
+                p = ((ln + back) % 2) * 5 * nb
+                if i < nk:
+                    pad[p + i] = r[x + i]
+                    pad[p + nb + i] = d[x + i]
+                    pad[p + 2 * nb + i] = k[x + i]
+                    pad[p + 3 * nb + i] = a[x + i]
+                    pad[p + 4 * nb + i] = b[x + i]
+                ti.simt.block.sync()
+                if i < nk:
+                    gyi = gy[x + i]
+                    g0 = (bh * chunk + st) * nn + i * nk
+                    q = ti.cast(0, dt)
+                    gvi = ti.cast(0, dt)
+                    for j in range(nk):
+                        g = row[j] + gyi * pad[p + j]
+                        row[j] = g
+                        gg[g0 + j] = g
+                        q += g * pad[p + 4 * nb + j]
+                        gvi += g * pad[p + 2 * nb + j]
+                    sq[q_plane + (bh * chunk + st) * nk + i] = q
+                    gv[x + i] = gvi
+                    for j in range(nk):
+                        row[j] = row[j] * pad[p + nb + j] + q * pad[p + 3 * nb + j]
+            if i < nk:
+                cr = bh * nn + i * nk
+                for j in range(nk):
+                    carry[cr + j] = row[j]
+            ti.simt.block.sync()
+        ti.loop_config(block_dim=nb)
+        for tid in range(n_b * n_h * ln * nb):
+            j = tid % nb
+            rest = tid // nb
+            st = rest % ln
+            bh = rest // ln
+            bi, h = bh // n_h, bh % n_h
+            x = ((bi * n_t + t0 + st) * n_h + h) * nk
+            q0 = (bh * chunk + st) * nk
+            pad = ti.simt.block.SharedArray((4 * nb,), dt)  # per row i: gy, v, S a, g b
+            if j < nk:
+                pad[j] = gy[x + j]
+                pad[nb + j] = v[x + j]
+                pad[2 * nb + j] = sq[q0 + j]
+                pad[3 * nb + j] = sq[q_plane + q0 + j]
+            ti.simt.block.sync()
+            if j < nk:
+                prev = (bh * (chunk + 1) + st) * nn + j
+                g0 = (bh * chunk + st) * nn + j
+                acc_r, acc_d, acc_k = ti.cast(0, dt), ti.cast(0, dt), ti.cast(0, dt)
+                acc_a, acc_b = ti.cast(0, dt), ti.cast(0, dt)
+                for ii in range(nk):  # neighbouring threads read neighbouring keys
+                    sp = ss[prev + ii * nk]
+                    g = gg[g0 + ii * nk]
+                    acc_r += pad[ii] * ss[prev + nn + ii * nk]
+                    acc_d += g * sp
+                    acc_k += g * pad[nb + ii]
+                    acc_b += g * pad[2 * nb + ii]
+                    acc_a += pad[3 * nb + ii] * sp
+                gr[x + j] = acc_r
+                gd[x + j] = acc_d
+                gk[x + j] = acc_k
+                ga[x + j] = acc_a
+                gb[x + j] = acc_b
+            ti.simt.block.sync()
+
     return {"forward": forward, "backward_chunk": backward_chunk,
+            "forward_block": forward_block, "backward_block": backward_block,
             "forward_rows": forward_rows, "backward_rows": backward_rows,
             "dtypes": {torch.float32: ti.f32, torch.float64: ti.f64}}
 
@@ -380,15 +594,20 @@ def forward(
     tensors = (r, d, k, v, a, b, state, y, states)
     with TAICHI.session(k.device, "wkv7", _build_kernels, (k, states)) as kernels:
         gpu = TAICHI.gpu_order
-        key = (k.shape, k.dtype, k.device, chunk, slots, gpu, TAICHI.serial_bytes)
+        if not gpu and k.device.type == "cpu" and chunked.eligible(d, chunk):
+            if chunked.forward(*tensors, chunk):  # long sequences: the chunked form's products
+                return
+        key = (k.shape, k.dtype, k.device, chunk, slots, gpu, SIMPLE_GPU_ORDER,
+               TAICHI.serial_bytes)  # fmt: skip
         step = _steps.get(key)
         if step is not None and step.launch(tensors):
             return
         flat = tuple(t.reshape(-1) for t in tensors)
         meta, dt = _meta(k, chunk, slots), kernels["dtypes"][k.dtype]
         if gpu:
-            kernel = kernels["forward"]
-            args: tuple[Any, ...] = (*flat, meta, slots > 1, dt)
+            kernel, block = _gpu_kernel(kernels, "forward", "forward_block")
+            shape = (k.shape[3], _block_dim(k.shape[3])) if block else ()
+            args: tuple[Any, ...] = (*flat, meta, slots > 1, *shape, dt)
         else:
             # Work ~ B H N^2 T: serial up to what TAICHI.serial_bytes allows for a state's bytes.
             work = state.numel() * state.element_size() * k.shape[1]
@@ -425,8 +644,11 @@ def backward(
         flat = [t.reshape(-1) for t in (r, d, k, v, a, b, gy, states, gstate, *scratch)]
         flat += [g.reshape(-1) for g in grads.unbind(0)]
         meta, dt = _meta(k, ln, slots), kernels["dtypes"][k.dtype]
+        shape: tuple[int, ...] = (n_n,)  # the templates after c: nk (and the block size)
+        if TAICHI.gpu_order:
+            kernel, block = _gpu_kernel(kernels, "backward_chunk", "backward_block")
+            shape = (n_n, _block_dim(n_n)) if block else ()
+        else:
+            kernel = kernels["backward_rows"]
         for c in reversed(range(slots - 1)):
-            if TAICHI.gpu_order:
-                kernels["backward_chunk"](*flat, meta, c, dt)
-            else:
-                kernels["backward_rows"](*flat, meta, c, n_n, dt)
+            kernel(*flat, meta, c, *shape, dt)
