@@ -113,11 +113,9 @@ def machine_limits(repeats: int) -> dict[str, float]:
     src, dst = torch.empty(1 << 25), torch.empty(1 << 25)  # 128 MiB each
     n = 2048
     a, b = torch.randn(n, n), torch.randn(n, n)
-    copy, mm = measure(
-        [Peer("copy", "copy_", lambda: dst.copy_(src), "copy"),
-         Peer("mm", "matmul", lambda: a @ b, "mm")],  # fmt: skip
-        repeats=repeats, warmup=1, min_sample_s=0.05,
-    )  # fmt: skip
+    peers = [Peer("copy", "copy_", lambda: dst.copy_(src), "copy"),
+             Peer("mm", "matmul", lambda: a @ b, "mm")]  # fmt: skip
+    copy, mm = measure(peers, repeats=repeats, warmup=1, min_sample_s=0.05)
     return {
         "copy_bytes_per_s": 2 * src.numel() * 4 / copy.stats.median_s,
         "matmul_flops": 2 * n**3 / mm.stats.median_s,

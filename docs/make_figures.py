@@ -942,7 +942,39 @@ def table_scaling(rec: dict[str, Any]) -> str:
     )
 
 
+def table_roofline(rec: dict[str, Any]) -> str:
+    """``roofline.py``: bytes and FLOPs per launch, the H200's floor, this machine's floor and
+    tipad's time on it."""
+    lim, gpu = rec["limits"], rec["h200"]
+
+    def size(n: float, unit: str) -> str:
+        return (
+            "0" if n == 0 else f"{n / 1e6:,.1f} M{unit}" if n < 1e9 else f"{n / 1e9:,.2f} G{unit}"
+        )
+
+    header = ["workload", "bytes", "FLOPs", "H200 floor", "CPU floor", "tipad on this CPU",
+              "tipad / CPU floor"]  # fmt: skip
+    rows = []
+    for r in rec["rows"]:
+        t = r["cpu_tipad_s"]
+        rows.append([
+            r["workload"], size(r["bytes"], "B"), size(r["flops"], "FLOP"),
+            f"{r['h200_floor_s'] * 1e6:,.1f} us ({r['h200_bound']})",
+            f"{r['cpu_floor_s'] * 1e3:,.2f} ms",
+            "GPU only" if t is None else f"{t * 1e3:,.2f} ms",
+            "" if t is None else f"**{t / r['cpu_floor_s']:.1f}x**",
+        ])  # fmt: skip
+    return blocks(
+        f"H200 floor: the larger of bytes / {gpu['bytes_per_s'] / 1e12:.1f} TB/s and FLOPs / "
+        f"{gpu['flops'] / 1e12:.0f} TFLOP/s (float32, no tensor cores). This CPU's floor uses "
+        f"the same run's copy bandwidth ({lim['copy_bytes_per_s'] / 1e9:.1f} GB/s, read + write) "
+        f"and float32 matmul rate ({lim['matmul_flops'] / 1e9:.0f} GFLOP/s):",
+        md_table(header, rows, right="123456"),
+    )
+
+
 RENDERERS = {
+    "roofline.json": table_roofline,
     "cpu-pad.json": table_pad,
     "cpu-percall.json": table_percall,
     "cpu-percall-first.json": table_percall_first,

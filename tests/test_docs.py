@@ -104,3 +104,14 @@ def test_docstring_examples_run(name: str) -> None:
     module = importlib.import_module(name)
     result = doctest.testmod(module, optionflags=FLAGS)
     assert result.attempted > 0 and result.failed == 0, result
+
+
+def test_benchmark_tables_match_their_recorded_json() -> None:
+    """docs/benchmarks.md's generated tables are what docs/results holds: a re-recorded JSON
+    without `make_figures.py bench-tables`, or a hand-edited table, fails here."""
+    proc = subprocess.run(
+        [sys.executable, str(ROOT / "docs" / "make_figures.py"), "bench-tables", "--check"],
+        capture_output=True, text=True, timeout=120, cwd=ROOT,
+    )  # fmt: skip
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    assert "matches docs/results" in proc.stdout
