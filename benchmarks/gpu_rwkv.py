@@ -18,7 +18,7 @@ from typing import Any
 
 import torch
 from _common import Peer, format_ms, measure
-from rwkv import (
+from rwkv_ops import (
     _forward,
     _forward_backward,
     conv1d_peer,
