@@ -49,6 +49,7 @@ from pathlib import Path
 from typing import Any
 
 import gpu_data
+import gpu_orders
 import gpu_rwkv
 import torch
 from _common import (
@@ -79,7 +80,11 @@ import tipad_transforms.functional as TF
 
 
 def two_process(
-    device: torch.device, quick: bool, repeats: int, with_timing: bool
+    device: torch.device,
+    quick: bool,
+    repeats: int,
+    with_timing: bool,
+    deadline: Deadline | None = None,
 ) -> dict[str, Any]:
     """One GPU per rank (``tipad_transforms.distributed``), with 2+ GPUs visible only.
 
@@ -92,7 +97,13 @@ def two_process(
     t0 = time.perf_counter()
     count = torch.cuda.device_count() if device.type == "cuda" else 0
     if count < 2:
-        return {"ok": True, "status": f"skipped: needs 2+ visible GPUs, found {count}"}
+        why = f"needs 2+ visible GPUs, found {count}"
+        return {
+            "ok": True,
+            "status": f"skipped: {why}",
+            "skipped": [f"cuda:1 refusal naming bind_device: {why}",
+                        f"two processes with bind_device (torchrun, NCCL): {why}"],
+        }  # fmt: skip
     import json
     import socket
 
@@ -151,11 +162,14 @@ def two_process(
     }
 
 
-# Sections of the later issues: each ``run(device, quick, repeats, with_timing)`` returns a dict
-# with "ok", "status", "problems" and optionally "timing" (with a printable "table").
+# Sections of the later issues: each ``run(device, quick, repeats, with_timing, deadline)``
+# returns a dict with "ok", "status", "problems", optionally "skipped" (names of what it could
+# not run here, with the reason) and "timing" (with a printable "table").
 SECTIONS: list[tuple[str, Callable[..., dict[str, Any]]]] = [
     ("data", gpu_data.run),
     ("rwkv", gpu_rwkv.run),
+    ("pad_peers", gpu_data.peers_run),
+    ("orders", gpu_orders.run),
     ("two_process", two_process),
 ]
 
@@ -812,6 +826,11 @@ def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawTextHelpFormatter)
     ap.add_argument("--device", default="cuda", help="cuda (default) or cpu for a dry run")
     ap.add_argument("--quick", action="store_true", help="fewer dtypes, cases and rounds")
+    ap.add_argument(
+        "--dry-run",
+        action="store_true",
+        help="on the CPU: --device cpu --quick, 2 rounds, tiny sizes; walks every section",
+    )
     ap.add_argument("--out", type=Path, default=None, help="JSON path (see above)")
     ap.add_argument("--budget", type=float, default=280.0, help="wall-clock budget, seconds")
     ap.add_argument("--repeats", type=int, default=None, help="timing rounds (default 15, quick 5)")
@@ -833,6 +852,9 @@ def main(argv: list[str] | None = None) -> int:
     args = ap.parse_args(argv)
     if args.cpu_reference is not None:
         return cpu_reference_main(args.cpu_reference, args.seed, args.quick)
+    if args.dry_run:
+        args.device, args.quick = "cpu", True
+        args.repeats = args.repeats or 2
     args.repeats = args.repeats or (5 if args.quick else 15)
     if args.compile is None:
         args.compile = args.device.startswith("cuda")
@@ -887,14 +909,16 @@ def main(argv: list[str] | None = None) -> int:
         if not stream["ok"]:
             failures.append(f"side-stream ordering: {stream['problems']}")
         elif stream["status"].startswith("skipped"):
-            skipped.append("side-stream ordering (needs CUDA)")
+            skipped.append("side-stream ordering: needs CUDA")
         for name, section in SECTIONS:
             if deadline.left() < 45:
                 skipped.append(f"{name} section: time budget")
                 continue
             log(f"  {name} section...")
             try:
-                result = section(device, args.quick, args.repeats, not args.no_timing)
+                result = section(
+                    device, args.quick, args.repeats, not args.no_timing, deadline=deadline
+                )
             except Exception as exc:
                 result = {"ok": False, "status": f"FAIL: {type(exc).__name__}: {exc}"}
                 result["problems"] = [traceback.format_exc()[-2000:]]
@@ -902,6 +926,7 @@ def main(argv: list[str] | None = None) -> int:
             log(f"  {name}: {result['status']} ({result.get('wall_s', 0):.0f} s)")
             if str(result["status"]).startswith("skipped"):
                 skipped.append(f"{name} section ({result['status']})")
+            skipped += [f"{name}: {s}" for s in result.get("skipped", [])]
             if "timing" in result:
                 print(result["timing"]["table"], flush=True)
             if not result["ok"]:
