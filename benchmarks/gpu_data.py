@@ -286,7 +286,9 @@ def _cvcuda_peers(
         try:
             fn()
         except Exception as exc:
-            skipped.append(f"CV-CUDA copymakeborderstack {border}: raised {type(exc).__name__}: {exc}")
+            skipped.append(
+                f"CV-CUDA copymakeborderstack {border}: raised {type(exc).__name__}: {exc}"
+            )
             continue
         peers[mode] = fn
     return peers
@@ -328,7 +330,7 @@ def peer_timing(
     for mode in PEER_MODES:
         sides = [0, 0, pad, pad]  # left, top, right, bottom
 
-        def tp(m: str = mode) -> torch.Tensor:
+        def tp(m: str = mode, sides: list[int] = sides) -> torch.Tensor:
             return TF.pad(x, sides, padding_mode=m)
 
         def ps(m: str = mode) -> torch.Tensor:
@@ -353,8 +355,8 @@ def peer_timing(
                              (f"pad_stack {mode} {n} uint8 images -> {size}", stack)):  # fmt: skip
             ms = measure(peers, repeats=repeats, warmup=1, min_sample_s=0.005, sync=sync)
             base = ms[0].stats.median_s
-            rows.append({"workload": title, "peers": [
-                {**m.to_json(), "ratio_to_tipad": m.stats.median_s / base} for m in ms]})  # fmt: skip
+            ratios = [{**m.to_json(), "ratio_to_tipad": m.stats.median_s / base} for m in ms]
+            rows.append({"workload": title, "peers": ratios})
             lines.append(f"  {title}: " + ", ".join(
                 f"{m.peer.label} {format_ms(m.stats.median_s)}" for m in ms))  # fmt: skip
     return {"workloads": rows, "table": "\n".join(lines)}

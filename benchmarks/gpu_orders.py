@@ -1,4 +1,4 @@
-"""The loop-order section of ``gpu_check.py``: each family's simple and optimised GPU order side by side.
+"""The loop-order section of ``gpu_check.py``: simple and optimised GPU orders side by side.
 
 ``ORDER_SWITCHES`` lists ``(family, module, attribute)``: a module-level bool in the family's
 ``taichi.py``, True for the optimised GPU loop order, False for the simple one. For each switch,
@@ -53,7 +53,7 @@ WORKLOADS: dict[str, Callable[[torch.device, bool], list[tuple[str, Callable[[],
 
 @contextlib.contextmanager
 def switched(module: Any, attribute: str, value: bool) -> Iterator[None]:
-    """``module.attribute = value`` inside the block, the old value restored after (also on error)."""
+    """``module.attribute = value`` inside the block, restored after it (also on error)."""
     old = getattr(module, attribute)
     setattr(module, attribute, value)
     try:
@@ -124,7 +124,9 @@ def run(
                     skipped.append(f"order switch {name} {title}: time budget")
                     continue
                 peers = [
-                    Peer("optimised", f"{attribute}=True", _under(module, attribute, True, fn), "y"),
+                    Peer(
+                        "optimised", f"{attribute}=True", _under(module, attribute, True, fn), "y"
+                    ),
                     Peer("simple", f"{attribute}=False", _under(module, attribute, False, fn), "y"),
                 ]
                 try:

@@ -83,7 +83,11 @@ def check_wkv(device: torch.device, quick: bool) -> list[str]:
 def check_wkv7(device: torch.device, quick: bool) -> list[str]:
     """``ops.wkv7`` on ``device`` against the float64 recurrence on the CPU."""
     problems: list[str] = []
-    shapes = [(2, 37, 2, 16)] if quick or device.type != "cuda" else [(2, 37, 2, 16), (2, 300, 4, 64), (1, 5, 3, 7)]
+    shapes = (
+        [(2, 37, 2, 16)]
+        if quick or device.type != "cuda"
+        else [(2, 37, 2, 16), (2, 300, 4, 64), (1, 5, 3, 7)]
+    )
     names = ("r", "w", "k", "v", "a", "b")
     for shape in shapes:
         b, t, h, n = shape
@@ -306,7 +310,6 @@ def timing(
         rows_lines = _time(title, peers, n_flops, min(repeats, 5), sync)
         rows.append(rows_lines[0])
         lines.append(rows_lines[1])
-    del work
     anchor = WKV7_ANCHOR_SMALL if small else WKV7_ANCHOR_SHAPE
     if deadline is not None and deadline.left() < WKV7_ANCHOR_BUDGET_S and not small:
         skipped.append(f"wkv7 {anchor} vs fla: time budget ({deadline.left():.0f} s left)")
