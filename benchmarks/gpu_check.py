@@ -1,7 +1,15 @@
 """One-shot check of tipad on a CUDA machine: correctness against the CPU, then timings.
 
-    python benchmarks/gpu_check.py [--quick] [--out PATH] [--budget 280]
-    python benchmarks/gpu_check.py --device cpu --quick      # dry run of the logic, no GPU
+    python benchmarks/gpu_check.py [--quick] [--out PATH] [--budget 420]
+    python benchmarks/gpu_check.py --dry-run                 # every section on the CPU, no GPU
+
+Flags: ``--device`` (cuda, or cpu), ``--quick`` (fewer dtypes, cases and rounds, small shapes),
+``--dry-run`` (``--device cpu --quick``, 2 timing rounds and the tiny stand-ins of the large
+workloads: walks every section and code path in about a minute and names, in the JSON's
+``skipped`` and the summary, what needs CUDA), ``--out`` (the JSON), ``--budget`` (seconds of
+wall clock; the default fits one 8-minute run on one GPU), ``--repeats`` (timing rounds),
+``--compile/--no-compile``, ``--compile-batch`` and ``--compile-cap`` (the torch.compile
+peer), ``--no-timing`` (correctness only), ``--seed``.
 
 (a) Correctness. Random inputs (integers over the whole dtype range, floats with inf, NaN and -0.0)
     for every op (``pad`` in all modes, ``texture_pad`` with 2-D/3-D textures, banks with
@@ -18,11 +26,17 @@
     ``torch.cuda.synchronize`` around back-to-back calls, interleaved rounds, medians; plus the
     first-call latency of a fresh process with an empty Taichi cache.
 (b') Sections of the later features (``SECTIONS``): ``gpu_data.py`` (pad_stack, GPUCollate,
-    DeviceLoader: correctness against the oracle, then pad_stack timing) and ``gpu_rwkv.py``
-    (wkv and time_conv: correctness against float64 references, then timings against torch),
-    and ``two_process`` (2+ GPUs visible only, else skipped): the refusal of ``cuda:1`` names
-    ``bind_device``, and ``torchrun --nproc_per_node 2 examples/train_ddp.py`` over NCCL binds
-    each rank to its own GPU as ``cuda:0`` and runs the kernels there.
+    DeviceLoader: correctness against the oracle, then pad_stack timing), ``gpu_rwkv.py``
+    (wkv, wkv7 and time_conv: correctness against float64 references, then timings against
+    torch, ``time_conv`` at RWKV-CUDA's (32, 768, 768), and ``wkv7`` against fla's
+    ``chunk_rwkv7``/``fused_recurrent_rwkv7`` at (8, 4096, 64, 64), the wind_rwkv table's
+    shape, when the budget allows), ``pad_peers`` (``gpu_data.peers_run``: padding against
+    F.pad, v2, Kornia's PadTo and CV-CUDA's ``copymakeborderstack``, each where it imports and
+    computes tipad's canvas), ``orders`` (``gpu_orders.py``: each ``ORDER_SWITCHES`` entry's
+    simple and optimised GPU order side by side), and ``two_process`` (2+ GPUs visible only,
+    else skipped by name): the refusal of ``cuda:1`` names ``bind_device``, and
+    ``torchrun --nproc_per_node 2 examples/train_ddp.py`` over NCCL binds each rank
+    to its own GPU as ``cuda:0`` and runs the kernels there.
 (c) JSON to ``--out`` (default ``$OUT/gpu_check.json`` when ``$OUT`` is set, else
     ``out/gpu_check/gpu_check.json``), a PNG beside it when matplotlib is installed, and a
     PASS / FAIL summary (exit status 0 / 1).
@@ -825,14 +839,14 @@ def default_out() -> Path:
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawTextHelpFormatter)
     ap.add_argument("--device", default="cuda", help="cuda (default) or cpu for a dry run")
-    ap.add_argument("--quick", action="store_true", help="fewer dtypes, cases and rounds")
+    ap.add_argument("--quick", action="store_true", help="fewer dtypes, cases, rounds, sizes")
     ap.add_argument(
         "--dry-run",
         action="store_true",
         help="on the CPU: --device cpu --quick, 2 rounds, tiny sizes; walks every section",
     )
     ap.add_argument("--out", type=Path, default=None, help="JSON path (see above)")
-    ap.add_argument("--budget", type=float, default=280.0, help="wall-clock budget, seconds")
+    ap.add_argument("--budget", type=float, default=420.0, help="wall-clock budget, seconds")
     ap.add_argument("--repeats", type=int, default=None, help="timing rounds (default 15, quick 5)")
     ap.add_argument(
         "--compile",
