@@ -264,14 +264,17 @@ def _cvcuda_peers(
         hwc = [x.permute(1, 2, 0).contiguous() for x in images]
         for x in hwc:
             batch.pushback(nvcv.as_image(x))
-        top = nvcv.as_tensor(where[:, 0].to(torch.int32).reshape(1, -1, 1, 1).cuda(), "NHWC")
-        left = nvcv.as_tensor(where[:, 1].to(torch.int32).reshape(1, -1, 1, 1).cuda(), "NHWC")
+        # CV-CUDA wraps torch's memory without owning it: every source tensor is kept alive.
+        corners = [where[:, i].to(torch.int32).reshape(1, -1, 1, 1).cuda() for i in (0, 1)]
+        top, left = (nvcv.as_tensor(c, "NHWC") for c in corners)
+        keep = (hwc, corners)
     except Exception as exc:  # its API is not ours: a mismatch is reported, not fatal
         skipped.append(f"CV-CUDA copymakeborderstack: setup raised {type(exc).__name__}: {exc}")
         return {}
 
     def call(border: Any) -> Callable[[], torch.Tensor]:
         def run() -> torch.Tensor:
+            assert keep
             out = cvcuda.copymakeborderstack(
                 batch, top=top, left=left, out_height=size[0], out_width=size[1],
                 border_mode=border, border_value=[0.0],
@@ -299,6 +302,8 @@ def _equal_or_skip(
 ) -> bool:
     """A peer is timed only where it computes tipad's canvas; otherwise it is named as skipped."""
     got = fn()
+    if got.is_cuda:  # CV-CUDA launches on its own stream
+        torch.cuda.synchronize(got.device)
     if got.shape == want.shape and bits_equal(got.contiguous(), want):
         return True
     skipped.append(f"{label}: its canvas differs from tipad's, not timed")

@@ -210,7 +210,7 @@ WKV7_ANCHOR_SMALL = (1, 16, 2, 8)
 
 
 def _wkv7_anchor_work(
-    device: torch.device, shape: tuple[int, int, int, int], skipped: list[str]
+    device: torch.device, shape: tuple[int, int, int, int], skipped: list[str], notes: list[str]
 ) -> list[tuple[str, list[Peer], int | None]]:
     """``wkv7`` against fla's ops at ``shape`` in bfloat16 (as wind_rwkv's table), fwd and
     fwd+bwd; fla's ops need CUDA (Triton). Without them, the tiny stand-in times tipad against
@@ -246,6 +246,13 @@ def _wkv7_anchor_work(
             skipped.append(f"wkv7 vs {label} fwd+bwd: {label} has no backward")
     if not fla:
         others = {kind: [("torch eager loop", wkv7_torch)] for kind in others}
+    # The peers' values against tipad's (bf16 sums in different orders: a scale, not a verdict).
+    with torch.no_grad():
+        y = tops.wkv7(*xs).float()
+        for label, fn in others["fwd"]:
+            err = float((fn(*xs).float() - y).abs().max() / y.abs().max().clamp(min=1e-30))
+            notes.append(f"wkv7 {shape} bf16 fwd: max |{label} - tipad| / max |tipad| = {err:.3g}")
+        del y
     work: list[tuple[str, list[Peer], int | None]] = []
     for kind, make in (("fwd", lambda f: _forward(f, xs)),
                        ("fwd+bwd", lambda f: _forward_backward(f, xs, grad))):  # fmt: skip
@@ -268,6 +275,7 @@ def timing(
     gen = torch.Generator().manual_seed(0)
     rows: list[dict[str, Any]] = []
     lines: list[str] = []
+    notes: list[str] = []
     small = quick or device.type == "cpu"
     conv_shape = (4, 64, 128) if small else (32, 768, 768)  # RWKV-CUDA timex's (B, C, T)
     wkv_shapes = [(2, 64, 64)] if small else [(8, 512, 512), (1, 4096, 768)]
@@ -314,11 +322,11 @@ def timing(
     if deadline is not None and deadline.left() < WKV7_ANCHOR_BUDGET_S and not small:
         skipped.append(f"wkv7 {anchor} vs fla: time budget ({deadline.left():.0f} s left)")
     else:
-        for title, peers, n_flops in _wkv7_anchor_work(device, anchor, skipped):
+        for title, peers, n_flops in _wkv7_anchor_work(device, anchor, skipped, notes):
             rows_lines = _time(title, peers, n_flops, min(repeats, 5), sync)
             rows.append(rows_lines[0])
             lines.append(rows_lines[1])
-    return {"workloads": rows, "table": "\n".join(lines)}
+    return {"workloads": rows, "anchor_checks": notes, "table": "\n".join(lines + notes)}
 
 
 def _time(
