@@ -1,7 +1,15 @@
 """One-shot check of tipad on a CUDA machine: correctness against the CPU, then timings.
 
-    python benchmarks/gpu_check.py [--quick] [--out PATH] [--budget 280]
-    python benchmarks/gpu_check.py --device cpu --quick      # dry run of the logic, no GPU
+    python benchmarks/gpu_check.py [--quick] [--out PATH] [--budget 420]
+    python benchmarks/gpu_check.py --dry-run                 # every section on the CPU, no GPU
+
+Flags: ``--device`` (cuda, or cpu), ``--quick`` (fewer dtypes, cases and rounds, small shapes),
+``--dry-run`` (``--device cpu --quick``, 2 timing rounds and the tiny stand-ins of the large
+workloads: walks every section and code path in about a minute and names, in the JSON's
+``skipped`` and the summary, what needs CUDA), ``--out`` (the JSON), ``--budget`` (seconds of
+wall clock; the default fits one 8-minute run on one GPU), ``--repeats`` (timing rounds),
+``--compile/--no-compile``, ``--compile-batch`` and ``--compile-cap`` (the torch.compile
+peer), ``--no-timing`` (correctness only), ``--seed``.
 
 (a) Correctness. Random inputs (integers over the whole dtype range, floats with inf, NaN and -0.0)
     for every op (``pad`` in all modes, ``texture_pad`` with 2-D/3-D textures, banks with
@@ -18,11 +26,17 @@
     ``torch.cuda.synchronize`` around back-to-back calls, interleaved rounds, medians; plus the
     first-call latency of a fresh process with an empty Taichi cache.
 (b') Sections of the later features (``SECTIONS``): ``gpu_data.py`` (pad_stack, GPUCollate,
-    DeviceLoader: correctness against the oracle, then pad_stack timing) and ``gpu_rwkv.py``
-    (wkv and time_conv: correctness against float64 references, then timings against torch),
-    and ``two_process`` (2+ GPUs visible only, else skipped): the refusal of ``cuda:1`` names
-    ``bind_device``, and ``torchrun --nproc_per_node 2 examples/train_ddp.py`` over NCCL binds
-    each rank to its own GPU as ``cuda:0`` and runs the kernels there.
+    DeviceLoader: correctness against the oracle, then pad_stack timing), ``gpu_rwkv.py``
+    (wkv, wkv7 and time_conv: correctness against float64 references, then timings against
+    torch, ``time_conv`` at RWKV-CUDA's (32, 768, 768), and ``wkv7`` against fla's
+    ``chunk_rwkv7``/``fused_recurrent_rwkv7`` at (8, 4096, 64, 64), the wind_rwkv table's
+    shape, when the budget allows), ``pad_peers`` (``gpu_data.peers_run``: padding against
+    F.pad, v2, Kornia's PadTo and CV-CUDA's ``copymakeborderstack``, each where it imports and
+    computes tipad's canvas), ``orders`` (``gpu_orders.py``: each ``ORDER_SWITCHES`` entry's
+    simple and optimised GPU order side by side), and ``two_process`` (2+ GPUs visible only,
+    else skipped by name): the refusal of ``cuda:1`` names ``bind_device``, and
+    ``torchrun --nproc_per_node 2 examples/train_ddp.py`` over NCCL binds each rank
+    to its own GPU as ``cuda:0`` and runs the kernels there.
 (c) JSON to ``--out`` (default ``$OUT/gpu_check.json`` when ``$OUT`` is set, else
     ``out/gpu_check/gpu_check.json``), a PNG beside it when matplotlib is installed, and a
     PASS / FAIL summary (exit status 0 / 1).
@@ -49,6 +63,7 @@ from pathlib import Path
 from typing import Any
 
 import gpu_data
+import gpu_orders
 import gpu_rwkv
 import torch
 from _common import (
@@ -79,7 +94,11 @@ import tipad_transforms.functional as TF
 
 
 def two_process(
-    device: torch.device, quick: bool, repeats: int, with_timing: bool
+    device: torch.device,
+    quick: bool,
+    repeats: int,
+    with_timing: bool,
+    deadline: Deadline | None = None,
 ) -> dict[str, Any]:
     """One GPU per rank (``tipad_transforms.distributed``), with 2+ GPUs visible only.
 
@@ -92,7 +111,13 @@ def two_process(
     t0 = time.perf_counter()
     count = torch.cuda.device_count() if device.type == "cuda" else 0
     if count < 2:
-        return {"ok": True, "status": f"skipped: needs 2+ visible GPUs, found {count}"}
+        why = f"needs 2+ visible GPUs, found {count}"
+        return {
+            "ok": True,
+            "status": f"skipped: {why}",
+            "skipped": [f"cuda:1 refusal naming bind_device: {why}",
+                        f"two processes with bind_device (torchrun, NCCL): {why}"],
+        }  # fmt: skip
     import json
     import socket
 
@@ -151,11 +176,14 @@ def two_process(
     }
 
 
-# Sections of the later issues: each ``run(device, quick, repeats, with_timing)`` returns a dict
-# with "ok", "status", "problems" and optionally "timing" (with a printable "table").
+# Sections of the later issues: each ``run(device, quick, repeats, with_timing, deadline)``
+# returns a dict with "ok", "status", "problems", optionally "skipped" (names of what it could
+# not run here, with the reason) and "timing" (with a printable "table").
 SECTIONS: list[tuple[str, Callable[..., dict[str, Any]]]] = [
     ("data", gpu_data.run),
     ("rwkv", gpu_rwkv.run),
+    ("pad_peers", gpu_data.peers_run),
+    ("orders", gpu_orders.run),
     ("two_process", two_process),
 ]
 
@@ -729,17 +757,18 @@ def timing(
             ),
         ),
     ]
-    if small:
-        builders = builders[1:]  # the article canvas's eager gather takes seconds on a CPU
     payload: list[dict[str, Any]] = []
+    if small:  # the article canvas's eager gather takes seconds on a CPU
+        builders = builders[1:]
+        payload.append({"key": "article", "status": "skipped: its eager gather is slow on a CPU"})
     results: dict[str, list[Measurement]] = {}
     tables: list[str] = []
     plots: list[Any] = []
-    for key, build in builders:
+    for i, (key, build) in enumerate(builders):
         if deadline.left() < 40:
             payload.append({"key": key, "status": "skipped: time budget"})
             continue
-        reserve = 40.0 * (len(builders) - len(payload))
+        reserve = 40.0 * (len(builders) - i)  # this workload and those after it
         cap = min(args.compile_cap, deadline.left() - reserve)
         want_compile = args.compile and cap >= 30 and (key == "article" or args.compile_batch)
         log(f"timing {key}{' (compiling the gather first)' if want_compile else ''}...")
@@ -811,9 +840,14 @@ def default_out() -> Path:
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawTextHelpFormatter)
     ap.add_argument("--device", default="cuda", help="cuda (default) or cpu for a dry run")
-    ap.add_argument("--quick", action="store_true", help="fewer dtypes, cases and rounds")
+    ap.add_argument("--quick", action="store_true", help="fewer dtypes, cases, rounds, sizes")
+    ap.add_argument(
+        "--dry-run",
+        action="store_true",
+        help="on the CPU: --device cpu --quick, 2 rounds, tiny sizes; walks every section",
+    )
     ap.add_argument("--out", type=Path, default=None, help="JSON path (see above)")
-    ap.add_argument("--budget", type=float, default=280.0, help="wall-clock budget, seconds")
+    ap.add_argument("--budget", type=float, default=420.0, help="wall-clock budget, seconds")
     ap.add_argument("--repeats", type=int, default=None, help="timing rounds (default 15, quick 5)")
     ap.add_argument(
         "--compile",
@@ -833,6 +867,9 @@ def main(argv: list[str] | None = None) -> int:
     args = ap.parse_args(argv)
     if args.cpu_reference is not None:
         return cpu_reference_main(args.cpu_reference, args.seed, args.quick)
+    if args.dry_run:
+        args.device, args.quick = "cpu", True
+        args.repeats = args.repeats or 2
     args.repeats = args.repeats or (5 if args.quick else 15)
     if args.compile is None:
         args.compile = args.device.startswith("cuda")
@@ -887,14 +924,16 @@ def main(argv: list[str] | None = None) -> int:
         if not stream["ok"]:
             failures.append(f"side-stream ordering: {stream['problems']}")
         elif stream["status"].startswith("skipped"):
-            skipped.append("side-stream ordering (needs CUDA)")
+            skipped.append("side-stream ordering: needs CUDA")
         for name, section in SECTIONS:
             if deadline.left() < 45:
                 skipped.append(f"{name} section: time budget")
                 continue
             log(f"  {name} section...")
             try:
-                result = section(device, args.quick, args.repeats, not args.no_timing)
+                result = section(
+                    device, args.quick, args.repeats, not args.no_timing, deadline=deadline
+                )
             except Exception as exc:
                 result = {"ok": False, "status": f"FAIL: {type(exc).__name__}: {exc}"}
                 result["problems"] = [traceback.format_exc()[-2000:]]
@@ -902,6 +941,7 @@ def main(argv: list[str] | None = None) -> int:
             log(f"  {name}: {result['status']} ({result.get('wall_s', 0):.0f} s)")
             if str(result["status"]).startswith("skipped"):
                 skipped.append(f"{name} section ({result['status']})")
+            skipped += [f"{name}: {s}" for s in result.get("skipped", [])]
             if "timing" in result:
                 print(result["timing"]["table"], flush=True)
             if not result["ok"]:
@@ -911,6 +951,8 @@ def main(argv: list[str] | None = None) -> int:
         if args.no_timing:
             skipped.append("timing (--no-timing)")
         else:
+            if not args.compile:
+                skipped.append("timing: torch.compile gather peer (off; --compile to run it)")
             log("(b) first-call latency in fresh processes (empty Taichi cache)...")
             payload["first_call"] = first = first_call_latency(
                 args.device,

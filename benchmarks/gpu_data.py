@@ -16,7 +16,7 @@ from collections.abc import Callable
 from typing import Any
 
 import torch
-from _common import Peer, bits_equal, format_ms, measure
+from _common import Deadline, Peer, bits_equal, format_ms, measure
 from peers import reference_pad
 from torchvision.transforms.v2 import functional as tvF
 
@@ -188,16 +188,210 @@ def timing(device: torch.device, repeats: int) -> dict[str, Any]:
     return {"peers": rows, "table": table, "wall_s": time.perf_counter() - t0}
 
 
-def run(device: torch.device, quick: bool, repeats: int, with_timing: bool) -> dict[str, Any]:
-    """The whole section: ``{"ok", "status", "problems", "timing"}``."""
+def run(
+    device: torch.device,
+    quick: bool,
+    repeats: int,
+    with_timing: bool,
+    deadline: Deadline | None = None,
+) -> dict[str, Any]:
+    """The whole section: ``{"ok", "status", "problems", "skipped", "timing"}``."""
     t0 = time.perf_counter()
     problems = check_pad_stack(device, quick) + check_collate_and_loader(device)
+    skipped = []
+    if device.type != "cuda":
+        skipped = ["GPUCollate vs PadCollate: needs CUDA",
+                   "DeviceLoader with a busy side-stream consumer: needs CUDA"]  # fmt: skip
     result: dict[str, Any] = {
         "ok": not problems,
         "status": "FAIL" if problems else "pass",
         "problems": problems,
+        "skipped": skipped,
     }
     if with_timing:
         result["timing"] = timing(device, repeats)
     result["wall_s"] = time.perf_counter() - t0
     return result
+
+
+# --------------------------------------------------------------------------------------------
+# Padding against the GPU libraries users run today (the "pad_peers" section)
+
+#: tipad mode -> (Kornia PadTo's pad_mode, CV-CUDA's Border name); None where it has none.
+PEER_MODES: dict[str, tuple[str | None, str]] = {
+    "constant": ("constant", "CONSTANT"),
+    "edge": ("replicate", "REPLICATE"),
+    "symmetric": (None, "REFLECT"),  # OpenCV's REFLECT repeats the edge pixel: numpy symmetric
+    "circular": (None, "WRAP"),
+}
+
+
+def _kornia_peers(
+    x: torch.Tensor, size: tuple[int, int], skipped: list[str]
+) -> dict[str, Callable[[], torch.Tensor]]:
+    """Kornia's pad (``kornia.augmentation.PadTo``: bottom/right to one size; Kornia has no
+    general per-side pad, ``kornia.geometry`` none at all), one callable per tipad mode."""
+    try:
+        from kornia.augmentation import PadTo
+    except ImportError as exc:
+        skipped.append(f"Kornia PadTo: kornia does not import ({exc})")
+        return {}
+    out: dict[str, Callable[[], torch.Tensor]] = {}
+    for mode, (kmode, _) in PEER_MODES.items():
+        if kmode is None:
+            continue
+        aug = PadTo(size, pad_mode=kmode, pad_value=0.0)
+        out[mode] = functools.partial(aug, x)
+    return out
+
+
+def _cvcuda_peers(
+    images: list[torch.Tensor], where: torch.Tensor, size: tuple[int, int], skipped: list[str]
+) -> dict[str, Callable[[], torch.Tensor]]:
+    """CV-CUDA's ``copymakeborderstack``: variable-size HWC images into one padded NCHW batch
+    (returned as a torch view of CV-CUDA's NHWC output, permuted), one callable per mode."""
+    if images[0].device.type != "cuda":
+        skipped.append("CV-CUDA copymakeborderstack: needs CUDA")
+        return {}
+    try:
+        import cvcuda
+    except ImportError as exc:
+        skipped.append(f"CV-CUDA copymakeborderstack: cvcuda does not import ({exc})")
+        return {}
+    try:
+        nvcv: Any = cvcuda if hasattr(cvcuda, "ImageBatchVarShape") else __import__("nvcv")
+        batch = nvcv.ImageBatchVarShape(len(images))
+        hwc = [x.permute(1, 2, 0).contiguous() for x in images]
+        for x in hwc:
+            batch.pushback(nvcv.as_image(x))
+        # CV-CUDA wraps torch's memory without owning it: every source tensor is kept alive.
+        corners = [where[:, i].to(torch.int32).reshape(1, -1, 1, 1).cuda() for i in (0, 1)]
+        top, left = (nvcv.as_tensor(c, "NHWC") for c in corners)
+        keep = (hwc, corners)
+    except Exception as exc:  # its API is not ours: a mismatch is reported, not fatal
+        skipped.append(f"CV-CUDA copymakeborderstack: setup raised {type(exc).__name__}: {exc}")
+        return {}
+
+    def call(border: Any) -> Callable[[], torch.Tensor]:
+        def run() -> torch.Tensor:
+            assert keep
+            out = cvcuda.copymakeborderstack(
+                batch, top=top, left=left, out_height=size[0], out_width=size[1],
+                border_mode=border, border_value=[0.0],
+            )  # fmt: skip
+            return torch.as_tensor(out.cuda(), device=images[0].device).permute(0, 3, 1, 2)
+
+        return run
+
+    peers: dict[str, Callable[[], torch.Tensor]] = {}
+    for mode, (_, border) in PEER_MODES.items():
+        fn = call(getattr(cvcuda.Border, border))
+        try:
+            fn()
+        except Exception as exc:
+            skipped.append(
+                f"CV-CUDA copymakeborderstack {border}: raised {type(exc).__name__}: {exc}"
+            )
+            continue
+        peers[mode] = fn
+    return peers
+
+
+def _equal_or_skip(
+    label: str, fn: Callable[[], torch.Tensor], want: torch.Tensor, skipped: list[str]
+) -> bool:
+    """A peer is timed only where it computes tipad's canvas; otherwise it is named as skipped."""
+    got = fn()
+    if got.is_cuda:  # CV-CUDA launches on its own stream
+        torch.cuda.synchronize(got.device)
+    if got.shape == want.shape and bits_equal(got.contiguous(), want):
+        return True
+    skipped.append(f"{label}: its canvas differs from tipad's, not timed")
+    return False
+
+
+def peer_timing(
+    device: torch.device, small: bool, repeats: int, skipped: list[str]
+) -> dict[str, Any]:
+    """A uniform float32 batch padded bottom/right (tipad pad, F.pad, v2, Kornia PadTo), and
+    variable-size uint8 images into one batch (tipad pad_stack, CV-CUDA copymakeborderstack),
+    in constant/edge/symmetric/circular; each peer bit-equal to tipad before it is timed."""
+    gen = torch.Generator().manual_seed(13)
+    n, side = (3, 12) if small else (64, 224)
+    pad = 5 if small else 32
+    x = torch.rand(n, 3, side, side, generator=gen).to(device)
+    size = (side + pad, side + pad)
+    kornia = _kornia_peers(x, size, skipped)
+    images = [im.to(device) for im in _images(n, side // 2, side, torch.uint8, gen)]
+    where = torch.tensor(
+        [[(size[0] - im.shape[-2]) // 2, (size[1] - im.shape[-1]) // 2] for im in images]
+    )
+    where_d = where.to(device)
+    cv = _cvcuda_peers(images, where, size, skipped)
+    sync = (lambda: torch.cuda.synchronize(device)) if device.type == "cuda" else (lambda: None)
+    fpad = {"constant": "constant", "edge": "replicate", "symmetric": None, "circular": "circular"}
+    rows: list[dict[str, Any]] = []
+    lines: list[str] = []
+    for mode in PEER_MODES:
+        sides = [0, 0, pad, pad]  # left, top, right, bottom
+
+        def tp(m: str = mode, sides: list[int] = sides) -> torch.Tensor:
+            return TF.pad(x, sides, padding_mode=m)
+
+        def ps(m: str = mode) -> torch.Tensor:
+            return TF.pad_stack(images, size, where_d, padding_mode=m)
+
+        uniform = [Peer(f"tipad-{mode}", f"tipad pad {mode}", tp, "uniform")]
+        if mode != "circular":  # v2 has no circular mode
+            uniform.append(Peer(f"v2-{mode}", f"v2.pad {mode}", functools.partial(
+                tvF.pad, x, sides, padding_mode=mode), "uniform"))  # fmt: skip
+        fmode = fpad[mode]
+        if fmode is not None:
+            uniform.append(Peer(f"fpad-{mode}", f"F.pad {fmode}", functools.partial(
+                torch.nn.functional.pad, x, (0, pad, 0, pad), mode=fmode), "uniform"))  # fmt: skip
+        want = tp()
+        if mode in kornia and _equal_or_skip(f"Kornia PadTo {mode}", kornia[mode], want, skipped):
+            uniform.append(Peer(f"kornia-{mode}", f"Kornia PadTo {mode}", kornia[mode], "uniform"))
+        stack = [Peer(f"stack-{mode}", f"tipad pad_stack {mode}", ps, "stack")]
+        label = f"CV-CUDA copymakeborderstack {PEER_MODES[mode][1]}"
+        if mode in cv and _equal_or_skip(label, cv[mode], ps(), skipped):
+            stack.append(Peer(f"cvcuda-{mode}", label, cv[mode], "stack"))
+        for title, peers in ((f"pad {mode} {tuple(x.shape)} float32 +{pad} bottom/right", uniform),
+                             (f"pad_stack {mode} {n} uint8 images -> {size}", stack)):  # fmt: skip
+            ms = measure(peers, repeats=repeats, warmup=1, min_sample_s=0.005, sync=sync)
+            base = ms[0].stats.median_s
+            ratios = [{**m.to_json(), "ratio_to_tipad": m.stats.median_s / base} for m in ms]
+            rows.append({"workload": title, "peers": ratios})
+            lines.append(f"  {title}: " + ", ".join(
+                f"{m.peer.label} {format_ms(m.stats.median_s)}" for m in ms))  # fmt: skip
+    return {"workloads": rows, "table": "\n".join(lines)}
+
+
+def peers_run(
+    device: torch.device,
+    quick: bool,
+    repeats: int,
+    with_timing: bool,
+    deadline: Deadline | None = None,
+) -> dict[str, Any]:
+    """The "pad_peers" section: ``{"ok", "status", "problems", "skipped", "timing"}``."""
+    t0 = time.perf_counter()
+    skipped: list[str] = []
+    if not with_timing:
+        return {"ok": True, "status": "skipped: --no-timing", "problems": [], "skipped": []}
+    if deadline is not None and deadline.left() < 40:
+        return {"ok": True, "status": "skipped: time budget", "problems": [], "skipped": []}
+    small = quick or device.type == "cpu"
+    try:
+        timing_ = peer_timing(device, small, min(repeats, 7), skipped)
+        problems: list[str] = []
+    except Exception as exc:  # tipad against F.pad / v2 / pad_stack's own canvas: a real failure
+        timing_, problems = {"workloads": [], "table": ""}, [f"{type(exc).__name__}: {exc}"]
+    return {
+        "ok": not problems,
+        "status": "FAIL" if problems else "pass",
+        "problems": problems,
+        "skipped": skipped,
+        "timing": timing_,
+        "wall_s": time.perf_counter() - t0,
+    }

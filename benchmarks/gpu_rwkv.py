@@ -17,8 +17,8 @@ import time
 from typing import Any
 
 import torch
-from _common import Peer, format_ms, measure
-from rwkv import (
+from _common import Deadline, Peer, format_ms, measure
+from rwkv_ops import (
     _forward,
     _forward_backward,
     conv1d_peer,
@@ -81,11 +81,13 @@ def check_wkv(device: torch.device, quick: bool) -> list[str]:
 
 
 def check_wkv7(device: torch.device, quick: bool) -> list[str]:
-    """``ops.wkv7`` on CUDA against the float64 recurrence on the CPU (none on other devices)."""
-    if device.type != "cuda":
-        return []
+    """``ops.wkv7`` on ``device`` against the float64 recurrence on the CPU."""
     problems: list[str] = []
-    shapes = [(2, 37, 2, 16)] if quick else [(2, 37, 2, 16), (2, 300, 4, 64), (1, 5, 3, 7)]
+    shapes = (
+        [(2, 37, 2, 16)]
+        if quick or device.type != "cuda"
+        else [(2, 37, 2, 16), (2, 300, 4, 64), (1, 5, 3, 7)]
+    )
     names = ("r", "w", "k", "v", "a", "b")
     for shape in shapes:
         b, t, h, n = shape
@@ -131,12 +133,13 @@ def _wkv7_reference(*args: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
     return torch.stack(ys, 1), s
 
 
-def _fla_peers() -> list[tuple[str, Any]]:
-    """flash-linear-attention's RWKV-7 ops on our conventions, when it is installed."""
+def _fla_peers() -> tuple[list[tuple[str, Any, bool]], str | None]:
+    """flash-linear-attention's RWKV-7 ops on our conventions: ``([(label, fn, has_backward)],
+    why none)``; ``fused_recurrent_rwkv7`` has no backward, so it is timed forward only."""
     try:
         from fla.ops.rwkv7 import chunk_rwkv7, fused_recurrent_rwkv7
-    except ImportError:
-        return []
+    except ImportError as exc:
+        return [], f"flash-linear-attention does not import ({exc})"
 
     def wrap(fn: Any) -> Any:
         # fla: (B, T, H, N) tensors, w the log decay, the same S[value, key] state.
@@ -145,8 +148,8 @@ def _fla_peers() -> list[tuple[str, Any]]:
 
         return run
 
-    return [("fla fused_recurrent_rwkv7", wrap(fused_recurrent_rwkv7)),
-            ("fla chunk_rwkv7", wrap(chunk_rwkv7))]  # fmt: skip
+    return [("fla chunk_rwkv7", wrap(chunk_rwkv7), True),
+            ("fla fused_recurrent_rwkv7", wrap(fused_recurrent_rwkv7), False)], None  # fmt: skip
 
 
 def check_time_conv(device: torch.device) -> list[str]:
@@ -197,13 +200,85 @@ def check_side_stream(device: torch.device) -> list[str]:
     return problems
 
 
-def timing(device: torch.device, quick: bool, repeats: int) -> dict[str, Any]:
+#: (B, T, H, N) of the RWKV-7 anchors: fla's benchmark shape, and wind_rwkv's published H100 table
+#: (fwd+bwd at C = H * N = 4096, T = 4096, B = 8, N = 64), which is the same shape.
+WKV7_ANCHOR_SHAPE = (8, 4096, 64, 64)
+#: Seconds the anchor workloads need (inputs, fla's Triton compiles, rounds) before they start.
+WKV7_ANCHOR_BUDGET_S = 90.0
+#: The tiny stand-in of the anchor workloads (same code path) for quick runs and the dry run.
+WKV7_ANCHOR_SMALL = (1, 16, 2, 8)
+
+
+def _wkv7_anchor_work(
+    device: torch.device, shape: tuple[int, int, int, int], skipped: list[str], notes: list[str]
+) -> list[tuple[str, list[Peer], int | None]]:
+    """``wkv7`` against fla's ops at ``shape`` in bfloat16 (as wind_rwkv's table), fwd and
+    fwd+bwd; fla's ops need CUDA (Triton). Without them, the tiny stand-in times tipad against
+    the eager loop so that the path still runs; the real shape is never timed without fla."""
+    fla, why = _fla_peers()
+    if device.type != "cuda":
+        why = why or "fla's Triton kernels need CUDA"
+    if why:
+        skipped.append(f"wkv7 {WKV7_ANCHOR_SHAPE} vs fla chunk_rwkv7/fused_recurrent_rwkv7: {why}")
+        fla = []
+        if shape != WKV7_ANCHOR_SMALL:
+            return []
+    gen = torch.Generator(device).manual_seed(3)
+    b, t, h, n = shape
+    dt = torch.bfloat16
+
+    def randn() -> torch.Tensor:
+        return torch.randn(b, t, h, n, generator=gen, device=device)
+
+    # The operands of rwkv_ops.wkv7_inputs, drawn on the device (GBs at the anchor shape).
+    kk = torch.nn.functional.normalize(randn(), dim=-1)
+    iclr = torch.rand(b, t, h, n, generator=gen, device=device)
+    w = -torch.exp(torch.tensor(-0.5)) * torch.sigmoid(randn())
+    xs = [a.to(dt) for a in (randn(), w, randn(), randn(), -kk, kk * iclr)]
+    grad = randn().to(dt)
+    del kk, iclr, w
+    others: dict[str, list[tuple[str, Any]]] = {"fwd": [], "fwd+bwd": []}
+    for label, fn, has_backward in fla:
+        others["fwd"].append((label, fn))
+        if has_backward:
+            others["fwd+bwd"].append((label, fn))
+        else:
+            skipped.append(f"wkv7 vs {label} fwd+bwd: {label} has no backward")
+    if not fla:
+        others = {kind: [("torch eager loop", wkv7_torch)] for kind in others}
+    # The peers' values against tipad's (bf16 sums in different orders: a scale, not a verdict).
+    with torch.no_grad():
+        y = tops.wkv7(*xs).float()
+        for label, fn in others["fwd"]:
+            err = float((fn(*xs).float() - y).abs().max() / y.abs().max().clamp(min=1e-30))
+            notes.append(f"wkv7 {shape} bf16 fwd: max |{label} - tipad| / max |tipad| = {err:.3g}")
+        del y
+    work: list[tuple[str, list[Peer], int | None]] = []
+    for kind, make in (("fwd", lambda f: _forward(f, xs)),
+                       ("fwd+bwd", lambda f: _forward_backward(f, xs, grad))):  # fmt: skip
+        peers = [Peer("tipad", "tipad wkv7", make(tops.wkv7), "tipad")]
+        peers += [Peer(lbl, lbl, make(fn), lbl) for lbl, fn in others[kind]]
+        work.append((f"wkv7 {shape} bf16 {kind}", peers, None))
+    return work
+
+
+def timing(
+    device: torch.device,
+    quick: bool,
+    repeats: int,
+    deadline: Deadline | None = None,
+    skipped: list[str] | None = None,
+) -> dict[str, Any]:
+    """Every workload: tipad first, each other peer's median over tipad's (``ratios``)."""
+    skipped = [] if skipped is None else skipped
     sync = (lambda: torch.cuda.synchronize(device)) if device.type == "cuda" else (lambda: None)
     gen = torch.Generator().manual_seed(0)
     rows: list[dict[str, Any]] = []
     lines: list[str] = []
-    conv_shape = (4, 64, 128) if quick or device.type == "cpu" else (32, 768, 768)
-    wkv_shapes = [(2, 64, 64)] if quick or device.type == "cpu" else [(8, 512, 512), (1, 4096, 768)]
+    notes: list[str] = []
+    small = quick or device.type == "cpu"
+    conv_shape = (4, 64, 128) if small else (32, 768, 768)  # RWKV-CUDA timex's (B, C, T)
+    wkv_shapes = [(2, 64, 64)] if small else [(8, 512, 512), (1, 4096, 768)]
     # fmt: off
     work: list[tuple[str, list[Peer], int | None]] = []
 
@@ -228,52 +303,79 @@ def timing(device: torch.device, quick: bool, repeats: int) -> dict[str, Any]:
         xs = [x[n] for n in ("time_decay", "time_first", "k", "v")]
         pair(f"wkv {shape}", (tops.wkv, wkv_torch), ("tipad wkv", "torch eager loop"), xs,
              x["grad"], None)
-    if device.type == "cuda":
-        shape = (1, 32, 2, 16) if quick else (4, 512, 8, 64)
-        x = {n: v.to(device) for n, v in wkv7_inputs(*shape, seed=2).items()}
-        xs = [x[n] for n in ("r", "w", "k", "v", "a", "b")]
-        pair(f"wkv7 {shape}", (tops.wkv7, wkv7_torch), ("tipad wkv7", "torch eager loop"), xs,
-             x["grad"], None)
-        for label, fn in _fla_peers():
-            for kind, make in (("fwd", lambda f: _forward(f, xs)),
-                               ("fwd+bwd", lambda f: _forward_backward(f, xs, x["grad"]))):
-                peers = [Peer("tipad", "tipad wkv7", make(tops.wkv7), "tipad"),
-                         Peer("fla", label, make(fn), "fla")]
-                work.append((f"wkv7 {shape} vs {label} {kind}", peers, None))
+    shape7 = (1, 16, 2, 8) if small else (4, 512, 8, 64)
+    x = {n: v.to(device) for n, v in wkv7_inputs(*shape7, seed=2).items()}
+    xs = [x[n] for n in ("r", "w", "k", "v", "a", "b")]
+    pair(f"wkv7 {shape7}", (tops.wkv7, wkv7_torch), ("tipad wkv7", "torch eager loop"), xs,
+         x["grad"], None)
     # fmt: on
     for title, peers, n_flops in work:
         # The eager WKV loop launches ~10 kernels per token: at T = 4096 one fwd+bwd takes
         # seconds on a GPU, so few rounds keep the section inside gpu_check's budget.
-        rounds = min(repeats, 5)
-        ms = measure(peers, repeats=rounds, warmup=1, min_sample_s=0.005, sync=sync)
-        tipad_s, torch_s = ms[0].stats.median_s, ms[1].stats.median_s
-        row = {
-            "workload": title,
-            "peers": [m.to_json() for m in ms],
-            "speedup_vs_torch": torch_s / tipad_s,
-        }
-        if n_flops is not None:
-            row["tipad_gflops"] = n_flops / tipad_s / 1e9
-        rows.append(row)
-        lines.append(
-            f"  {title:34s} tipad {format_ms(tipad_s):>9s}  torch {format_ms(torch_s):>9s}  "
-            f"{torch_s / tipad_s:6.2f}x"
-            + (f"  {row['tipad_gflops']:.0f} GFLOP/s" if n_flops is not None else "")
-        )
-    return {"workloads": rows, "table": "\n".join(lines)}
+        if deadline is not None and deadline.left() < 30:
+            skipped.append(f"rwkv timing {title}: time budget")
+            continue
+        rows_lines = _time(title, peers, n_flops, min(repeats, 5), sync)
+        rows.append(rows_lines[0])
+        lines.append(rows_lines[1])
+    anchor = WKV7_ANCHOR_SMALL if small else WKV7_ANCHOR_SHAPE
+    if deadline is not None and deadline.left() < WKV7_ANCHOR_BUDGET_S and not small:
+        skipped.append(f"wkv7 {anchor} vs fla: time budget ({deadline.left():.0f} s left)")
+    else:
+        for title, peers, n_flops in _wkv7_anchor_work(device, anchor, skipped, notes):
+            rows_lines = _time(title, peers, n_flops, min(repeats, 5), sync)
+            rows.append(rows_lines[0])
+            lines.append(rows_lines[1])
+    return {"workloads": rows, "anchor_checks": notes, "table": "\n".join(lines + notes)}
 
 
-def run(device: torch.device, quick: bool, repeats: int, with_timing: bool) -> dict[str, Any]:
-    """The whole section: ``{"ok", "status", "problems", "timing"}``."""
+def _time(
+    title: str, peers: list[Peer], n_flops: int | None, rounds: int, sync: Any
+) -> tuple[dict[str, Any], str]:
+    """One workload timed: its JSON row and its printed line."""
+    ms = measure(peers, repeats=rounds, warmup=1, min_sample_s=0.005, sync=sync)
+    tipad_s = ms[0].stats.median_s
+    ratios = {m.peer.label: m.stats.median_s / tipad_s for m in ms[1:]}
+    row: dict[str, Any] = {
+        "workload": title,
+        "peers": [m.to_json() for m in ms],
+        "ratios_over_tipad": ratios,
+    }
+    if len(ms) > 1:
+        row["speedup_vs_torch"] = ms[1].stats.median_s / tipad_s
+    if n_flops is not None:
+        row["tipad_gflops"] = n_flops / tipad_s / 1e9
+    line = f"  {title:34s} tipad {format_ms(tipad_s):>9s}" + "".join(
+        f"  {m.peer.label} {format_ms(m.stats.median_s):>9s} ({ratios[m.peer.label]:.2f}x)"
+        for m in ms[1:]
+    )
+    if n_flops is not None:
+        line += f"  {row['tipad_gflops']:.0f} GFLOP/s"
+    return row, line
+
+
+def run(
+    device: torch.device,
+    quick: bool,
+    repeats: int,
+    with_timing: bool,
+    deadline: Deadline | None = None,
+) -> dict[str, Any]:
+    """The whole section: ``{"ok", "status", "problems", "skipped", "timing"}``."""
     t0 = time.perf_counter()
+    skipped: list[str] = []
     problems = check_wkv(device, quick) + check_wkv7(device, quick) + check_time_conv(device)
-    problems += check_side_stream(device)
+    if device.type == "cuda":
+        problems += check_side_stream(device)
+    else:
+        skipped.append("rwkv side-stream ordering (wkv, time_conv): needs CUDA")
     result: dict[str, Any] = {
         "ok": not problems,
         "status": "FAIL" if problems else "pass",
         "problems": problems,
+        "skipped": skipped,
     }
     if with_timing:
-        result["timing"] = timing(device, quick, repeats)
+        result["timing"] = timing(device, quick, repeats, deadline, skipped)
     result["wall_s"] = time.perf_counter() - t0
     return result
