@@ -56,7 +56,10 @@ def test_dry_run_walks_every_section_and_names_its_skips(tmp_path: Path) -> None
     rwkv = [w["workload"] for w in report["rwkv"]["timing"]["workloads"]]
     assert any(w.startswith("time_conv") for w in rwkv) and any(" bf16 " in w for w in rwkv)
     orders = report["orders"]["timing"]["workloads"]
-    assert {o["switch"] for o in orders} == {"tipad_transforms.ops.padding.taichi.GPU_ROW_BLOCKS"}
+    assert {o["switch"] for o in orders} == {
+        "tipad_transforms.ops.padding.taichi.GPU_ROW_BLOCKS",
+        "tipad_transforms.ops.rwkv7.taichi.GPU_BLOCK_ORDER",
+    }
     peers = report["pad_peers"]["timing"]["workloads"]
     assert {p["workload"].split()[1] for p in peers} == {
         "constant",

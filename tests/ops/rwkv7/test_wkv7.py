@@ -84,7 +84,7 @@ def order(request: pytest.FixtureRequest, monkeypatch: pytest.MonkeyPatch) -> It
     if request.param == "gpu-block" and TAICHI.runtime_arch() == "cpu":
         pytest.skip("the block order needs a GPU arch (shared memory, barriers): Vulkan lane")
     monkeypatch.setattr(TAICHI, "gpu_order", request.param != "cpu")
-    monkeypatch.setattr(wkv7_taichi, "SIMPLE_GPU_ORDER", request.param == "gpu-simple")
+    monkeypatch.setattr(wkv7_taichi, "GPU_BLOCK_ORDER", request.param != "gpu-simple")
     yield
 
 
@@ -449,7 +449,7 @@ def test_gpu_arch_takes_the_block_order(monkeypatch: pytest.MonkeyPatch) -> None
     assert isinstance(y, torch.Tensor)
     y.sum().backward()
     assert taken == [("forward", True), ("backward_chunk", True)]
-    monkeypatch.setattr(wkv7_taichi, "SIMPLE_GPU_ORDER", True)
+    monkeypatch.setattr(wkv7_taichi, "GPU_BLOCK_ORDER", False)
     taken.clear()
     wkv7(*(x.detach() for x in xs), make_state(1, 1, 5))
     assert taken == [("forward", False)]

@@ -9,7 +9,7 @@ over the rows: a second loop computes them per (batch, step, head) from the rows
 
 Loop orders: the GPU's (``TAICHI.gpu_order``) block order, a block per (batch, head) and a
 thread per value row holding its row locally, each step's vectors staged in shared memory
-(``forward_block``, ``backward_block``); the GPU's simple order (``SIMPLE_GPU_ORDER``, also what
+(``forward_block``, ``backward_block``); the GPU's simple order (``GPU_BLOCK_ORDER = False``, also what
 a GPU order on Taichi's CPU arch runs) one thread per row, and one thread per (step, head, key)
 for the sums, with the rows in the arrays; on the CPU one task per (batch, head, ``_ROWS``
 rows) holding its rows in a local array (see ``forward_rows``), and one task per (step, head)
@@ -40,12 +40,12 @@ from . import chunked
 # Value rows per task of the CPU's kernels (their states held in a local array).
 _ROWS = 16
 
-#: The GPU's loop order: True takes the simple one (a thread per value row reading each step's
-#: vectors from global memory, a thread per (step, head, key) for the backward's sums), False
-#: the block order (a block per (batch, head), the steps' vectors in shared memory). The block
+#: The GPU's loop order: True takes the block order (a block per (batch, head), the steps'
+#: vectors in shared memory), False the simple one (a thread per value row reading each step's
+#: vectors from global memory, a thread per (step, head, key) for the backward's sums). The block
 #: order needs a GPU arch (shared memory, barriers): on Taichi's CPU arch, where tests switch
 #: ``TAICHI.gpu_order`` on, the simple one runs.
-SIMPLE_GPU_ORDER = False
+GPU_BLOCK_ORDER = True
 
 
 def _block_dim(n: int) -> int:
@@ -56,7 +56,7 @@ def _block_dim(n: int) -> int:
 def _gpu_kernel(kernels: dict[str, Any], simple: str, block: str) -> tuple[Any, bool]:
     """The GPU order's kernel (``simple`` or ``block`` by name) and whether it is the block
     one, which takes ``nk`` and the block size as two more template arguments."""
-    if SIMPLE_GPU_ORDER or TAICHI.runtime_arch() == "cpu":
+    if not GPU_BLOCK_ORDER or TAICHI.runtime_arch() == "cpu":
         return kernels[simple], False
     return kernels[block], True
 
@@ -597,7 +597,7 @@ def forward(
         if not gpu and k.device.type == "cpu" and chunked.eligible(d, chunk):
             if chunked.forward(*tensors, chunk):  # long sequences: the chunked form's products
                 return
-        key = (k.shape, k.dtype, k.device, chunk, slots, gpu, SIMPLE_GPU_ORDER,
+        key = (k.shape, k.dtype, k.device, chunk, slots, gpu, GPU_BLOCK_ORDER,
                TAICHI.serial_bytes)  # fmt: skip
         step = _steps.get(key)
         if step is not None and step.launch(tensors):
