@@ -10,8 +10,8 @@ over the rows: a second loop computes them per (batch, step, head) from the rows
 Loop orders: the GPU's (``TAICHI.gpu_order``) block order, a block per (batch, head) and a
 thread per value row holding its row locally, each step's vectors staged in shared memory
 (``forward_block``, ``backward_block``); the GPU's simple order (``GPU_BLOCK_ORDER = False``,
-also what a GPU order on Taichi's CPU arch runs) one thread per row, and one thread per (step, head, key)
-for the sums, with the rows in the arrays; on the CPU one task per (batch, head, ``_ROWS``
+also what a GPU order on Taichi's CPU arch runs) one thread per row, and one thread per
+(step, head, key) for the sums, with the rows in the arrays; on the CPU one task per (batch, head, ``_ROWS``
 rows) holding its rows in a local array (see ``forward_rows``), and one task per (step, head)
 for the sums, the keys innermost (contiguous, for the vectorizer). On the CPU a forward of
 ``chunked.MIN_STEPS`` steps or more takes the chunked form (``chunked.py``: batched torch
