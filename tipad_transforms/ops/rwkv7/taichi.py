@@ -7,15 +7,15 @@ r_t``, so the forward is one independent chain per (batch, head, value row), and
 backward's recurrence for the state's gradient. Only the gradients of ``r, d, k, a, b`` sum
 over the rows: a second loop computes them per (batch, step, head) from the rows' results.
 
-Loop orders: the GPU's (``TAICHI.gpu_order``) block order, a block per (batch, head) and a
-thread per value row holding its row locally, each step's vectors staged in shared memory
-(``forward_block``, ``backward_block``); the GPU's simple order (``GPU_BLOCK_ORDER = False``,
-also what a GPU order on Taichi's CPU arch runs) one thread per row, and one thread per
-(step, head, key) for the sums, with the rows in the arrays; on the CPU one task per (batch, head, ``_ROWS``
-rows) holding its rows in a local array (see ``forward_rows``), and one task per (step, head)
-for the sums, the keys innermost (contiguous, for the vectorizer). On the CPU a forward of
-``chunked.MIN_STEPS`` steps or more takes the chunked form (``chunked.py``: batched torch
-products per chunk) where its decay bound allows.
+Loop orders: the GPU's (``TAICHI.gpu_order``) block order, a block per (batch, head) and a thread
+per value row holding its row locally, each step's vectors staged in shared memory
+(``forward_block``, ``backward_block``); the GPU's simple order (``GPU_BLOCK_ORDER = False``, also
+what a GPU order on Taichi's CPU arch runs) one thread per row, and one thread per (step, head,
+key) for the sums, with the rows in the arrays; on the CPU one task per (batch, head, ``_ROWS``
+rows) holding its rows in a local array (see ``forward_rows``), and one task per (step, head) for
+the sums, the keys innermost (contiguous, for the vectorizer). On the CPU a forward of
+``chunked.MIN_STEPS`` steps or more takes the chunked form (``chunked.py``: batched torch products
+per chunk) where its decay bound allows.
 
 Tensor layout: ``r, d, k, v, a, b, y`` and their gradients ``(B, T, H, N)`` row-major; states
 ``(B, H, S, N, N)``. The backward runs one launch per chunk of ``chunk`` steps, from the last:
