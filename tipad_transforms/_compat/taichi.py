@@ -95,7 +95,7 @@ def lean_supported(ti: Any) -> bool:
         return False
     # Its launches hand Taichi raw pointers that the device must read in place: a GPU arch
     # serving CPU tensors (the Vulkan test lane) copies them through the public call instead.
-    if runtime_arch(ti) not in ("cpu", "cuda"):
+    if runtime_arch(ti) not in (None, "cpu", "cuda"):
         return False
     return (getattr(ti, "__name__", ""), tuple(getattr(ti, "__version__", ()))) in KNOWN
 
