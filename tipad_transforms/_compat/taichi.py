@@ -93,11 +93,11 @@ def lean_supported(ti: Any) -> bool:
     """Whether the lean path may be used with Taichi module ``ti`` in this process."""
     if os.environ.get(LEAN_ENV, "1") == "0":
         return False
+    if (getattr(ti, "__name__", ""), tuple(getattr(ti, "__version__", ()))) not in KNOWN:
+        return False
     # Its launches hand Taichi raw pointers that the device must read in place: a GPU arch
     # serving CPU tensors (the Vulkan test lane) copies them through the public call instead.
-    if runtime_arch(ti) not in (None, "cpu", "cuda"):
-        return False
-    return (getattr(ti, "__name__", ""), tuple(getattr(ti, "__version__", ()))) in KNOWN
+    return runtime_arch(ti) in (None, "cpu", "cuda")
 
 
 class _Plan:
