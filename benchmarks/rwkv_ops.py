@@ -197,6 +197,14 @@ def conv1d_peer(w: torch.Tensor, k: torch.Tensor) -> torch.Tensor:
     return F.conv1d(F.pad(k, (length - 1, 0)), w.unsqueeze(1), groups=w.shape[0])
 
 
+def fft_peer(w: torch.Tensor, k: torch.Tensor) -> torch.Tensor:
+    """The causal convolution as a product of spectra, zero-padded to a power of two."""
+    t, length = k.shape[-1], w.shape[-1]
+    n = 1 << (t + length - 2).bit_length()
+    spectrum = torch.fft.rfft(k, n=n) * torch.fft.rfft(w.flip(-1), n=n)
+    return torch.fft.irfft(spectrum, n=n)[..., :t]
+
+
 def time_conv_flops(b: int, c: int, t: int, length: int) -> int:
     """Forward FLOPs of the causal sum: ``2 * B * C * sum_t min(t + 1, L)``."""
     m = min(t, length)
@@ -385,13 +393,14 @@ def wkv7_workloads(
 def conv_workloads(
     shape: tuple[int, int, int], args: argparse.Namespace
 ) -> list[tuple[str, str, list[Peer], dict[str, Any]]]:
-    b, c, t = shape
+    b, c, t, length = (*shape, shape[-1])[:4]
     gen = torch.Generator().manual_seed(args.seed)
-    w, k = torch.randn(c, t, generator=gen) / t**0.5, torch.randn(b, c, t, generator=gen)
+    w = torch.randn(c, length, generator=gen) / length**0.5
+    k = torch.randn(b, c, t, generator=gen)
     grad = torch.randn(b, c, t, generator=gen)
     out = []
     for kind in ("fwd", "fwd+bwd"):
-        flops = time_conv_flops(b, c, t, t) * (1 if kind == "fwd" else 3)
+        flops = time_conv_flops(b, c, t, length) * (1 if kind == "fwd" else 3)
 
         def make(fn: Callable[..., torch.Tensor], kind: str = kind) -> Callable[[], Any]:
             if kind == "fwd":
@@ -401,9 +410,11 @@ def conv_workloads(
         peers = [
             Peer("tipad.time_conv", "tipad ops.time_conv (Taichi)", make(tops.time_conv), "t"),
             Peer("torch.conv1d", "torch F.conv1d(groups=C)", make(conv1d_peer), "c"),
+            Peer("torch.fft", "torch.fft causal convolution", make(fft_peer), "f"),
         ]
-        title = f"time_conv {kind}, (B, C, T) = {shape}, L = T, float32"
-        out.append((f"time_conv-{kind}-{b}x{c}x{t}", title, peers, {"flops": flops}))
+        title = f"time_conv {kind}, (B, C, T) = {(b, c, t)}, L = {length}, float32"
+        key = f"time_conv-{kind}-{b}x{c}x{t}" + ("" if length == t else f"-L{length}")
+        out.append((key, title, peers, {"flops": flops}))
     return out
 
 
@@ -482,10 +493,11 @@ def main(argv: list[str] | None = None) -> int:
     quick = args.quick
     rounds = args.repeats or (2 if quick else 5)
     if quick:
-        wkv_shapes, conv_shapes = [(2, 64, 64)], [(2, 32, 64)]
+        wkv_shapes, conv_shapes = [(2, 64, 64)], [(2, 32, 64), (2, 32, 64, 16)]
         wkv7_shapes = [(1, 32, 2, 16)]
     else:
-        wkv_shapes, conv_shapes = [(8, 512, 512), (1, 4096, 768)], [(8, 256, 512), (32, 768, 768)]
+        wkv_shapes = [(8, 512, 512), (1, 4096, 768)]
+        conv_shapes = [(8, 256, 512), (32, 768, 768), (8, 256, 512, 16), (8, 256, 512, 64)]
         wkv7_shapes = [(4, 512, 8, 64)]
 
     clock = Deadline(0)

@@ -6,6 +6,7 @@ F.conv1d as a second, independent peer.
 
 from __future__ import annotations
 
+import os
 import warnings
 from collections.abc import Iterator
 
@@ -76,6 +77,8 @@ def conv1d_peer(w: torch.Tensor, k: torch.Tensor, eps: float = 0.0) -> torch.Ten
 @pytest.fixture(params=[False, True], ids=["cpu-order", "per-output-order"])
 def loop_order(request: pytest.FixtureRequest) -> Iterator[bool]:
     """Both loop orders on the CPU: the tiled CPU one and CUDA's one-thread-per-output one."""
+    if not request.param and os.environ.get("TIPAD_TEST_ARCH"):
+        pytest.skip("Vulkan lane: the CPU loop order checks nothing new")
     time_conv(torch.ones(1, 1), torch.ones(1, 1, 1))  # starts the runtime: the real setting
     old = TAICHI.gpu_order
     TAICHI.gpu_order = request.param
@@ -342,3 +345,59 @@ def test_non_finite_values_propagate_like_conv1d(
         assert torch.equal(a.isinf(), e.isinf()) and torch.equal(a[a.isinf()], e[e.isinf()].float())
         finite = e.isfinite()
         torch.testing.assert_close(a[finite].double(), e[finite], rtol=1e-4, atol=1e-4)
+
+
+# ---------------------------------------------------------------------------------------------
+# the FFT form of the CPU backend (long kernels, finite inputs)
+
+
+@pytest.mark.parametrize(
+    ("b", "c", "t", "length"),
+    [(2, 3, 50, 50), (2, 2, 30, 70), (3, 2, 61, 7), (2, 2, 1, 5), (1, 2, 13, 1)],
+    ids=["L=T", "L>T", "short-L", "T=1", "L=1"],
+)
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float64])
+def test_fft_form_matches_the_reference(
+    b: int, c: int, t: int, length: int, dtype: torch.dtype, gen: torch.Generator,
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:  # fmt: skip
+    if os.environ.get("TIPAD_TEST_ARCH"):
+        pytest.skip("the FFT form is the CPU order's; the lane runs the GPU order")
+    monkeypatch.setattr(timex_taichi, "FFT_MIN_TAPS", 1)
+    monkeypatch.setattr(TAICHI, "gpu_order", False)
+    w, k, g = (_rand(gen, c, length), _rand(gen, b, c, t), _rand(gen, b, c, t))
+    tol = {"rtol": 1e-5, "atol": 1e-5} if dtype == torch.float32 else {"rtol": 1e-12, "atol": 1e-12}
+    out = torch.full((b, c, t), float("nan"), dtype=dtype)
+    timex_taichi.forward(w.to(dtype), k.to(dtype), out, 0.25)
+    torch.testing.assert_close(out.double(), conv_ref(w, k, 0.25), **tol)
+    dw_ref, dk_ref = conv_grads_ref(w, k, g)
+    dk = torch.full((b, c, t), float("nan"), dtype=dtype)
+    dw = torch.full((c, length), float("nan"), dtype=dtype)
+    timex_taichi.backward(g.to(dtype), w.to(dtype), k.to(dtype), dw, dk, True, True)
+    torch.testing.assert_close(dk.double(), dk_ref, **tol)
+    torch.testing.assert_close(dw.double(), dw_ref, **tol)
+
+
+def test_fft_form_only_for_long_finite_inputs_on_the_cpu_order(
+    gen: torch.Generator, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr(timex_taichi, "FFT_MIN_TAPS", 8)
+    monkeypatch.setattr(TAICHI, "gpu_order", False)
+    w, k = _rand(gen, 2, 8, dtype=torch.float32), _rand(gen, 1, 2, 8, dtype=torch.float32)
+    assert timex_taichi._use_fft(w, k)
+    assert not timex_taichi._use_fft(w[:, :7], k)  # fewer taps than the threshold
+    assert not timex_taichi._use_fft(w, k[..., :7])  # fewer steps: min(L, T) counts
+    bad = k.clone()
+    bad[0, 1, 3] = float("inf")
+    assert not timex_taichi._use_fft(w, bad)  # an FFT would spread it over every output
+    monkeypatch.setattr(TAICHI, "gpu_order", True)
+    assert not timex_taichi._use_fft(w, k)
+    monkeypatch.setattr(TAICHI, "gpu_order", False)
+    monkeypatch.setattr(timex_taichi, "FFT_MIN_TAPS", None)
+    assert not timex_taichi._use_fft(w, k)
+
+
+def test_fast_fft_length() -> None:
+    assert [timex_taichi.fast_fft_length(n) for n in (1, 2, 7, 17, 1023, 1025)] == [
+        1, 2, 8, 18, 1024, 1080,
+    ]  # fmt: skip

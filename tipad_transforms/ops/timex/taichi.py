@@ -10,6 +10,12 @@ Every pass of the operator is the same sum, ``y[o] = sum_s a[s] * x[o - off + s]
 
 The reduction index ``s`` walks ``a`` and ``x`` forwards in both, which is what the LLVM loop
 vectoriser wants (Taichi compiles with fast-math, so it may reassociate the sums).
+
+Long kernels on the CPU take the FFT form instead (``_fft_forward``, ``_fft_backward``): the
+direct sum costs ``T * min(L, T)`` multiply-adds per row, the FFT ``O((T + L) log(T + L))``,
+which wins from a few dozen taps on (RWKV's ``L == T`` included). It runs only on finite inputs:
+an FFT spreads one non-finite value over every output, where the direct sum (and ``F.conv1d``)
+keeps it in its causal future.
 """
 
 # No `from __future__ import annotations`: Taichi reads the kernels' annotations at runtime.
@@ -36,6 +42,9 @@ _TILE = 4
 # float32 and would leave up to 31 steps to a slow scalar remainder loop.
 _ROUND = 32
 _PAD = 32
+#: Taps (``min(L, T)``) from which the CPU forward and backward take the FFT form; None turns
+#: the FFT form off (the direct Taichi kernel for every size, for comparison and tests).
+FFT_MIN_TAPS: int | None = 48
 
 
 # fmt: off
@@ -184,6 +193,9 @@ def _window_dot(
 def forward(w: Tensor, k: Tensor, out: Tensor, eps: float) -> None:
     """``out[b,c,t] = eps + sum_j w[c, L-1-j] * k[b,c,t-j]``: ``w`` ``(C, L)``, ``k`` and
     ``out`` ``(B, C, T)``, contiguous, one float dtype."""
+    if _use_fft(w, k):
+        _fft_forward(w, k, out, eps)
+        return
     _window_dot(w, k, out, offset=w.shape[1] - 1, eps=eps)
 
 
@@ -192,6 +204,9 @@ def backward(
 ) -> None:
     """Write ``dk`` (if ``grad_k``) and ``dw`` (if ``grad_w``), the gradients of ``forward``
     for the output gradient ``grad`` ``(B, C, T)``; tensors as ``forward``'s."""
+    if _use_fft(w, k, grad):
+        _fft_backward(grad, w, k, dw, dk, grad_w, grad_k)
+        return
     if grad_k:
         _window_dot(w.flip(-1).contiguous(), grad, dk, offset=0)
     if grad_w:
@@ -212,3 +227,64 @@ def _poison_padding_terms(
     first = (offset - torch.arange(n_out, device=y.device)).clamp(0, a.shape[-1])
     poisoned = prefix[..., first].isnan()  # (1 or B, C, n_out)
     y.view(-1, channels, n_out).masked_fill_(poisoned, float("nan"))
+
+
+def _use_fft(w: Tensor, k: Tensor, *more: Tensor) -> bool:
+    """The FFT form for CPU tensors in the CPU loop order with ``min(L, T) >= FFT_MIN_TAPS``,
+    when every input is finite (one read of each, on the host: the CPU backend is synchronous)."""
+    if FFT_MIN_TAPS is None or TAICHI.gpu_order or k.device.type != "cpu" or k.numel() == 0:
+        return False
+    if min(w.shape[1], k.shape[2]) < FFT_MIN_TAPS:
+        return False
+    return all(bool(t.isfinite().all()) for t in (w, k, *more))
+
+
+def fast_fft_length(n: int) -> int:
+    """The smallest ``m >= n`` whose prime factors are 2, 3 and 5 (pocketfft's fast sizes)."""
+    best = 1 << max(0, (n - 1).bit_length())
+    f5 = 1
+    while f5 < best:
+        f35 = f5
+        while f35 < best:
+            m = f35
+            while m < n:
+                m *= 2
+            best = min(best, m)
+            f35 *= 3
+        f5 *= 5
+    return best
+
+
+def _fft_taps(w: Tensor, length: int) -> tuple[Tensor, int]:
+    """``h[c, j] = w[c, L-1-j]`` for the ``j < min(L, T)`` that reach an output, and an FFT
+    length with no wrap-around into the ``T`` outputs (``T + len(h) - 1`` at least)."""
+    taps = min(w.shape[1], length)
+    return w.flip(-1)[:, :taps], fast_fft_length(length + taps - 1)
+
+
+def _fft_forward(w: Tensor, k: Tensor, out: Tensor, eps: float) -> None:
+    """``forward`` as a product of spectra: the causal convolution of each row of ``k`` with
+    ``h``; tensors as ``forward``'s, finite, on the CPU."""
+    length = k.shape[2]
+    h, n = _fft_taps(w, length)
+    spectrum = torch.fft.rfft(k, n=n) * torch.fft.rfft(h, n=n)
+    out.copy_(torch.fft.irfft(spectrum, n=n)[..., :length])
+    if eps:
+        out.add_(eps)
+
+
+def _fft_backward(
+    grad: Tensor, w: Tensor, k: Tensor, dw: Tensor, dk: Tensor, grad_w: bool, grad_k: bool
+) -> None:
+    """``backward`` as correlations: ``dk`` of ``grad`` with ``h``, ``dw`` (reversed) of
+    ``grad`` with ``k``, summed over the batch; taps past ``T`` meet only padding (zero)."""
+    length = k.shape[2]
+    h, n = _fft_taps(w, length)
+    g = torch.fft.rfft(grad, n=n)
+    if grad_k:
+        dk.copy_(torch.fft.irfft(g * torch.fft.rfft(h, n=n).conj(), n=n)[..., :length])
+    if grad_w:
+        cross = (g * torch.fft.rfft(k, n=n).conj()).sum(0)
+        dh = torch.fft.irfft(cross, n=n)[..., : h.shape[1]]
+        dw.zero_()
+        dw[:, dw.shape[1] - h.shape[1] :].copy_(dh.flip(-1))
