@@ -54,14 +54,13 @@ def _rwkv7_workloads(
 ) -> list[tuple[str, Callable[[], torch.Tensor]]]:
     """``ops.wkv7`` forward, float32, at the CPU benchmark's shape (a tiny one for the dry
     run): the block order against the thread-per-row one."""
+    from rwkv_ops import wkv7_inputs
+
     from tipad_transforms.ops import wkv7
 
     b, t, h, n = (1, 9, 2, 16) if small else (4, 512, 8, 64)
-    gen = torch.Generator().manual_seed(7)
-    r, k, v = (torch.randn(b, t, h, n, generator=gen) * 0.5 for _ in range(3))
-    w = torch.rand(b, t, h, n, generator=gen) * 0.5 + 0.45
-    kk = torch.nn.functional.normalize(torch.randn(b, t, h, n, generator=gen), dim=-1)
-    args = [x.to(device) for x in (r, w, k, v, -kk, kk * 0.5)]
+    x = wkv7_inputs(b, t, h, n, seed=7)  # x070-like operands, the CPU benchmark's
+    args = [x[name].to(device) for name in ("r", "w", "k", "v", "a", "b")]
     return [(f"wkv7 forward {(b, t, h, n)} float32", lambda: wkv7(*args)[0])]
 
 

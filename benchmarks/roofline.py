@@ -22,6 +22,7 @@ from typing import Any
 
 import torch
 from _common import Peer, machine_info, measure, write_json
+from rwkv_ops import wkv7_inputs
 
 import tipad_transforms.functional as F
 from tipad_transforms import ops
@@ -73,12 +74,9 @@ def _wkv7(b: int, t: int, h: int, n: int, cpu: bool) -> Workload:
     moved = (7 * b * t * h * n + 2 * b * h * n * n) * 4  # r w k v a b in, y out; state in, out
 
     def make() -> Callable[[], Any]:
-        gen = torch.Generator().manual_seed(0)
-        r, k, v = (torch.randn(b, t, h, n, generator=gen) * 0.5 for _ in range(3))
-        w = torch.rand(b, t, h, n, generator=gen) * 0.5 + 0.45  # decays in (0.45, 0.95)
-        kk = torch.nn.functional.normalize(torch.randn(b, t, h, n, generator=gen), dim=-1)
-        a, bb = -kk, kk * torch.rand(b, t, h, 1, generator=gen)
-        return lambda: ops.wkv7(r, w, k, v, a, bb)
+        x = wkv7_inputs(b, t, h, n, seed=0)  # x070-like operands, the benchmark's
+        args = [x[name] for name in ("r", "w", "k", "v", "a", "b")]
+        return lambda: ops.wkv7(*args)
 
     return Workload("rwkv7", f"wkv7 fwd ({b}, {t}, {h}, {n})", moved, flops, make if cpu else None)
 
