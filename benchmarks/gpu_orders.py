@@ -29,10 +29,11 @@ import tipad_transforms.functional as TF
 ORDER_SWITCHES: list[tuple[str, str, str]] = [
     ("padding", "tipad_transforms.ops.padding.taichi", "GPU_ROW_BLOCKS"),
     ("rwkv7", "tipad_transforms.ops.rwkv7.taichi", "GPU_BLOCK_ORDER"),
+    ("timex", "tipad_transforms.ops.timex.taichi", "GPU_TILES"),
 ]
 #: Families whose two orders sum in other orders: their outputs agree to this relative
 #: tolerance instead of bit for bit (padding moves bits: it must be exact).
-TOLERANCE: dict[str, float] = {"rwkv7": 1e-5}
+TOLERANCE: dict[str, float] = {"rwkv7": 1e-5, "timex": 1e-5}
 
 
 def _padding_workloads(
@@ -64,10 +65,25 @@ def _rwkv7_workloads(
     return [(f"wkv7 forward {(b, t, h, n)} float32", lambda: wkv7(*args)[0])]
 
 
+def _timex_workloads(
+    device: torch.device, small: bool
+) -> list[tuple[str, Callable[[], torch.Tensor]]]:
+    """``ops.time_conv`` forward, float32, at RWKV-CUDA's (B, C, T) = (32, 768, 768) with
+    ``L == T`` (a tiny shape for the dry run): the tiled order against a thread per output."""
+    from tipad_transforms.ops import time_conv
+
+    b, c, t = (2, 3, 37) if small else (32, 768, 768)
+    gen = torch.Generator().manual_seed(5)
+    w = torch.randn(c, t, generator=gen).to(device)
+    k = torch.randn(b, c, t, generator=gen).to(device)
+    return [(f"time_conv forward {(b, c, t)} L={t} float32", lambda: time_conv(w, k))]
+
+
 #: family -> builder of ``(title, call)`` workloads; ``small`` for the dry run's sizes.
 WORKLOADS: dict[str, Callable[[torch.device, bool], list[tuple[str, Callable[[], Any]]]]] = {
     "padding": _padding_workloads,
     "rwkv7": _rwkv7_workloads,
+    "timex": _timex_workloads,
 }
 
 

@@ -59,6 +59,7 @@ def test_dry_run_walks_every_section_and_names_its_skips(tmp_path: Path) -> None
     assert {o["switch"] for o in orders} == {
         "tipad_transforms.ops.padding.taichi.GPU_ROW_BLOCKS",
         "tipad_transforms.ops.rwkv7.taichi.GPU_BLOCK_ORDER",
+        "tipad_transforms.ops.timex.taichi.GPU_TILES",
     }
     peers = report["pad_peers"]["timing"]["workloads"]
     assert {p["workload"].split()[1] for p in peers} == {

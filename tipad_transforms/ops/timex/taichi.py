@@ -45,6 +45,20 @@ _PAD = 32
 #: Taps (``min(L, T)``) from which the CPU forward and backward take the FFT form; None turns
 #: the FFT form off (the direct Taichi kernel for every size, for comparison and tests).
 FFT_MIN_TAPS: int | None = 48
+#: The GPU's loop order: True takes the tiled one (``window_tiles``: a block per tile of
+#: outputs of one row, ``x`` and the taps staged in shared memory, each thread holding
+#: ``_GPU_PER_THREAD`` outputs in registers), False the simple one (a thread per output reading
+#: global memory). The tiled order needs a GPU arch (shared memory, barriers): on Taichi's CPU
+#: arch, where tests switch ``TAICHI.gpu_order`` on, the simple one runs.
+GPU_TILES = True
+# The tiled order's sizes: threads per block, outputs per thread (strided by the block size, so
+# neighbouring threads read neighbouring shared words and write neighbouring outputs), and taps
+# staged per round, with the x window they meet (_GPU_WINDOW).
+_GPU_THREADS = 128
+_GPU_PER_THREAD = 4
+_GPU_TILE = _GPU_THREADS * _GPU_PER_THREAD
+_GPU_SPAN = 128
+_GPU_WINDOW = _GPU_TILE + _GPU_SPAN - 1
 
 
 # fmt: off
@@ -53,8 +67,9 @@ def _build_kernels(ti: Any) -> dict[str, Any]:
 
     CPU: a task computes ``_TILE`` consecutive outputs of one row; the ``s`` range valid for all
     of them is one branch-free loop (vectorised along ``s``, one load of ``a`` shared by the
-    tile), the few ``s`` valid for only some of them are scalar edge loops. CUDA: one thread
-    per output, so neighbouring threads read neighbouring ``x``.
+    tile), the few ``s`` valid for only some of them are scalar edge loops. GPU, simple: one
+    thread per output, so neighbouring threads read neighbouring ``x``. GPU, tiled
+    (``window_tiles``): see ``GPU_TILES``.
     """
     nd = ti.types.ndarray
 
@@ -146,7 +161,68 @@ def _build_kernels(ti: Any) -> dict[str, Any]:
                             extra += a[a_base + s] * x[xo + s]
                     y[out + r] += extra
 
-    return {"window_dot": window_dot, "dtypes": {torch.float32: ti.f32, torch.float64: ti.f64}}
+    @ti.kernel
+    def window_tiles(a: nd(ndim=1), x: nd(ndim=1), y: nd(ndim=1), meta: nd(dtype=ti.i32, ndim=1),
+                     eps: ti.f64, dt: ti.template()):
+        # window_dot's sums, a block per _GPU_TILE outputs of one row. Per round of _GPU_SPAN
+        # taps the block stages those taps and the x window they meet (zeros outside x's row,
+        # never read: every product below has s inside its output's own range), then each
+        # thread adds its outputs' terms from shared memory. The round count depends on the
+        # tile only, so every thread of the block reaches every barrier.
+        rows, c_count, t_len = meta[_ROWS], meta[_C], meta[_T]
+        la, n_out, off, sum_b, xs = meta[_LA], meta[_N_OUT], meta[_OFF], meta[_SUM_B], meta[_XS]
+        steps = meta[_B] if sum_b else 1
+        e = ti.cast(eps, dt)
+        tiles = (n_out - 1) // _GPU_TILE + 1
+        ti.loop_config(block_dim=_GPU_THREADS)
+        for tid in range(rows * tiles * _GPU_THREADS):
+            th = tid % _GPU_THREADS
+            tile = tid // _GPU_THREADS
+            row = tile // tiles
+            o0 = (tile - row * tiles) * _GPU_TILE
+            xw = ti.simt.block.SharedArray((_GPU_WINDOW,), dt)
+            aw = ti.simt.block.SharedArray((_GPU_SPAN,), dt)
+            # The taps any output of the tile uses: o - off + s in [0, t_len), s in [0, la).
+            s_lo = ti.max(0, off - (ti.min(o0 + _GPU_TILE, n_out) - 1))
+            s_hi = ti.min(la, t_len + off - o0)
+            rounds = ti.max(0, (s_hi - s_lo + _GPU_SPAN - 1) // _GPU_SPAN)
+            acc = ti.Vector.zero(dt, _GPU_PER_THREAD)
+            for b in range(steps):
+                a_base, x_base = bases(row, b, c_count, la, t_len, sum_b, xs)
+                for q in range(rounds):
+                    s0 = s_lo + q * _GPU_SPAN
+                    x0 = o0 - off + s0  # x position of xw[0]
+                    for m in ti.static(range((_GPU_WINDOW + _GPU_THREADS - 1) // _GPU_THREADS)):
+                        p = th + m * _GPU_THREADS
+                        if p < _GPU_WINDOW:
+                            v = ti.cast(0, dt)
+                            if x0 + p >= 0 and x0 + p < t_len:
+                                v = x[x_base + x0 + p]
+                            xw[p] = v
+                    for m in ti.static(range((_GPU_SPAN + _GPU_THREADS - 1) // _GPU_THREADS)):
+                        p = th + m * _GPU_THREADS
+                        if p < _GPU_SPAN:
+                            v = ti.cast(0, dt)
+                            if s0 + p < s_hi:
+                                v = a[a_base + s0 + p]
+                            aw[p] = v
+                    ti.simt.block.sync()
+                    for j in ti.static(range(_GPU_PER_THREAD)):
+                        r = th + j * _GPU_THREADS
+                        o = o0 + r
+                        lo = ti.max(s0, off - o)
+                        hi = ti.min(ti.min(s0 + _GPU_SPAN, la), t_len + off - o)
+                        for s in range(lo, hi):
+                            acc[j] += aw[s - s0] * xw[r + s - s0]
+                    # The next round's staging must wait for this round's reads.
+                    ti.simt.block.sync()
+            for j in ti.static(range(_GPU_PER_THREAD)):
+                o = o0 + th + j * _GPU_THREADS
+                if o < n_out:
+                    y[row * n_out + o] = acc[j] + e
+
+    return {"window_dot": window_dot, "window_tiles": window_tiles,
+            "dtypes": {torch.float32: ti.f32, torch.float64: ti.f64}}
 
 
 # fmt: on
@@ -182,12 +258,22 @@ def _window_dot(
             torch.tensor(header, dtype=torch.int32).to(y.device, non_blocking=True),
             finite.to(torch.int32),
         ])  # fmt: skip
-        kernels["window_dot"](
-            a.reshape(-1), x_padded.reshape(-1), y.reshape(-1), meta, float(eps),
-            kernels["dtypes"][y.dtype], bool(TAICHI.gpu_order),
-        )  # fmt: skip
+        flat = (a.reshape(-1), x_padded.reshape(-1), y.reshape(-1), meta, float(eps))
+        dt = kernels["dtypes"][y.dtype]
+        if _tiled(rows, y.numel() // rows):
+            kernels["window_tiles"](*flat, dt)
+        else:
+            kernels["window_dot"](*flat, dt, bool(TAICHI.gpu_order))
         if offset > 0:
             _poison_padding_terms(a, y, channels, offset, sum_batch)
+
+
+def _tiled(rows: int, n_out: int) -> bool:
+    """Whether the tiled GPU order runs: the GPU order on a GPU arch with ``GPU_TILES``, and
+    its thread count (a block of ``_GPU_THREADS`` per tile) within int32 indices."""
+    if not (TAICHI.gpu_order and GPU_TILES) or TAICHI.runtime_arch() == "cpu":
+        return False
+    return rows * -(-n_out // _GPU_TILE) * _GPU_THREADS <= MAX_ELEMENTS
 
 
 def forward(w: Tensor, k: Tensor, out: Tensor, eps: float) -> None:
