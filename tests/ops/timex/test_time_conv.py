@@ -77,17 +77,21 @@ def conv1d_peer(w: torch.Tensor, k: torch.Tensor, eps: float = 0.0) -> torch.Ten
     return F.conv1d(F.pad(k, (length - 1, 0)), w.unsqueeze(1), groups=w.shape[0]) + eps
 
 
-@pytest.fixture(params=["cpu", "gpu-simple", "gpu-tiled"])
+@pytest.fixture(params=["cpu", "cpu-forms", "gpu-simple", "gpu-tiled"])
 def loop_order(request: pytest.FixtureRequest, monkeypatch: pytest.MonkeyPatch) -> Iterator[str]:
-    """Every loop order: the tiled CPU one, the GPU's simple one (a thread per output) and its
+    """Every loop order: the tiled CPU kernel alone, the CPU's default choice of forms (torch's
+    FFT and ``F.conv1d`` where they run), the GPU's simple order (a thread per output) and its
     tiled one (shared memory, barriers: only on a GPU arch, the Vulkan lane)."""
     time_conv(torch.ones(1, 1), torch.ones(1, 1, 1))  # starts the runtime: the real setting
-    if request.param == "cpu" and os.environ.get("TIPAD_TEST_ARCH"):
+    if request.param.startswith("cpu") and os.environ.get("TIPAD_TEST_ARCH"):
         pytest.skip("Vulkan lane: the CPU loop order checks nothing new")
     if request.param == "gpu-tiled" and TAICHI.runtime_arch() == "cpu":
         pytest.skip("the tiled order needs a GPU arch (shared memory, barriers): Vulkan lane")
-    monkeypatch.setattr(TAICHI, "gpu_order", request.param != "cpu")
+    monkeypatch.setattr(TAICHI, "gpu_order", request.param.startswith("gpu"))
     monkeypatch.setattr(timex_taichi, "GPU_TILES", request.param == "gpu-tiled")
+    if request.param == "cpu":
+        monkeypatch.setattr(timex_taichi, "FFT_MIN_TAPS", None)
+        monkeypatch.setattr(timex_taichi, "TORCH_CONV", False)
     yield request.param
 
 
@@ -244,7 +248,9 @@ def test_torch_compile_fullgraph(gen: torch.Generator) -> None:
     torch.testing.assert_close(k.grad, kr.grad)
 
 
-def test_causal_non_finite_values_stay_in_their_future(gen: torch.Generator) -> None:
+def test_causal_non_finite_values_stay_in_their_future(
+    loop_order: str, gen: torch.Generator
+) -> None:
     # The kernel rounds its loops into zero padding; a NaN or inf must still reach only the
     # outputs whose sums contain it (0 * inf would be NaN).
     b, c, t = 2, 3, 130
@@ -331,8 +337,9 @@ def test_bad_inputs() -> None:
 @pytest.mark.parametrize("where", ["w", "k", "grad"])
 @pytest.mark.parametrize("value", [float("nan"), float("inf")])
 def test_non_finite_values_propagate_like_conv1d(
-    b: int, c: int, t: int, length: int, where: str, value: float, gen: torch.Generator
-) -> None:
+    b: int, c: int, t: int, length: int, where: str, value: float, loop_order: str,
+    gen: torch.Generator,
+) -> None:  # fmt: skip
     # F.conv1d over the zero-padded k is the op's definition: a non-finite tap times the
     # padding's zeros is NaN (every output of its channel), a non-finite gradient reaches every
     # tap's gradient the same way, and dk has no padding term at all. The kernels once rounded
@@ -404,6 +411,13 @@ def test_fft_form_only_for_long_finite_inputs_on_the_cpu_order(
     monkeypatch.setattr(TAICHI, "gpu_order", False)
     monkeypatch.setattr(timex_taichi, "FFT_MIN_TAPS", None)
     assert not timex_taichi._use_fft(w, k)
+    # F.conv1d: every other CPU call in the CPU order, non-finite inputs included
+    assert timex_taichi._use_conv1d(bad) and not timex_taichi._use_conv1d(bad[:0])
+    monkeypatch.setattr(timex_taichi, "TORCH_CONV", False)
+    assert not timex_taichi._use_conv1d(k)
+    monkeypatch.setattr(timex_taichi, "TORCH_CONV", True)
+    monkeypatch.setattr(TAICHI, "gpu_order", True)
+    assert not timex_taichi._use_conv1d(k)
 
 
 def test_fast_fft_length() -> None:

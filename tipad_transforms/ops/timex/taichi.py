@@ -11,11 +11,14 @@ Every pass of the operator is the same sum, ``y[o] = sum_s a[s] * x[o - off + s]
 The reduction index ``s`` walks ``a`` and ``x`` forwards in both, which is what the LLVM loop
 vectoriser wants (Taichi compiles with fast-math, so it may reassociate the sums).
 
-Long kernels on the CPU take the FFT form instead (``_fft_forward``, ``_fft_backward``): the
-direct sum costs ``T * min(L, T)`` multiply-adds per row, the FFT ``O((T + L) log(T + L))``,
-which wins from a few dozen taps on (RWKV's ``L == T`` included). It runs only on finite inputs:
-an FFT spreads one non-finite value over every output, where the direct sum (and ``F.conv1d``)
-keeps it in its causal future.
+On the CPU, torch's own forms take over where they are faster (``_use_fft``, ``_use_conv1d``):
+long kernels with finite inputs the FFT form (``_fft_forward``, ``_fft_backward``; the direct
+sum costs ``T * min(L, T)`` multiply-adds per row, the FFT ``O((T + L) log(T + L))``; an FFT
+spreads one non-finite value over every output, so it runs on finite inputs only), and the rest
+``F.conv1d`` over the zero-padded ``k``, which is the op's definition, non-finite values
+included, and runs vectorised where Taichi's CPU code for these shifted windows is scalar.
+``dk`` takes ``F.conv1d`` only with a finite ``w`` (its zero padding would add ``w * 0`` terms
+that are no part of ``dk``); ``dw``, a few long dot products, stays on the kernel.
 """
 
 # No `from __future__ import annotations`: Taichi reads the kernels' annotations at runtime.
@@ -45,9 +48,12 @@ _TILES_PER_TASK = 16
 # float32 and would leave up to 31 steps to a slow scalar remainder loop.
 _ROUND = 32
 _PAD = 32
-#: Taps (``min(L, T)``) from which the CPU forward and backward take the FFT form; None turns
-#: the FFT form off (the direct Taichi kernel for every size, for comparison and tests).
-FFT_MIN_TAPS: int | None = 48
+#: Taps (``min(L, T)``) from which the CPU forward and backward take the FFT form (finite
+#: inputs); None turns the FFT form off.
+FFT_MIN_TAPS: int | None = 128
+#: Whether the CPU forward and ``dk`` take ``F.conv1d`` where the FFT form does not run; False
+#: (and ``FFT_MIN_TAPS = None``) leaves every size to the Taichi kernel, for comparison and tests.
+TORCH_CONV = True
 #: The GPU's loop order: True takes the tiled one (``window_tiles``: a block per tile of
 #: outputs of one row, ``x`` and the taps staged in shared memory, each thread holding
 #: ``_GPU_PER_THREAD`` outputs in registers), False the simple one (a thread per output reading
@@ -285,10 +291,17 @@ def _tiled(rows: int, n_out: int) -> bool:
 def forward(w: Tensor, k: Tensor, out: Tensor, eps: float) -> None:
     """``out[b,c,t] = eps + sum_j w[c, L-1-j] * k[b,c,t-j]``: ``w`` ``(C, L)``, ``k`` and
     ``out`` ``(B, C, T)``, contiguous, one float dtype."""
+    _check_allowed(k)
     if _use_fft(w, k):
         _fft_forward(w, k, out, eps)
-        return
-    _window_dot(w, k, out, offset=w.shape[1] - 1, eps=eps)
+    elif _use_conv1d(k):
+        length = w.shape[1]
+        pad = torch.nn.functional.pad(k, (length - 1, 0))
+        out.copy_(torch.nn.functional.conv1d(pad, w.unsqueeze(1), groups=w.shape[0]))
+        if eps:
+            out.add_(eps)
+    else:
+        _window_dot(w, k, out, offset=w.shape[1] - 1, eps=eps)
 
 
 def backward(
@@ -296,10 +309,15 @@ def backward(
 ) -> None:
     """Write ``dk`` (if ``grad_k``) and ``dw`` (if ``grad_w``), the gradients of ``forward``
     for the output gradient ``grad`` ``(B, C, T)``; tensors as ``forward``'s."""
+    _check_allowed(k)
     if _use_fft(w, k, grad):
         _fft_backward(grad, w, k, dw, dk, grad_w, grad_k)
         return
-    if grad_k:
+    if grad_k and _use_conv1d(k) and bool(w.isfinite().all()):
+        # dk[u] = sum_s w[L-1-s] grad[u+s]: a correlation of grad, zero-padded at its end.
+        pad = torch.nn.functional.pad(grad, (0, w.shape[1] - 1))
+        dk.copy_(torch.nn.functional.conv1d(pad, w.flip(-1).unsqueeze(1), groups=w.shape[0]))
+    elif grad_k:
         _window_dot(w.flip(-1).contiguous(), grad, dk, offset=0)
     if grad_w:
         _window_dot(grad, k, dw, offset=w.shape[1] - 1, sum_batch=True)
@@ -319,6 +337,19 @@ def _poison_padding_terms(
     first = (offset - torch.arange(n_out, device=y.device)).clamp(0, a.shape[-1])
     poisoned = prefix[..., first].isnan()  # (1 or B, C, n_out)
     y.view(-1, channels, n_out).masked_fill_(poisoned, float("nan"))
+
+
+def _check_allowed(k: Tensor) -> None:
+    """Raise ``Refused`` where the backend refuses ``k``'s device, before any form runs: the
+    torch forms below answer for this backend, which the policy must be able to pass over."""
+    reason = TAICHI.refusal(k.device)
+    if reason is not None:
+        raise Refused(reason)
+
+
+def _use_conv1d(k: Tensor) -> bool:
+    """``F.conv1d`` for CPU tensors in the CPU loop order, with ``TORCH_CONV``."""
+    return TORCH_CONV and not TAICHI.gpu_order and k.device.type == "cpu" and k.numel() > 0
 
 
 def _use_fft(w: Tensor, k: Tensor, *more: Tensor) -> bool:
