@@ -406,6 +406,12 @@ def test_fft_form_only_for_long_finite_inputs_on_the_cpu_order(
     bad = k.clone()
     bad[0, 1, 3] = float("inf")
     assert not timex_taichi._use_fft(w, bad)  # an FFT would spread it over every output
+    huge = torch.full_like(k, 3e38)  # finite, but its sum overflows: the exact path, too
+    assert not timex_taichi._use_fft(w, huge)
+    for value in (float("nan"), float("-inf")):
+        bad[0, 1, 3] = value
+        assert not timex_taichi._use_fft(w, bad)
+    bad[0, 1, 3] = float("inf")
     monkeypatch.setattr(TAICHI, "gpu_order", True)
     assert not timex_taichi._use_fft(w, k)
     monkeypatch.setattr(TAICHI, "gpu_order", False)
