@@ -27,6 +27,7 @@ import math
 import multiprocessing
 import os
 import platform
+import re
 import signal
 import statistics
 import subprocess
@@ -311,6 +312,14 @@ def _version(dist: str) -> str | None:
         return None
 
 
+def _source_version() -> str | None:
+    """The measured code's version, from its ``_version.py`` (read, not imported: the
+    installed metadata of an editable install keeps the version it was installed at)."""
+    path = REPO / "tipad_transforms" / "_version.py"
+    found = re.search(r'__version__ = "([^"]+)"', path.read_text()) if path.exists() else None
+    return found.group(1) if found else _version("tipad_transforms")
+
+
 def runtime_sha() -> str | None:
     """Short hash of the kernel package's source, to name the exact kernel measured.
 
@@ -342,7 +351,7 @@ def machine_info() -> dict[str, Any]:
         "torchvision": _version("torchvision"),
         "taichi": _version("taichi"),
         "numpy": _version("numpy"),
-        "tipad_transforms": _version("tipad_transforms") or _version("tipad-transforms"),
+        "tipad_transforms": _source_version(),
         "git_commit": _git("rev-parse", "HEAD"),
         "git_dirty_files": [line for line in (dirty or "").splitlines() if line],
         # The kernel changes under our feet while it is being optimised: name the exact one.
