@@ -110,8 +110,9 @@ def test_launcher_all_passes(
         _rand(gen, b, c, t, dtype=dtype),
         _rand(gen, b, c, t, dtype=dtype),
     )
-    # dw sums B * T products: float32's rounding grows with the square root of their count.
-    atol = 1e-5 * max(1.0, (b * t / 64) ** 0.5)
+    # dw sums B * T products of unit-scale values: float32's rounding bound grows with their
+    # count (a missing or doubled term would be off by about 1).
+    atol = 1e-5 * max(1.0, b * t / 64)
     tol = {"rtol": 1e-5, "atol": atol} if dtype == torch.float32 else {"rtol": 1e-12, "atol": 1e-12}
     out = torch.full_like(k, float("nan"))
     timex_taichi.forward(w, k, out, 0.25)
@@ -150,14 +151,14 @@ def test_time_conv_forward_and_grads(
     k = _rand(gen, b, c, t, dtype=torch.float32).requires_grad_()
     out = time_conv(w, k, eps=0.5)
     assert out.dtype == torch.float32 and out.shape == (b, c, t)
-    # Sums of up to T (dw: B * T) float32 products: rounding grows with their count's root.
-    f32 = {"rtol": 1e-5, "atol": 1e-5 * max(1.0, (t / 64) ** 0.5)}
+    # Sums of up to T (dw: B * T) float32 products: the rounding bound grows with their count.
+    f32 = {"rtol": 1e-5, "atol": 1e-5 * max(1.0, t / 64)}
     torch.testing.assert_close(out.double(), conv_ref(w.detach(), k.detach(), 0.5), **f32)
     torch.testing.assert_close(out.detach(), conv1d_peer(w.detach(), k.detach(), 0.5), **f32)
     g = _rand(gen, b, c, t, dtype=torch.float32)
     dw, dk = torch.autograd.grad(out, (w, k), g)
     dw_ref, dk_ref = conv_grads_ref(w.detach(), k.detach(), g)
-    grad_tol = {"rtol": 1e-5, "atol": 1e-4 * max(1.0, (b * t / 256) ** 0.5)}
+    grad_tol = {"rtol": 1e-5, "atol": 1e-4 * max(1.0, b * t / 256)}
     torch.testing.assert_close(dw.double(), dw_ref, **grad_tol)
     torch.testing.assert_close(dk.double(), dk_ref, **grad_tol)
 
