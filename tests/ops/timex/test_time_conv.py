@@ -9,6 +9,7 @@ from __future__ import annotations
 import os
 import warnings
 from collections.abc import Iterator
+from typing import Any
 
 import pytest
 import torch
@@ -425,6 +426,41 @@ def test_fft_form_only_for_long_finite_inputs_on_the_cpu_order(
     monkeypatch.setattr(timex_taichi, "TORCH_CONV", True)
     monkeypatch.setattr(TAICHI, "gpu_order", True)
     assert not timex_taichi._use_conv1d(k)
+
+
+def test_cpu_order_takes_conv1d_and_keeps_the_kernel_for_dw_and_non_finite_dk(
+    gen: torch.Generator, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # Below FFT_MIN_TAPS the CPU forward and dk are F.conv1d (no kernel launch); dw, and dk
+    # with a non-finite w (F.conv1d's end padding would add w * 0 terms), stay on the kernel.
+    if os.environ.get("TIPAD_TEST_ARCH"):
+        pytest.skip("the CPU order's forms; the lane runs the GPU order")
+    monkeypatch.setattr(TAICHI, "gpu_order", False)
+    launched: list[int] = []
+    real = timex_taichi._window_dot
+
+    def counting(*args: Any, **kw: Any) -> None:
+        launched.append(kw["offset"])
+        real(*args, **kw)
+
+    monkeypatch.setattr(timex_taichi, "_window_dot", counting)
+    b, c, t, length = 2, 3, 40, 9
+    w, k, g = _rand(gen, c, length), _rand(gen, b, c, t), _rand(gen, b, c, t)
+    out = torch.full_like(k, float("nan"))
+    timex_taichi.forward(w, k, out, 0.5)
+    torch.testing.assert_close(out, conv_ref(w, k, 0.5))
+    dw, dk = torch.full_like(w, float("nan")), torch.full_like(k, float("nan"))
+    timex_taichi.backward(g, w, k, dw, dk, False, True)
+    assert launched == []
+    torch.testing.assert_close(dk, conv_grads_ref(w, k, g)[1])
+    timex_taichi.backward(g, w, k, dw, dk, True, False)
+    assert launched == [length - 1]  # dw: the kernel's batch sum
+    w[1, 2] = float("inf")
+    timex_taichi.backward(g, w, k, dw, dk, False, True)
+    assert launched == [length - 1, 0]  # dk with an infinite tap: the kernel (offset 0)
+    monkeypatch.setattr(timex_taichi, "TORCH_CONV", False)
+    timex_taichi.forward(w, k, out, 0.5)
+    assert launched == [length - 1, 0, length - 1]
 
 
 def test_fast_fft_length() -> None:

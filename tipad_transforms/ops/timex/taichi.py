@@ -32,6 +32,7 @@ from torch import Tensor
 
 from ...backends import Refused
 from ...backends.taichi import MAX_ELEMENTS, TAICHI
+from . import reference
 
 # Layout of the kernel's int32 `meta` argument. ROWS: (b, c) rows of the output (B*C), or its
 # channels when the sum runs over b (dw). LA: len(a). N_OUT: outputs per row (T, or L for dw).
@@ -296,11 +297,7 @@ def forward(w: Tensor, k: Tensor, out: Tensor, eps: float) -> None:
     if _use_fft(w, k):
         _fft_forward(w, k, out, eps)
     elif _use_conv1d(k):
-        length = w.shape[1]
-        pad = torch.nn.functional.pad(k, (length - 1, 0))
-        out.copy_(torch.nn.functional.conv1d(pad, w.unsqueeze(1), groups=w.shape[0]))
-        if eps:
-            out.add_(eps)
+        reference.forward(w, k, out, eps)  # F.conv1d: the torch backend's own forward
     else:
         _window_dot(w, k, out, offset=w.shape[1] - 1, eps=eps)
 
