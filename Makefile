@@ -88,12 +88,10 @@ dist: $(STAMP)
 
 # Not run again here: the 3.14 resolution (no Taichi in it) and the torch.compile / opcheck
 # tests (they check the ops' torch registration, the same code whichever Taichi runs them).
-# Known to differ on taichi_forge, left out by name until fixed there or here (CHANGELOG):
-# RWKV-4's +inf/NaN propagation (forge's kernels give finite values where the formula gives NaN),
-# the lean launcher and the word-view read check (upstream internals, off on forge by design),
-# and three runtime tests whose child processes import upstream `taichi` by name.
-FORGE_KNOWN := test_pos_inf_propagates_as_the_formula test_nonfinite_inputs_propagate_like_torch_route \
-	test_plans_launch_through_the_bound_lean_launcher test_reads_stay_in_the_word_view \
+# Known to differ on taichi_forge, left out by name (CHANGELOG): the lean launcher and the
+# word-view read check (upstream internals, off on forge by design), and three runtime tests
+# whose child processes import upstream `taichi` by name.
+FORGE_KNOWN := test_plans_launch_through_the_bound_lean_launcher test_reads_stay_in_the_word_view \
 	test_users_taichi_with_default_ip_i64_is_refused_with_the_reason \
 	test_users_failed_default_ip_i16_start_leaves_the_kernels_working \
 	test_interrupted_first_import_of_taichi_recovers_at_the_next_call

@@ -59,14 +59,14 @@ def _build_kernels(ti: Any) -> dict[str, Any]:
         return ti.select(is_nan(a), a, ti.select(is_nan(b), b, ti.max(a, b)))
 
     @ti.func
-    def exp_neg(x, fast: ti.template()):
+    def exp_neg(x, single: ti.template()):
         # e**x for x <= 0. The float32 version is a Cephes-style expf: x = n ln2 + r with
         # |r| <= ln2/2, a degree-6 polynomial for e**r and 2**n made from its exponent bits.
         # Unlike a libm call, LLVM can vectorize it across the lanes. Below about -87.7 the
         # result flushes to 0 (n = -127 gives the bits of 0.0); e**x would be subnormal there.
         # NaN propagates (as torch's exp does): the clamp below would turn it into -88.
         out = x
-        if ti.static(fast):
+        if ti.static(single):
             z = ti.max(x, -88.0)
             n = ti.floor(z * 1.44269504088896341 + 0.5)
             r = z - n * 0.693359375 + n * 2.12194440e-4  # ln2 split in two: r stays exact
@@ -93,22 +93,28 @@ def _build_kernels(ti: Any) -> dict[str, Any]:
             return ti.Vector([a[i + j] for j in ti.static(range(n))])
 
     @ti.func
-    def is_pos_inf(x):
-        # From the bits, as is_nan (fast-math may fold comparisons with infinity), of x widened
-        # to float64 (exact for float32), so one test serves both dtypes.
-        bits = ti.bit_cast(ti.cast(x, ti.f64), ti.i64)
-        return (ti.cast(bits >> 32, ti.i32) == 0x7FF00000) & (ti.cast(bits, ti.i32) == 0)
+    def is_pos_inf(x, single: ti.template()):
+        # From the bits of x in its own width (single: float32). Only for loaded values:
+        # fast-math marks arithmetic results, a float32 -> float64 widening included, as never
+        # infinite, and newer LLVM (taichi-forge's) folds this test on them to False.
+        out = False
+        if ti.static(single):
+            out = ti.bit_cast(x, ti.i32) == 0x7F800000
+        else:
+            bits = ti.bit_cast(x, ti.i64)
+            out = (ti.cast(bits >> 32, ti.i32) == 0x7FF00000) & (ti.cast(bits, ti.i32) == 0)
+        return out
 
     @ti.func
-    def scales(a, b, fast: ti.template()):
+    def scales(a, b, pos_inf, single: ti.template()):
         # (e**(a - m), e**(b - m)) with m = max(a, b), one exp: the other's is e**-|a - b|,
         # the leader's e**(m - m), which is 1 unless m is not finite. There the formula gives
         # NaN (m = +inf, both -inf, or a NaN in either), as torch does: a +inf in k or u must
-        # not be taken as a weight of 1 (a frozen channel with finite outputs).
+        # not be taken as a weight of 1 (a frozen channel with finite outputs). pos_inf: a or
+        # b is +inf, known from the loaded inputs (see is_pos_inf), not tested on a and b.
         d = a - b
-        e = exp_neg(-ti.abs(d), fast)
-        lead = ti.select(is_nan(d) | is_pos_inf(a) | is_pos_inf(b), ti.bit_cast(0x7FC00000, ti.f32),
-                         1.0)
+        e = exp_neg(-ti.abs(d), single)
+        lead = ti.select(is_nan(d) | pos_inf, ti.bit_cast(0x7FC00000, ti.f32), 1.0)
         return ti.select(d >= 0, lead, e), ti.select(d >= 0, e, lead)
 
     @ti.func
@@ -116,7 +122,7 @@ def _build_kernels(ti: Any) -> dict[str, Any]:
                       k: ti.template(), v: ti.template(), y: ti.template(),
                       states: ti.template(), b: ti.i32, c: ti.i32,
                       n_b: ti.i32, n_t: ti.i32, n_c: ti.i32, n: ti.template(),
-                      save: ti.template(), fast: ti.template(), packed: ti.template()):
+                      save: ti.template(), single: ti.template(), packed: ti.template()):
         # Channels c .. c+n-1 of batch row b, the recurrence of rwkv.md:
         #   y = (e1 aa + e2 v) / (e1 bb + e2), scales of (pp, u + k);
         #   aa, bb, pp = f1 aa + f2 v, f1 bb + f2, max(w + pp, k), scales of (w + pp, k).
@@ -126,6 +132,11 @@ def _build_kernels(ti: Any) -> dict[str, Any]:
         aa = ti.Vector([state[st + j] for j in ti.static(range(n))])
         bb = ti.Vector([state[st + n_c + j] for j in ti.static(range(n))])
         pp = ti.Vector([state[st + 2 * n_c + j] for j in ti.static(range(n))])
+        # Which of u and pp are +inf. pp turns +inf only when a k does (w + pp <= pp) and then
+        # stays so (or NaN, which is_nan sees), so a flag carried beside it knows without a test
+        # on the running value.
+        u_inf = ti.Vector([is_pos_inf(u[j], single) for j in ti.static(range(n))])
+        p_inf = ti.Vector([is_pos_inf(pp[j], single) for j in ti.static(range(n))])
         # Without save the final state goes straight into the (B, 3, C) tensor the op returns.
         plane = n_c
         so = st
@@ -149,13 +160,15 @@ def _build_kernels(ti: Any) -> dict[str, Any]:
                     states[so + plane + j] = bb[j]
                     states[so + 2 * plane + j] = pp[j]
             for j in ti.static(range(n)):
-                e1, e2 = scales(pp[j], u[j] + kt[j], fast)
+                k_inf = is_pos_inf(kt[j], single)
+                e1, e2 = scales(pp[j], u[j] + kt[j], p_inf[j] | u_inf[j] | k_inf, single)
                 yt[j] = (e1 * aa[j] + e2 * vt[j]) / (e1 * bb[j] + e2)
                 ww = w[j] + pp[j]
-                f1, f2 = scales(ww, kt[j], fast)
+                f1, f2 = scales(ww, kt[j], p_inf[j] | k_inf, single)
                 aa[j] = f1 * aa[j] + f2 * vt[j]
                 bb[j] = f1 * bb[j] + f2
                 pp[j] = nan_max(ww, kt[j])
+                p_inf[j] |= k_inf
             for j in ti.static(range(n)):
                 y[dst + j] = y_prev[j]
             y_prev = yt
@@ -175,7 +188,7 @@ def _build_kernels(ti: Any) -> dict[str, Any]:
                        gy: ti.template(), states: ti.template(), gk: ti.template(),
                        gv: ti.template(), grads: ti.template(), b: ti.i32, c: ti.i32,
                        n_b: ti.i32, n_t: ti.i32, n_c: ti.i32, n: ti.template(),
-                       fast: ti.template(), packed: ti.template()):
+                       single: ti.template(), packed: ti.template()):
         # Reverse-mode through each step, from the saved state before it, exactly as autograd
         # would go through the forward ops, except for the max m of the output's pair: the
         # output is invariant to that common scale, so its gradient is exactly zero. Carried:
@@ -206,14 +219,17 @@ def _build_kernels(ti: Any) -> dict[str, Any]:
             gvt = kt * 0
             for j in ti.static(range(n)):
                 # Output: y = num / den.
-                e1, e2 = scales(pp[j], u[j] + kt[j], fast)
+                k_inf = is_pos_inf(kt[j], single)
+                p_inf = is_pos_inf(pp[j], single)
+                u_inf = is_pos_inf(u[j], single)
+                e1, e2 = scales(pp[j], u[j] + kt[j], p_inf | u_inf | k_inf, single)
                 inv = 1.0 / (e1 * bb[j] + e2)
                 g_num = gyt[j] * inv
                 g_den = -g_num * (e1 * aa[j] + e2 * vt[j]) * inv
                 g_uk = e2 * (g_num * vt[j] + g_den)  # through e2 to u + k; to pp: its negative
                 # State update: aa' = f1 aa + f2 v, bb' = f1 bb + f2, pp' = max(w + pp, k).
                 ww = w[j] + pp[j]
-                f1, f2 = scales(ww, kt[j], fast)
+                f1, f2 = scales(ww, kt[j], p_inf | k_inf, single)
                 g_f1 = (ga[j] * aa[j] + gb[j] * bb[j]) * f1
                 g_f2 = (ga[j] * vt[j] + gb[j]) * f2
                 g_max = gp[j] - g_f1 - g_f2  # through m = max(ww, k), shared by f1 and f2
@@ -256,7 +272,7 @@ def _build_kernels(ti: Any) -> dict[str, Any]:
         def wkv_forward(decay: nd(ndim=1), first: nd(ndim=1), state: nd(ndim=1), k: loads,
                         v: loads, y: nd(ndim=1), states: nd(ndim=1),
                         meta: nd(dtype=ti.i32, ndim=1), lanes: ti.template(),
-                        save: ti.template(), fast: ti.template(), serial: ti.template()):
+                        save: ti.template(), single: ti.template(), serial: ti.template()):
             n_b, n_t, n_c = meta[0], meta[1], meta[2]
             blocks = (n_c - 1) // lanes + 1  # n_c >= 1; n_c + lanes could pass 2**31
             # A few steps of a few chains (one-token generation) run on the launching thread:
@@ -268,21 +284,21 @@ def _build_kernels(ti: Any) -> dict[str, Any]:
                 c0 = (task - b * blocks) * lanes
                 if ti.static(lanes == 1 or packed):
                     forward_chain(decay, first, state, k, v, y, states, b, c0, n_b, n_t, n_c,
-                                  lanes, save, fast, packed)
+                                  lanes, save, single, packed)
                 else:
                     if c0 <= n_c - lanes:
                         forward_chain(decay, first, state, k, v, y, states, b, c0, n_b, n_t,
-                                      n_c, lanes, save, fast, False)
+                                      n_c, lanes, save, single, False)
                     else:  # the last, partial block: one channel at a time
                         for c in range(c0, n_c):
                             forward_chain(decay, first, state, k, v, y, states, b, c, n_b, n_t,
-                                          n_c, 1, save, fast, False)
+                                          n_c, 1, save, single, False)
 
         @ti.kernel
         def wkv_backward(params: nd(ndim=1), k: loads, v: loads, gy: loads, states: loads,
                          gk: nd(ndim=1), gv: nd(ndim=1), grads: nd(ndim=1),
                          meta: nd(dtype=ti.i32, ndim=1), lanes: ti.template(),
-                         fast: ti.template()):
+                         single: ti.template()):
             n_b, n_t, n_c = meta[0], meta[1], meta[2]
             blocks = (n_c - 1) // lanes + 1  # n_c >= 1; n_c + lanes could pass 2**31
             for task in range(n_b * blocks):
@@ -290,15 +306,15 @@ def _build_kernels(ti: Any) -> dict[str, Any]:
                 c0 = (task - b * blocks) * lanes
                 if ti.static(lanes == 1 or packed):
                     backward_chain(params, k, v, gy, states, gk, gv, grads, b, c0, n_b, n_t,
-                                   n_c, lanes, fast, packed)
+                                   n_c, lanes, single, packed)
                 else:
                     if c0 <= n_c - lanes:
                         backward_chain(params, k, v, gy, states, gk, gv, grads, b, c0, n_b,
-                                       n_t, n_c, lanes, fast, False)
+                                       n_t, n_c, lanes, single, False)
                     else:
                         for c in range(c0, n_c):
                             backward_chain(params, k, v, gy, states, gk, gv, grads, b, c, n_b,
-                                           n_t, n_c, 1, fast, False)
+                                           n_t, n_c, 1, single, False)
 
         return wkv_forward, wkv_backward
 
@@ -309,11 +325,12 @@ def _build_kernels(ti: Any) -> dict[str, Any]:
 
 # fmt: on
 def _switches(k: Tensor) -> tuple[int, bool, bool]:
-    """(lanes, the float32 polynomial exp, packed loads) for a launch on ``k`` ``(B, T, C)``:
-    the CPU reads float32 inputs as vectors of ``_LANES`` where C allows."""
+    """(lanes, single, packed loads) for a launch on ``k`` ``(B, T, C)``. single: float32 data
+    (the polynomial exp, 32-bit tests of the bits); the CPU reads float32 inputs as vectors of
+    ``_LANES`` where C allows."""
     lanes = 1 if TAICHI.gpu_order else _LANES
-    fast = k.dtype == torch.float32
-    return lanes, fast, fast and lanes == _LANES and k.shape[2] % _LANES == 0
+    single = k.dtype == torch.float32
+    return lanes, single, single and lanes == _LANES and k.shape[2] % _LANES == 0
 
 
 def _loads(t: Tensor, packed: bool) -> Tensor:
@@ -348,7 +365,7 @@ def forward(
     save = states.dim() == 4
     tensors = (time_decay, time_first, state, k, v, y, states)
     with TAICHI.session(k.device, "wkv", _build_kernels, (k, states)) as kernels:
-        lanes, fast, packed = _switches(k)
+        lanes, single, packed = _switches(k)
         key = (k.shape, k.dtype, k.device, save, lanes)
         step = _steps.get(key)
         if step is not None and step.launch(tensors):
@@ -356,7 +373,7 @@ def forward(
         kernel = kernels["forward_packed" if packed else "forward"]
         args = (
             time_decay, time_first, state.reshape(-1), _loads(k, packed), _loads(v, packed),
-            y.reshape(-1), states.reshape(-1), _meta(k), lanes, save, fast,
+            y.reshape(-1), states.reshape(-1), _meta(k), lanes, save, single,
             serial_launch(y, _SERIAL_BYTES),
         )  # fmt: skip
         kernel(*args)
@@ -382,9 +399,9 @@ def backward(
         forward(time_decay, u, state, k, v, torch.empty_like(k), states)
     params = torch.cat([w, u, gstate.reshape(-1)])
     with TAICHI.session(k.device, "wkv", _build_kernels, (k, states, params, grads)) as kernels:
-        lanes, fast, packed = _switches(k)
+        lanes, single, packed = _switches(k)
         kernels["backward_packed" if packed else "backward"](
             params, _loads(k, packed), _loads(v, packed), _loads(gy, packed),
             _loads(states, packed), gk.reshape(-1), gv.reshape(-1), grads.reshape(-1), _meta(k),
-            lanes, fast,
+            lanes, single,
         )  # fmt: skip
