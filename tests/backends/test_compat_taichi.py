@@ -392,3 +392,48 @@ def test_the_checker_sees_a_taichi_internal() -> None:
     source = "from taichi.lang import impl\nti.lang.impl.get_runtime().prog\nk._primal"
     assert len(_taichi_private_names(ast.parse(source))) >= 3
     assert _taichi_private_names(ast.parse("ti.kernel\nti.types.ndarray()\nti.cpu")) == []
+
+
+_CHUNK_PROBE = """
+import sys
+ti = __import__(sys.argv[1])
+ti.init(arch=ti.cpu, print_ir=True, offline_cache=False, cpu_max_num_threads=3, **(
+    {"compile_tier": "full"} if ti.__name__ == "taichi_forge" else {}))
+
+@ti.kernel
+def probe(a: ti.types.ndarray(dtype=ti.f32, ndim=1)):
+    for i in range(a.shape[0]):
+        a[i] = a[i] + 1.0
+
+import numpy as np
+probe(np.zeros(4, np.float32))
+"""
+
+
+def test_cpu_range_for_chunks_are_what_spread_assumes(tmp_path: Path) -> None:
+    """``CPU_MIN_CHUNK``: Taichi's CPU range-for becomes one loop per thread over a run of at
+    least that many iterations (``backends.taichi.spread`` works around it). Read from the IR
+    Taichi prints after its ``make_cpu_multithreaded_range_for`` pass: a Taichi that schedules
+    otherwise fails here, and ``spread`` must be measured again."""
+    import subprocess
+    import sys
+
+    script = tmp_path / "probe.py"
+    script.write_text(_CHUNK_PROBE)
+    run = subprocess.run(
+        [sys.executable, str(script), _ti().__name__], capture_output=True, text=True,
+        timeout=120,
+    )  # fmt: skip
+    assert run.returncode == 0, run.stderr[-2000:]
+    ir = run.stdout  # the IR (its stage names go to stderr)
+    start = ir.find("offloaded range_for(0, 3)")  # a loop per thread (3 asked for) ...
+    assert start >= 0, ir[-3000:]
+    head = ir[start:].splitlines()[:16]
+    # ... each over max(ceil(n / 3), CPU_MIN_CHUNK) iterations
+    chunk = [line.strip() for line in head if line.strip().startswith("<i32> $")
+             and line.strip().endswith(f" = const {_lean.CPU_MIN_CHUNK}")]  # fmt: skip
+    assert chunk, head
+    assert any(" = max " in line for line in head), head
+    F.pad(torch.zeros(1, 2, 2), 1)  # Taichi runs here
+    assert _lean.cpu_threads(_ti()) == (os.cpu_count() or 1)
+    assert TAICHI.cpu_iterations == _lean.CPU_MIN_CHUNK * _lean.cpu_threads(_ti())

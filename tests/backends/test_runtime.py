@@ -40,6 +40,27 @@ def _torch_pad(g: PadGeometry, mode: str, x: torch.Tensor, **kw: Any) -> torch.T
 
 
 # ---------------------------------------------------------------------------------------------
+# spreading few heavy tasks over Taichi's CPU threads
+
+
+@pytest.mark.parametrize("need", [0, 1, 1024, 1000])
+def test_spread_gives_few_tasks_enough_iterations_and_many_tasks_one(
+    need: int, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from tipad_transforms.backends.taichi import spread
+
+    monkeypatch.setattr(TAICHI, "cpu_iterations", need)
+    for tasks in (1, 3, 7, 511, 512, 999, 1000, 1024, 5000):
+        got = spread(tasks)
+        assert got >= 1 and spread(tasks, serial=True) == 1
+        if tasks >= need:
+            assert got == 1, (tasks, need)
+        else:  # the fewest iterations per task that reach every thread's run
+            assert tasks * got >= need > tasks * (got - 1), (tasks, need, got)
+    assert spread(0) == 1
+
+
+# ---------------------------------------------------------------------------------------------
 # threads
 
 

@@ -30,12 +30,14 @@ from typing import Any
 from torch import Tensor
 
 __all__ = [
+    "CPU_MIN_CHUNK",
     "KNOWN",
     "LEAN_ENV",
     "MISSING",
     "Bound",
     "LeanKernel",
     "Steps",
+    "cpu_threads",
     "default_ip",
     "is_kernel",
     "lean_supported",
@@ -82,6 +84,21 @@ def default_ip(ti: Any) -> Any:
     kernels need)."""
     impl = _impl(ti)
     return ti.i32 if impl is None else impl.current_cfg().default_ip
+
+
+#: Taichi's CPU range-for (1.7.4's and taichi_forge 0.7's ``make_cpu_multithreaded_range_for``
+#: pass) gives each thread one contiguous run of at least this many iterations, whatever
+#: ``ti.loop_config(block_dim=...)`` asks: a loop of at most this many runs on one thread.
+#: ``tests/backends/test_compat_taichi.py`` reads it from the compiled IR.
+CPU_MIN_CHUNK = 512
+
+
+def cpu_threads(ti: Any) -> int:
+    """The CPU threads of ``ti``'s initialised runtime (default: ``os.cpu_count()``, what
+    Taichi starts with)."""
+    impl = _impl(ti)
+    threads = getattr(impl.current_cfg(), "cpu_max_num_threads", 0) if impl is not None else 0
+    return threads if isinstance(threads, int) and threads > 0 else (os.cpu_count() or 1)
 
 
 def is_kernel(value: Any) -> bool:

@@ -49,6 +49,7 @@ __all__ = [
     "advise_huge_pages",
     "serial_launch",
     "set_backend",
+    "spread",
 ]
 
 #: Import names of the Taichi modules the backend runs on, in the order of preference.
@@ -96,7 +97,8 @@ class TaichiBackend(Backend):
     found in before a fork); ``kernels``: each family's kernels, built at its first launch;
     ``gpu_order``: whether the families take their GPU loop order (one thread per element),
     set from the arch at initialisation, switched by tests to check that order on the CPU;
-    ``serial_bytes``: ``serial_launch``'s limit.
+    ``serial_bytes``: ``serial_launch``'s limit; ``cpu_iterations``: the loop length that
+    reaches every CPU thread (``spread``; 0 off the CPU arch), set at initialisation.
     """
 
     name = "taichi"
@@ -110,6 +112,7 @@ class TaichiBackend(Backend):
         self.kernels: dict[str, dict[str, Any]] = {}
         self.gpu_order: bool | None = None
         self.serial_bytes = SERIAL_BYTES
+        self.cpu_iterations = 0
         self.lock = threading.RLock()
         self._load_lock = threading.Lock()
         os.register_at_fork(before=self._before_fork, after_in_child=self._after_fork)
@@ -328,6 +331,7 @@ class TaichiBackend(Backend):
                 raise Refused(foreign)
         # The device type served (Taichi's own arch may differ: a GPU arch for CPU tensors).
         self.arch, self.pid = device.type, os.getpid()
+        self.cpu_iterations = compat.CPU_MIN_CHUNK * compat.cpu_threads(ti) if arch == "cpu" else 0
         if self.gpu_order is None:
             self.gpu_order = arch != "cpu"
 
@@ -477,6 +481,20 @@ def serial_launch(out: Tensor, limit: int | None = None) -> bool:
     """
     limit = TAICHI.serial_bytes if limit is None else limit
     return out.device.type == "cpu" and out.numel() * out.element_size() <= limit
+
+
+def spread(tasks: int, serial: bool = False) -> int:
+    """How many loop iterations a kernel gives each of its ``tasks`` parallel tasks, so that
+    Taichi's CPU range-for shares them among its threads.
+
+    Taichi gives each CPU thread one contiguous run of at least ``compat.CPU_MIN_CHUNK``
+    iterations, so a kernel with a few hundred heavy tasks (a chain per (batch, channel group),
+    a row group per head) ran on one thread. Such a kernel loops over ``tasks * spread``
+    iterations and works on every ``spread``-th; each thread's run then holds its share. 1 on
+    a GPU arch, for a ``serial`` launch, or where the tasks already reach every thread.
+    """
+    need = TAICHI.cpu_iterations
+    return 1 if serial or tasks <= 0 or tasks >= need else -(-need // tasks)
 
 
 _HUGE = 1 << 21  # a transparent huge page on x86-64 and most arm64 kernels

@@ -93,6 +93,14 @@ def lanes(request: pytest.FixtureRequest, monkeypatch: pytest.MonkeyPatch) -> It
     yield
 
 
+@pytest.fixture(params=[0, 30, 1000], ids=["spread-1", "spread-few", "spread-many"])
+def spreads(request: pytest.FixtureRequest, monkeypatch: pytest.MonkeyPatch) -> Iterator[None]:
+    """The CPU loops' iterations per task (``backends.taichi.spread``): one, a few (4 tasks of
+    8 lanes at (2, 6, 11): 8; 22 chains in the GPU order: 2) and hundreds."""
+    monkeypatch.setattr(TAICHI, "cpu_iterations", request.param)
+    yield
+
+
 def assert_close(a: torch.Tensor, b: torch.Tensor, rtol: float, atol: float) -> None:
     torch.testing.assert_close(a.double(), b.double(), rtol=rtol, atol=atol)
 
@@ -314,7 +322,7 @@ def test_chunks_equal_whole(dtype: torch.dtype) -> None:
 
 
 @pytest.mark.parametrize("save", [False, True])
-def test_launchers_write_every_output(save: bool, lanes: None) -> None:
+def test_launchers_write_every_output(save: bool, lanes: None, spreads: None) -> None:
     b, t, c = 2, 6, 11
     td, tf, k, v = make_inputs(b, t, c, seed=14)
     state = make_state(b, c)

@@ -95,6 +95,14 @@ def small_chunks(monkeypatch: pytest.MonkeyPatch) -> Iterator[int]:
     yield 8
 
 
+@pytest.fixture(params=[0, 30, 1000], ids=["spread-1", "spread-few", "spread-many"])
+def spreads(request: pytest.FixtureRequest, monkeypatch: pytest.MonkeyPatch) -> Iterator[None]:
+    """The CPU loops' iterations per task (``backends.taichi.spread``): one, a few and
+    hundreds (the launcher test's row groups: 4 to 16 tasks; its backward sums: 16)."""
+    monkeypatch.setattr(TAICHI, "cpu_iterations", request.param)
+    yield
+
+
 def assert_close(a: torch.Tensor, b: torch.Tensor, rtol: float, atol: float) -> None:
     torch.testing.assert_close(a.double(), b.double(), rtol=rtol, atol=atol)
 
@@ -400,7 +408,7 @@ def test_chunks_equal_whole(dtype: torch.dtype, small_chunks: int) -> None:
 
 # 24: a last, partial group of rows; 7, 24: blocks with idle threads; 128: the largest head
 @pytest.mark.parametrize("n_n", [128, 64, 24, 7])
-def test_launchers_write_every_output(n_n: int, order: None) -> None:
+def test_launchers_write_every_output(n_n: int, order: None, spreads: None) -> None:
     if n_n == 128 and not TAICHI.gpu_order:
         pytest.skip("N = 128 in the CPU order: its 2048-number local arrays compile for 10 s")
     n_b, n_t, n_h, chunk = 2, 11, 2, 4

@@ -20,7 +20,7 @@ from torch import Tensor
 
 from ..._compat.taichi import Steps
 from ..._value_cache import constant
-from ...backends.taichi import TAICHI, serial_launch
+from ...backends.taichi import TAICHI, serial_launch, spread
 
 # Adjacent channels per CPU task (a power of two; 1 = the GPU order, one chain per task).
 _LANES = 8
@@ -41,8 +41,9 @@ def _build_kernels(ti: Any) -> dict[str, Any]:
     the user holds them (``w = -exp(time_decay)`` is computed per chain: a one-token step then
     spends no torch call on it) and its ``state`` ``(B, 3, C)``; the backward's ``params``:
     ``w, u, gstate (B, 3, C)`` (the gradient of the final state). ``grads``: ``gw (B, C), gu (B, C),
-    gstate_in (B, 3, C)``. ``meta``: int32 ``[B, T, C]``. Scalars travel packed because each
-    kernel argument costs tens of microseconds of Python per launch.
+    gstate_in (B, 3, C)``. ``meta``: int32 ``[B, T, C, spread]`` (``backends.taichi.spread``).
+    Scalars travel packed because each kernel argument costs tens of microseconds of Python per
+    launch.
     """
     nd = ti.types.ndarray
 
@@ -273,48 +274,52 @@ def _build_kernels(ti: Any) -> dict[str, Any]:
                         v: loads, y: nd(ndim=1), states: nd(ndim=1),
                         meta: nd(dtype=ti.i32, ndim=1), lanes: ti.template(),
                         save: ti.template(), single: ti.template(), serial: ti.template()):
-            n_b, n_t, n_c = meta[0], meta[1], meta[2]
+            n_b, n_t, n_c, sp = meta[0], meta[1], meta[2], meta[3]
             blocks = (n_c - 1) // lanes + 1  # n_c >= 1; n_c + lanes could pass 2**31
             # A few steps of a few chains (one-token generation) run on the launching thread:
             # waking Taichi's pool would cost more than they take.
             ti.loop_config(serialize=serial)
             # With lanes == 1, task = b * C + c: adjacent CUDA threads take adjacent channels.
-            for task in range(n_b * blocks):
-                b = task // blocks
-                c0 = (task - b * blocks) * lanes
-                if ti.static(lanes == 1 or packed):
-                    forward_chain(decay, first, state, k, v, y, states, b, c0, n_b, n_t, n_c,
-                                  lanes, save, single, packed)
-                else:
-                    if c0 <= n_c - lanes:
+            for it in range(n_b * blocks * sp):
+                if it % sp == 0:  # sp iterations per task: see backends.taichi.spread
+                    task = it // sp
+                    b = task // blocks
+                    c0 = (task - b * blocks) * lanes
+                    if ti.static(lanes == 1 or packed):
                         forward_chain(decay, first, state, k, v, y, states, b, c0, n_b, n_t,
-                                      n_c, lanes, save, single, False)
-                    else:  # the last, partial block: one channel at a time
-                        for c in range(c0, n_c):
-                            forward_chain(decay, first, state, k, v, y, states, b, c, n_b, n_t,
-                                          n_c, 1, save, single, False)
+                                      n_c, lanes, save, single, packed)
+                    else:
+                        if c0 <= n_c - lanes:
+                            forward_chain(decay, first, state, k, v, y, states, b, c0, n_b,
+                                          n_t, n_c, lanes, save, single, False)
+                        else:  # the last, partial block: one channel at a time
+                            for c in range(c0, n_c):
+                                forward_chain(decay, first, state, k, v, y, states, b, c,
+                                              n_b, n_t, n_c, 1, save, single, False)
 
         @ti.kernel
         def wkv_backward(params: nd(ndim=1), k: loads, v: loads, gy: loads, states: loads,
                          gk: nd(ndim=1), gv: nd(ndim=1), grads: nd(ndim=1),
                          meta: nd(dtype=ti.i32, ndim=1), lanes: ti.template(),
                          single: ti.template()):
-            n_b, n_t, n_c = meta[0], meta[1], meta[2]
+            n_b, n_t, n_c, sp = meta[0], meta[1], meta[2], meta[3]
             blocks = (n_c - 1) // lanes + 1  # n_c >= 1; n_c + lanes could pass 2**31
-            for task in range(n_b * blocks):
-                b = task // blocks
-                c0 = (task - b * blocks) * lanes
-                if ti.static(lanes == 1 or packed):
-                    backward_chain(params, k, v, gy, states, gk, gv, grads, b, c0, n_b, n_t,
-                                   n_c, lanes, single, packed)
-                else:
-                    if c0 <= n_c - lanes:
+            for it in range(n_b * blocks * sp):
+                if it % sp == 0:
+                    task = it // sp
+                    b = task // blocks
+                    c0 = (task - b * blocks) * lanes
+                    if ti.static(lanes == 1 or packed):
                         backward_chain(params, k, v, gy, states, gk, gv, grads, b, c0, n_b,
-                                       n_t, n_c, lanes, single, False)
+                                       n_t, n_c, lanes, single, packed)
                     else:
-                        for c in range(c0, n_c):
-                            backward_chain(params, k, v, gy, states, gk, gv, grads, b, c, n_b,
-                                           n_t, n_c, 1, single, False)
+                        if c0 <= n_c - lanes:
+                            backward_chain(params, k, v, gy, states, gk, gv, grads, b, c0,
+                                           n_b, n_t, n_c, lanes, single, False)
+                        else:
+                            for c in range(c0, n_c):
+                                backward_chain(params, k, v, gy, states, gk, gv, grads, b, c,
+                                               n_b, n_t, n_c, 1, single, False)
 
         return wkv_forward, wkv_backward
 
@@ -337,11 +342,13 @@ def _loads(t: Tensor, packed: bool) -> Tensor:
     return t.reshape(-1, _LANES) if packed else t.reshape(-1)
 
 
-def _meta(k: Tensor) -> Tensor:
-    """``[B, T, C]`` int32 on ``k``'s device (read only; one per shape in use)."""
+def _meta(k: Tensor, lanes: int, serial: bool = False) -> Tensor:
+    """``[B, T, C, spread]`` int32 on ``k``'s device (read only; one per shape in use)."""
+    n_b, _, n_c = k.shape
+    sp = spread(n_b * -(-n_c // lanes), serial)
     return constant(
-        ("wkv meta", *k.shape, k.device),
-        lambda: torch.tensor(list(k.shape), dtype=torch.int32).to(k.device, non_blocking=True),
+        ("wkv meta", *k.shape, sp, k.device),
+        lambda: torch.tensor([*k.shape, sp], dtype=torch.int32).to(k.device, non_blocking=True),
     )
 
 
@@ -366,15 +373,16 @@ def forward(
     tensors = (time_decay, time_first, state, k, v, y, states)
     with TAICHI.session(k.device, "wkv", _build_kernels, (k, states)) as kernels:
         lanes, single, packed = _switches(k)
-        key = (k.shape, k.dtype, k.device, save, lanes)
+        key = (k.shape, k.dtype, k.device, save, lanes, TAICHI.cpu_iterations)
         step = _steps.get(key)
         if step is not None and step.launch(tensors):
             return
         kernel = kernels["forward_packed" if packed else "forward"]
+        serial = serial_launch(y, _SERIAL_BYTES)
         args = (
             time_decay, time_first, state.reshape(-1), _loads(k, packed), _loads(v, packed),
-            y.reshape(-1), states.reshape(-1), _meta(k), lanes, save, single,
-            serial_launch(y, _SERIAL_BYTES),
+            y.reshape(-1), states.reshape(-1), _meta(k, lanes, serial), lanes, save, single,
+            serial,
         )  # fmt: skip
         kernel(*args)
         _steps.record(key, kernel, args, len(tensors))
@@ -402,6 +410,6 @@ def backward(
         lanes, single, packed = _switches(k)
         kernels["backward_packed" if packed else "backward"](
             params, _loads(k, packed), _loads(v, packed), _loads(gy, packed),
-            _loads(states, packed), gk.reshape(-1), gv.reshape(-1), grads.reshape(-1), _meta(k),
-            lanes, single,
+            _loads(states, packed), gk.reshape(-1), gv.reshape(-1), grads.reshape(-1),
+            _meta(k, lanes), lanes, single,
         )  # fmt: skip

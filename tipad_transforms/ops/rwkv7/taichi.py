@@ -34,7 +34,7 @@ from torch import Tensor
 
 from ..._compat.taichi import Steps
 from ..._value_cache import constant
-from ...backends.taichi import TAICHI
+from ...backends.taichi import TAICHI, spread
 from . import chunked
 
 # Value rows per task of the CPU's kernels (their states held in a local array).
@@ -61,8 +61,9 @@ def _gpu_kernel(kernels: dict[str, Any], simple: str, block: str) -> tuple[Any, 
     return kernels[block], True
 
 
-# meta (int32): B, T, H, N, chunk, S (the states' slot count).
-_B, _T, _H, _N, _CHUNK, _SLOTS = range(6)
+# meta (int32): B, T, H, N, chunk, S (the states' slot count), and the CPU kernels' spreads
+# (backends.taichi.spread) of their row-group loops and of the backward's per-step sums.
+_B, _T, _H, _N, _CHUNK, _SLOTS, _SPREAD, _SPREAD_SUMS = range(8)
 
 
 # fmt: off
@@ -261,28 +262,30 @@ def _build_kernels(ti: Any) -> dict[str, Any]:
                      states: nd(ndim=1), meta: nd(dtype=ti.i32, ndim=1), save: ti.template(),
                      nk: ti.template(), dt: ti.template(), serial: ti.template()):
         n_b, n_t, n_h = meta[_B], meta[_T], meta[_H]
-        chunk, slots = meta[_CHUNK], meta[_SLOTS]
+        chunk, slots, spread_rows = meta[_CHUNK], meta[_SLOTS], meta[_SPREAD]
         nn = nk * nk
         step = n_h * nk
         # A one-token step (generation) runs on the launching thread: waking Taichi's pool
         # costs more than it takes (milliseconds on a busy machine).
         ti.loop_config(serialize=serial)
-        for task in range(n_b * n_h * ((nk + _ROWS - 1) // _ROWS)):
-            bi, h, i0, rows, bh = group_of(task, n_h, nk)
-            s = ti.Vector.zero(dt, _ROWS * nk)
-            sa = ti.Vector.zero(dt, _ROWS)
-            load_rows(s, state, bh * nn + i0 * nk, rows * nk)
-            x = (bi * n_t * n_h + h) * nk
-            first_sums(s, sa, a, x, rows, nk)
-            for t in range(n_t):
-                if ti.static(save):
-                    if t % chunk == 0:
-                        store_rows(states, (bh * slots + t // chunk) * nn + i0 * nk, s,
-                                   rows * nk)
-                xn = x + step if t + 1 < n_t else x  # the last step's next sums are unused
-                advance(s, sa, r, d, k, v, a, b, y, x, xn, i0, rows, nk, True, dt)
-                x += step
-            store_rows(states, (bh * slots + slots - 1) * nn + i0 * nk, s, rows * nk)
+        for it in range(n_b * n_h * ((nk + _ROWS - 1) // _ROWS) * spread_rows):
+            if it % spread_rows == 0:  # see backends.taichi.spread
+                task = it // spread_rows
+                bi, h, i0, rows, bh = group_of(task, n_h, nk)
+                s = ti.Vector.zero(dt, _ROWS * nk)
+                sa = ti.Vector.zero(dt, _ROWS)
+                load_rows(s, state, bh * nn + i0 * nk, rows * nk)
+                x = (bi * n_t * n_h + h) * nk
+                first_sums(s, sa, a, x, rows, nk)
+                for t in range(n_t):
+                    if ti.static(save):
+                        if t % chunk == 0:
+                            store_rows(states, (bh * slots + t // chunk) * nn + i0 * nk, s,
+                                       rows * nk)
+                    xn = x + step if t + 1 < n_t else x  # the last step's next sums are unused
+                    advance(s, sa, r, d, k, v, a, b, y, x, xn, i0, rows, nk, True, dt)
+                    x += step
+                store_rows(states, (bh * slots + slots - 1) * nn + i0 * nk, s, rows * nk)
 
     @ti.kernel
     def backward_rows(r: nd(ndim=1), d: nd(ndim=1), k: nd(ndim=1), v: nd(ndim=1),
@@ -294,82 +297,87 @@ def _build_kernels(ti: Any) -> dict[str, Any]:
         # backward_chunk's scheme and scratch layouts in the CPU's order.
         n_b, n_t, n_h = meta[_B], meta[_T], meta[_H]
         chunk, slots = meta[_CHUNK], meta[_SLOTS]
+        spread_rows, spread_sums = meta[_SPREAD], meta[_SPREAD_SUMS]
         nn = nk * nk
         t0 = c * chunk
         ln = ti.min(chunk, n_t - t0)
         q_plane = n_b * n_h * chunk * nk
         step = n_h * nk
-        for task in range(n_b * n_h * ((nk + _ROWS - 1) // _ROWS)):
-            bi, h, i0, rows, bh = group_of(task, n_h, nk)
-            s = ti.Vector.zero(dt, _ROWS * nk)
-            sa = ti.Vector.zero(dt, _ROWS)
-            load_rows(s, states, (bh * slots + c) * nn + i0 * nk, rows * nk)
-            x0 = ((bi * n_t + t0) * n_h + h) * nk
-            first_sums(s, sa, a, x0, rows, nk)
-            x = x0
-            for st in range(ln):
-                store_rows(ss, (bh * (chunk + 1) + st) * nn + i0 * nk, s, rows * nk)
-                store_rows(sq, (bh * chunk + st) * nk + i0, sa, rows)
-                xn = x + step if st + 1 < ln else x
-                advance(s, sa, r, d, k, v, a, b, gv, x, xn, i0, rows, nk, False, dt)
-                x += step
-            store_rows(ss, (bh * (chunk + 1) + ln) * nn + i0 * nk, s, rows * nk)
-            # The rows of the state's gradient, from the last step back (s reused).
-            load_rows(s, carry, bh * nn + i0 * nk, rows * nk)
-            for back in range(ln):
-                st = ln - 1 - back
-                x = x0 + st * step
-                for ii in range(rows):
-                    o = ii * nk
-                    gyi = gy[x + i0 + ii]
-                    q = ti.cast(0, dt)
-                    gvi = ti.cast(0, dt)
-                    so = o - x  # the loop variable indexes the arrays, as in advance
-                    for xj in range(x, x + nk):
-                        g = s[so + xj] + gyi * r[xj]
-                        s[so + xj] = g
-                        q += g * b[xj]
-                        gvi += g * k[xj]
-                    sa[ii] = q
-                    gv[x + i0 + ii] = gvi
-                store_rows(gg, (bh * chunk + st) * nn + i0 * nk, s, rows * nk)
-                store_rows(sq, q_plane + (bh * chunk + st) * nk + i0, sa, rows)
-                for ii in range(rows):
-                    o = ii * nk
-                    q = sa[ii]
-                    so = o - x
-                    for xj in range(x, x + nk):
-                        s[so + xj] = s[so + xj] * d[xj] + q * a[xj]
-            store_rows(carry, bh * nn + i0 * nk, s, rows * nk)
+        for it in range(n_b * n_h * ((nk + _ROWS - 1) // _ROWS) * spread_rows):
+            if it % spread_rows == 0:  # see backends.taichi.spread
+                task = it // spread_rows
+                bi, h, i0, rows, bh = group_of(task, n_h, nk)
+                s = ti.Vector.zero(dt, _ROWS * nk)
+                sa = ti.Vector.zero(dt, _ROWS)
+                load_rows(s, states, (bh * slots + c) * nn + i0 * nk, rows * nk)
+                x0 = ((bi * n_t + t0) * n_h + h) * nk
+                first_sums(s, sa, a, x0, rows, nk)
+                x = x0
+                for st in range(ln):
+                    store_rows(ss, (bh * (chunk + 1) + st) * nn + i0 * nk, s, rows * nk)
+                    store_rows(sq, (bh * chunk + st) * nk + i0, sa, rows)
+                    xn = x + step if st + 1 < ln else x
+                    advance(s, sa, r, d, k, v, a, b, gv, x, xn, i0, rows, nk, False, dt)
+                    x += step
+                store_rows(ss, (bh * (chunk + 1) + ln) * nn + i0 * nk, s, rows * nk)
+                # The rows of the state's gradient, from the last step back (s reused).
+                load_rows(s, carry, bh * nn + i0 * nk, rows * nk)
+                for back in range(ln):
+                    st = ln - 1 - back
+                    x = x0 + st * step
+                    for ii in range(rows):
+                        o = ii * nk
+                        gyi = gy[x + i0 + ii]
+                        q = ti.cast(0, dt)
+                        gvi = ti.cast(0, dt)
+                        so = o - x  # the loop variable indexes the arrays, as in advance
+                        for xj in range(x, x + nk):
+                            g = s[so + xj] + gyi * r[xj]
+                            s[so + xj] = g
+                            q += g * b[xj]
+                            gvi += g * k[xj]
+                        sa[ii] = q
+                        gv[x + i0 + ii] = gvi
+                    store_rows(gg, (bh * chunk + st) * nn + i0 * nk, s, rows * nk)
+                    store_rows(sq, q_plane + (bh * chunk + st) * nk + i0, sa, rows)
+                    for ii in range(rows):
+                        o = ii * nk
+                        q = sa[ii]
+                        so = o - x
+                        for xj in range(x, x + nk):
+                            s[so + xj] = s[so + xj] * d[xj] + q * a[xj]
+                store_rows(carry, bh * nn + i0 * nk, s, rows * nk)
         # The sums over the value rows: a task per (batch, step, head), the keys innermost,
         # the five sums in a local array.
-        for task in range(n_b * n_h * ln):
-            st = task % ln
-            bh = task // ln
-            bi, h = bh // n_h, bh % n_h
-            x = ((bi * n_t + t0 + st) * n_h + h) * nk
-            prev = (bh * (chunk + 1) + st) * nn
-            g0 = (bh * chunk + st) * nn
-            q0 = (bh * chunk + st) * nk
-            acc = ti.Vector.zero(dt, 5 * nk)
-            for i in range(nk):
-                gyi, vi = gy[x + i], v[x + i]
-                sai, qi = sq[q0 + i], sq[q_plane + q0 + i]
-                o = i * nk
+        for it in range(n_b * n_h * ln * spread_sums):
+            if it % spread_sums == 0:  # see backends.taichi.spread
+                task = it // spread_sums
+                st = task % ln
+                bh = task // ln
+                bi, h = bh // n_h, bh % n_h
+                x = ((bi * n_t + t0 + st) * n_h + h) * nk
+                prev = (bh * (chunk + 1) + st) * nn
+                g0 = (bh * chunk + st) * nn
+                q0 = (bh * chunk + st) * nk
+                acc = ti.Vector.zero(dt, 5 * nk)
+                for i in range(nk):
+                    gyi, vi = gy[x + i], v[x + i]
+                    sai, qi = sq[q0 + i], sq[q_plane + q0 + i]
+                    o = i * nk
+                    for j in range(nk):
+                        sp = ss[prev + o + j]
+                        g = gg[g0 + o + j]
+                        acc[j] += gyi * ss[prev + nn + o + j]
+                        acc[nk + j] += g * sp
+                        acc[2 * nk + j] += g * vi
+                        acc[3 * nk + j] += qi * sp
+                        acc[4 * nk + j] += g * sai
                 for j in range(nk):
-                    sp = ss[prev + o + j]
-                    g = gg[g0 + o + j]
-                    acc[j] += gyi * ss[prev + nn + o + j]
-                    acc[nk + j] += g * sp
-                    acc[2 * nk + j] += g * vi
-                    acc[3 * nk + j] += qi * sp
-                    acc[4 * nk + j] += g * sai
-            for j in range(nk):
-                gr[x + j] = acc[j]
-                gd[x + j] = acc[nk + j]
-                gk[x + j] = acc[2 * nk + j]
-                ga[x + j] = acc[3 * nk + j]
-                gb[x + j] = acc[4 * nk + j]
+                    gr[x + j] = acc[j]
+                    gd[x + j] = acc[nk + j]
+                    gk[x + j] = acc[2 * nk + j]
+                    ga[x + j] = acc[3 * nk + j]
+                    gb[x + j] = acc[4 * nk + j]
 
     # The GPU's block order (RWKV-CUDA's x070 kernels, without their T % 16, N = 64 limits): a
     # block of nb >= N threads per (batch, head), a thread per value row holding its state row
@@ -563,12 +571,15 @@ def _build_kernels(ti: Any) -> dict[str, Any]:
 
 
 # fmt: on
-def _meta(k: Tensor, chunk: int, slots: int) -> Tensor:
-    """``[B, T, H, N, chunk, S]`` int32 on ``k``'s device (read only; one per shape in use:
-    building it costs a one-token step more than the kernel's arguments)."""
+def _meta(k: Tensor, chunk: int, slots: int, serial: bool = False) -> Tensor:
+    """``[B, T, H, N, chunk, S, spread, spread of the sums]`` int32 on ``k``'s device (read
+    only; one per shape in use: building it costs a one-token step more than the kernel's
+    arguments). ``chunk``: the backward's chunk length (its sums run a task per step)."""
+    n_b, _, n_h, n_n = k.shape
+    spreads = (spread(n_b * n_h * -(-n_n // _ROWS), serial), spread(n_b * n_h * chunk))
     return constant(
-        ("wkv7 meta", *k.shape, chunk, slots, k.device),
-        lambda: torch.tensor([*k.shape, chunk, slots], dtype=torch.int32).to(
+        ("wkv7 meta", *k.shape, chunk, slots, *spreads, k.device),
+        lambda: torch.tensor([*k.shape, chunk, slots, *spreads], dtype=torch.int32).to(
             k.device, non_blocking=True
         ),
     )
@@ -598,21 +609,22 @@ def forward(
             if chunked.forward(*tensors, chunk):  # long sequences: the chunked form's products
                 return
         key = (k.shape, k.dtype, k.device, chunk, slots, gpu, GPU_BLOCK_ORDER,
-               TAICHI.serial_bytes)  # fmt: skip
+               TAICHI.serial_bytes, TAICHI.cpu_iterations)  # fmt: skip
         step = _steps.get(key)
         if step is not None and step.launch(tensors):
             return
         flat = tuple(t.reshape(-1) for t in tensors)
-        meta, dt = _meta(k, chunk, slots), kernels["dtypes"][k.dtype]
+        dt = kernels["dtypes"][k.dtype]
         if gpu:
             kernel, block = _gpu_kernel(kernels, "forward", "forward_block")
             shape = (k.shape[3], _block_dim(k.shape[3])) if block else ()
-            args: tuple[Any, ...] = (*flat, meta, slots > 1, *shape, dt)
+            args: tuple[Any, ...] = (*flat, _meta(k, chunk, slots), slots > 1, *shape, dt)
         else:
             # Work ~ B H N^2 T: serial up to what TAICHI.serial_bytes allows for a state's bytes.
             work = state.numel() * state.element_size() * k.shape[1]
             serial = k.device.type == "cpu" and work <= TAICHI.serial_bytes
             kernel = kernels["forward_rows"]
+            meta = _meta(k, chunk, slots, serial)
             args = (*flat, meta, slots > 1, k.shape[3], dt, serial)
         kernel(*args)
         _steps.record(key, kernel, args, len(tensors))
