@@ -97,6 +97,7 @@ def lanes(request: pytest.FixtureRequest, monkeypatch: pytest.MonkeyPatch) -> It
 def spreads(request: pytest.FixtureRequest, monkeypatch: pytest.MonkeyPatch) -> Iterator[None]:
     """The CPU loops' iterations per task (``backends.taichi.spread``): one, a few (4 tasks of
     8 lanes at (2, 6, 11): 8; 22 chains in the GPU order: 2) and hundreds."""
+    wkv(torch.zeros(1), torch.zeros(1), torch.zeros(1, 1, 1), torch.zeros(1, 1, 1))  # started
     monkeypatch.setattr(TAICHI, "cpu_iterations", request.param)
     yield
 

@@ -127,6 +127,34 @@ def test_launcher_all_passes(
     torch.testing.assert_close(dw.double(), dw_ref, **tol)
 
 
+@pytest.mark.parametrize("need", [0, 30, 1000], ids=["spread-1", "spread-few", "spread-many"])
+@pytest.mark.parametrize("shape", [(2, 3, 70, 9), (1, 2, 530, 530)], ids=["short", "long"])
+def test_cpu_kernel_spread_computes_every_task_once(
+    shape: tuple[int, int, int, int], need: int, gen: torch.Generator,
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:  # fmt: skip
+    # The CPU loop's iterations per task (backends.taichi.spread): one, a few and hundreds;
+    # forward and dk run a task per 16 tiles of a (b, c) row (12 and 18 tasks), dw per channel.
+    if os.environ.get("TIPAD_TEST_ARCH"):
+        pytest.skip("Vulkan lane: the CPU loop order checks nothing new")
+    monkeypatch.setattr(TAICHI, "gpu_order", False)
+    monkeypatch.setattr(timex_taichi, "FFT_MIN_TAPS", None)
+    monkeypatch.setattr(timex_taichi, "TORCH_CONV", False)
+    time_conv(torch.ones(1, 1), torch.ones(1, 1, 1))  # Taichi started (it sets the real value)
+    monkeypatch.setattr(TAICHI, "cpu_iterations", need)
+    b, c, t, length = shape
+    w, k, g = _rand(gen, c, length), _rand(gen, b, c, t), _rand(gen, b, c, t)
+    tol = {"rtol": 1e-5, "atol": 1e-5 * max(1.0, b * t / 64)}
+    out = torch.full_like(k, float("nan"))
+    timex_taichi.forward(w, k, out, 0.0)
+    torch.testing.assert_close(out.double(), conv_ref(w, k, 0.0), **tol)
+    dw_ref, dk_ref = conv_grads_ref(w, k, g)
+    dk, dw = torch.full_like(k, float("nan")), torch.full_like(w, float("nan"))
+    timex_taichi.backward(g, w, k, dw, dk, True, True)
+    torch.testing.assert_close(dk.double(), dk_ref, **tol)
+    torch.testing.assert_close(dw.double(), dw_ref, **tol)
+
+
 def test_reference_agrees_with_conv1d(gen: torch.Generator) -> None:
     # The two references are independent; if they agree the tests below check the formula.
     for b, c, t, length in SHAPES:

@@ -31,14 +31,15 @@ import torch
 from torch import Tensor
 
 from ...backends import Refused
-from ...backends.taichi import MAX_ELEMENTS, TAICHI
+from ...backends.taichi import MAX_ELEMENTS, TAICHI, spread
 from . import reference
 
 # Layout of the kernel's int32 `meta` argument. ROWS: (b, c) rows of the output (B*C), or its
 # channels when the sum runs over b (dw). LA: len(a). N_OUT: outputs per row (T, or L for dw).
-# SUM_B: 1 for dw. XS: the row stride of the padded x (T + 2 * _PAD). Then, at _FINITE, one
+# SUM_B: 1 for dw. XS: the row stride of the padded x (T + 2 * _PAD).
+# SPREAD: the CPU loop's iterations per task (backends.taichi.spread). Then, at _FINITE, one
 # flag per channel: 1 where that row of `a` is finite (the loop may run into x's end padding).
-_ROWS, _C, _B, _T, _LA, _N_OUT, _OFF, _SUM_B, _XS, _FINITE = range(10)
+_ROWS, _C, _B, _T, _LA, _N_OUT, _OFF, _SUM_B, _XS, _SPREAD, _FINITE = range(11)
 # Consecutive outputs per CPU task. They share each load of `a`; each needs its own (shifted)
 # load of `x`: 4 amortises the loads of `a` where more gives no more.
 _TILE = 4
@@ -120,60 +121,64 @@ def _build_kernels(ti: Any) -> dict[str, Any]:
         else:
             tiles = (n_out - 1) // _TILE + 1  # n_out >= 1; n_out + _TILE could pass 2**31
             groups = (tiles - 1) // _TILES_PER_TASK + 1
-            for task in range(rows * groups):
-                row = task // groups
-                t0 = (task - row * groups) * _TILES_PER_TASK
-                for tt in range(t0, ti.min(tiles, t0 + _TILES_PER_TASK)):
-                    o0 = tt * _TILE
-                    # s valid for every output of the tile: o0 + r - off + s in [0, t_len).
-                    common_lo = ti.max(0, off - o0)
-                    x_end = t_len + off - o0 - _TILE + 1
-                    common_hi = ti.max(common_lo, ti.min(la, x_end))
-                    # Round its length up to _ROUND, into x's zero padding only: s below the bound
-                    # set by x's start (and above the one set by its end) multiply a real tap of
-                    # `a` by a zero of x, or are valid terms of the later outputs of the tile. Never
-                    # past `a`'s ends: that would multiply later x values by zero, and 0 * inf in
-                    # the future of a causal sum must not make NaN.
-                    spare = (_ROUND - (common_hi - common_lo) % _ROUND) % _ROUND
-                    if common_hi > common_lo:
-                        if common_lo == off - o0:
-                            down = ti.min(spare, common_lo)
-                            common_lo -= down
-                            spare -= down
-                        # Past x's end only with a finite row of `a`: with off = 0 (dk) these
-                        # terms are no part of the sum, and an inf tap times 0 would be NaN.
-                        if common_hi == x_end and (sum_b or meta[_FINITE + row % c_count] != 0):
-                            common_hi += ti.min(spare, la - common_hi)
-                    acc = ti.Vector([0.0] * _TILE, dt)
-                    for b in range(steps):
-                        a_base, x_base = bases(row, b, c_count, la, t_len, sum_b, xs)
-                        xo = x_base + o0 - off
-                        for s in range(common_lo, common_hi):
-                            av = a[a_base + s]
-                            for r in ti.static(range(_TILE)):
-                                acc[r] += av * x[xo + r + s]
-                    out = row * n_out + o0
-                    for r in ti.static(range(_TILE)):
-                        if r < n_out - o0:
-                            y[out + r] = acc[r] + e
-                    # The s valid for only some outputs of the tile: a few per output, in a loop
-                    # that is not unrolled (unrolled, it doubled the compile time).
-                    # (Most tiles have none: the rounding above covers them. Skip their setup.)
-                    first_lo = ti.max(0, off - o0 - _TILE + 1)
-                    last_hi = ti.min(la, t_len + off - o0)
-                    covered = common_lo <= first_lo and common_hi >= last_hi
-                    for r in range(0 if covered else ti.min(_TILE, n_out - o0)):
-                        lo = ti.max(0, off - o0 - r)
-                        hi = ti.min(la, t_len + off - o0 - r)
-                        extra = ti.cast(0, dt)
+            spread_tasks = meta[_SPREAD]
+            for it in range(rows * groups * spread_tasks):
+                if it % spread_tasks == 0:  # see backends.taichi.spread
+                    task = it // spread_tasks
+                    row = task // groups
+                    t0 = (task - row * groups) * _TILES_PER_TASK
+                    for tt in range(t0, ti.min(tiles, t0 + _TILES_PER_TASK)):
+                        o0 = tt * _TILE
+                        # s valid for every output of the tile: o0 + r - off + s in [0, t_len).
+                        common_lo = ti.max(0, off - o0)
+                        x_end = t_len + off - o0 - _TILE + 1
+                        common_hi = ti.max(common_lo, ti.min(la, x_end))
+                        # Round its length up to _ROUND, into x's zero padding only: s below
+                        # the bound set by x's start (and above the one set by its end) multiply
+                        # a real tap of `a` by a zero of x, or are valid terms of the later
+                        # outputs of the tile. Never past `a`'s ends: that would multiply later
+                        # x values by zero, and 0 * inf in the future of a causal sum must not
+                        # make NaN.
+                        spare = (_ROUND - (common_hi - common_lo) % _ROUND) % _ROUND
+                        if common_hi > common_lo:
+                            if common_lo == off - o0:
+                                down = ti.min(spare, common_lo)
+                                common_lo -= down
+                                spare -= down
+                            # Past x's end only with a finite row of `a`: with off = 0 (dk) these
+                            # terms are no part of the sum, and an inf tap times 0 would be NaN.
+                            if common_hi == x_end and (sum_b or meta[_FINITE + row % c_count] != 0):
+                                common_hi += ti.min(spare, la - common_hi)
+                        acc = ti.Vector([0.0] * _TILE, dt)
                         for b in range(steps):
                             a_base, x_base = bases(row, b, c_count, la, t_len, sum_b, xs)
-                            xo = x_base + o0 + r - off
-                            for s in range(lo, ti.min(common_lo, hi)):
-                                extra += a[a_base + s] * x[xo + s]
-                            for s in range(ti.max(common_hi, lo), hi):
-                                extra += a[a_base + s] * x[xo + s]
-                        y[out + r] += extra
+                            xo = x_base + o0 - off
+                            for s in range(common_lo, common_hi):
+                                av = a[a_base + s]
+                                for r in ti.static(range(_TILE)):
+                                    acc[r] += av * x[xo + r + s]
+                        out = row * n_out + o0
+                        for r in ti.static(range(_TILE)):
+                            if r < n_out - o0:
+                                y[out + r] = acc[r] + e
+                        # The s valid for only some outputs of the tile: a few per output, in a loop
+                        # that is not unrolled (unrolled, it doubled the compile time).
+                        # (Most tiles have none: the rounding above covers them. Skip their setup.)
+                        first_lo = ti.max(0, off - o0 - _TILE + 1)
+                        last_hi = ti.min(la, t_len + off - o0)
+                        covered = common_lo <= first_lo and common_hi >= last_hi
+                        for r in range(0 if covered else ti.min(_TILE, n_out - o0)):
+                            lo = ti.max(0, off - o0 - r)
+                            hi = ti.min(la, t_len + off - o0 - r)
+                            extra = ti.cast(0, dt)
+                            for b in range(steps):
+                                a_base, x_base = bases(row, b, c_count, la, t_len, sum_b, xs)
+                                xo = x_base + o0 + r - off
+                                for s in range(lo, ti.min(common_lo, hi)):
+                                    extra += a[a_base + s] * x[xo + s]
+                                for s in range(ti.max(common_hi, lo), hi):
+                                    extra += a[a_base + s] * x[xo + s]
+                            y[out + r] += extra
 
     @ti.kernel
     def window_tiles(a: nd(ndim=1), x: nd(ndim=1), y: nd(ndim=1), meta: nd(dtype=ti.i32, ndim=1),
@@ -264,8 +269,11 @@ def _window_dot(
         if length + a.shape[-1] + 2 * _PAD > MAX_ELEMENTS:
             raise Refused(f"T + L past {MAX_ELEMENTS}: int32 index sums")
         rows = channels if sum_batch else batch * channels
-        header = [rows, channels, batch, length, a.shape[-1], y.numel() // rows, offset,
-                  int(sum_batch), length + 2 * _PAD]  # fmt: skip
+        n_out = y.numel() // rows
+        tiles = (n_out - 1) // _TILE + 1
+        groups = (tiles - 1) // _TILES_PER_TASK + 1  # as the CPU kernel counts its tasks
+        header = [rows, channels, batch, length, a.shape[-1], n_out, offset, int(sum_batch),
+                  length + 2 * _PAD, spread(rows * groups)]  # fmt: skip
         # Device-side flags: no host synchronisation to learn whether `a` is finite.
         finite = a.reshape(-1, channels, a.shape[-1]).isfinite().all(-1).all(0)
         meta = torch.cat([
