@@ -98,9 +98,11 @@ def small_chunks(monkeypatch: pytest.MonkeyPatch) -> Iterator[int]:
 @pytest.fixture(params=[0, 30, 1000], ids=["spread-1", "spread-few", "spread-many"])
 def spreads(request: pytest.FixtureRequest, monkeypatch: pytest.MonkeyPatch) -> Iterator[None]:
     """The CPU loops' iterations per task (``backends.taichi.spread``): one, a few and
-    hundreds (the launcher test's row groups: 4 to 16 tasks; its backward sums: 16)."""
+    hundreds (the launcher test's row groups: 4 to 16 tasks; its backward sums: 16). Small
+    forwards run serially (spread 1): not here."""
     wkv7(*(torch.zeros(1, 1, 1, 1) for _ in range(6)))  # Taichi started: the real value first
     monkeypatch.setattr(TAICHI, "cpu_iterations", request.param)
+    monkeypatch.setattr(TAICHI, "serial_bytes", 0)
     yield
 
 
