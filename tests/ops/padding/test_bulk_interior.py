@@ -39,6 +39,7 @@ def copies(request: pytest.FixtureRequest, monkeypatch: pytest.MonkeyPatch) -> I
     if TAICHI.gpu_order:
         pytest.skip("the bulk interior copy is the CPU order's")
     monkeypatch.setattr(pad_taichi, "BULK_INTERIOR", request.param)
+    monkeypatch.setattr(pad_taichi, "CONSTANT_COPIES", False)  # constant mode's own copies
     seen: list[bool] = []
     real = pad_taichi._copy_interior
 

@@ -603,6 +603,9 @@ def forward(
         if not backward:
             advise_huge_pages(canvas)
         plan = _plan(call, image, canvas, texture, backward)
+        if plan.constant and not (backward or plan.gpu or plan.serial) and CONSTANT_COPIES:
+            if _constant_copies(call, image, canvas):
+                return
         kernel = kernels["pad_canvas"]
         if plan.constant:
             texture = call.fill if not backward else canvas.new_zeros(plan.c)
@@ -665,6 +668,32 @@ def _row_span(out_w: int) -> int:
 #: cache lines, a few per row and far apart, are written in a second pass after the copy has
 #: moved them out of cache; both cost more than the copy saves.
 BULK_INTERIOR = False
+
+
+#: Whether the CPU order writes a constant-mode canvas with two torch copies (the fill over
+#: the whole canvas, then the image into its window) instead of the kernel. Both copies are
+#: vectorised contiguous or row-strided passes, while the kernel pays its per-row work (index
+#: setup, head and tail runs, a base-pointer reload per 8-byte word) on every row, so the two
+#: passes cost less than the kernel's one; a serial launch (a small canvas) keeps the kernel.
+CONSTANT_COPIES = True
+
+
+def _constant_copies(call: PadCall, image: Tensor, canvas: Tensor) -> bool:
+    """Write a constant-mode ``canvas`` from ``call.fill`` (``(C,)``, the image's dtype) and
+    ``image`` with two copies of same-size integers (bit exact for every dtype, NaN payloads
+    included); True when done. Only for one geometry (a stack's images would need one copy
+    each)."""
+    g = call.geometry
+    if not isinstance(g, PadGeometry):
+        return False
+    planes = _bits(canvas).view(g.n, g.c, g.out_h * g.out_w)
+    planes.copy_(_bits(call.fill).view(1, g.c, 1).expand_as(planes))
+    if g.h * g.w:
+        window = planes.view(g.n * g.c, g.out_h, g.out_w)[
+            :, g.top : g.top + g.h, g.left : g.left + g.w
+        ]
+        window.copy_(_bits(image).view(g.n * g.c, g.h, g.w))
+    return True
 
 
 def _copy_interior(call: PadCall, image: Tensor, canvas: Tensor) -> bool:
