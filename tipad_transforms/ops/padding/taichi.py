@@ -14,7 +14,7 @@ from torch import Tensor
 from ..._compat.torch import tensor_version
 from ..._value_cache import ValueCache, constant
 from ...backends import Refused
-from ...backends.taichi import MAX_ELEMENTS, TAICHI, advise_huge_pages, serial_launch
+from ...backends.taichi import MAX_ELEMENTS, TAICHI, advise_huge_pages, serial_launch, spread
 from .geometry import PadCall, PadGeometry, fold_index
 
 # Layout of the kernel's int32 `meta` argument: a header of scalars; the geometry records; for
@@ -24,9 +24,11 @@ from .geometry import PadCall, PadGeometry, fold_index
 # The mode itself is not there: the mode family is a kernel template and a standard mode lives
 # in its index maps. _PHASE: how many pixels of the image's first word precede it (its address
 # mod 8, in pixels), so image pixel p is pixel p + phase of the image's word view.
-# _SPAN: threads per canvas row in the GPU row order (_row_span).
+# _SPAN: threads per canvas row in the GPU row order (_row_span). _SPREAD: the CPU order's loop
+# iterations per block of rows (backends.taichi.spread).
 (_N_ROWS, _C, _OUT_H, _OUT_W, _TEX_C, _TH, _TW, _STAGGER, _USE_WORDS, _TEX_GRAD,
- _SAMPLES, _BANK, _REC_STEP, _IMG_STEP, _PHASE, _SPAN, _OFFSETS, _HEADER) = range(18)  # fmt: skip
+ _SAMPLES, _BANK, _REC_STEP, _IMG_STEP, _PHASE, _SPAN, _SPREAD, _OFFSETS,
+ _HEADER) = range(19)  # fmt: skip
 # A geometry record: the image's height and width, where its top-left pixel lands on the
 # canvas, the flat index of its first element, and where its row index map starts in meta (its
 # column map follows out_h entries later). Sample b reads the record at _HEADER + b *
@@ -275,67 +277,70 @@ def _build_kernels(ti: Any) -> dict[str, Any]:
             # A small canvas runs on the launching thread: waking the pool costs more (tens of
             # microseconds quiet, milliseconds on a loaded machine) than the rows take.
             ti.loop_config(serialize=serial)
-            for t in range(n_rows // out_h * blocks):
-                plane = t // blocks
-                y0 = (t - plane * blocks) * _ROW_BLOCK
-                rec = record(meta, plane // c_count)
-                h, w, left, maps = rec[0], rec[1], rec[3], rec[5]
-                right_dx = (left + w) % tw  # tile-column step from canvas column 0 to left + w
-                s = row_setup(plane, y0, rec, meta, c_count, tiled, tex_channels, th, tw,
-                              stagger)
-                iy, src_row, tx0, ty, first = s[0], s[1], s[2], s[3], s[4]
-                for big_y in range(y0, y0 + ti.min(_ROW_BLOCK, out_h - y0)):
-                    row = (plane * out_h + big_y) * out_w
-                    # Standard modes: every canvas row is an image row (the row map's) whose
-                    # columns [left, left + w) map to themselves, so rows above and below the
-                    # image copy that stretch as the image's own rows do, not pixel by pixel.
-                    inside = 0 <= iy < h
-                    # interior_done: the image's own rows are already in place (a bulk copy
-                    # before the launch), so only their border is written here.
-                    copy = True
-                    if ti.static(interior_done):
-                        copy = not inside
-                    if ti.static(not tiled):
-                        src_row = first + meta[maps + big_y] * w
-                        inside = True
-                    if inside and copy:
-                        copy_run(img, canvas, img_w, canvas_w,
-                                 src_row if ti.static(not tiled) else first + iy * w, row + left,
-                                 w, phase, lanes, backward)  # fmt: skip
-                    # The border of a row is [0, left) and [left + w, out_w) beside the image
-                    # (beside its stretch), the whole row above or below it; one call site
-                    # keeps the kernel small, and a trip count LLVM cannot fold keeps it from
-                    # unrolling the call twice.
-                    for part in range(2 if inside else 1):
-                        x0 = 0
-                        x1 = out_w if part == 0 else 0
-                        tx = tx0
-                        if inside:
-                            x0 = 0 if part == 0 else left + w
-                            x1 = left if part == 0 else out_w
-                            if part == 1:
-                                tx += right_dx
-                                if tx >= tw:
-                                    tx -= tw
+            spread_rows = meta[_SPREAD]
+            for it in range(n_rows // out_h * blocks * spread_rows):
+                if it % spread_rows == 0:  # see backends.taichi.spread
+                    t = it // spread_rows
+                    plane = t // blocks
+                    y0 = (t - plane * blocks) * _ROW_BLOCK
+                    rec = record(meta, plane // c_count)
+                    h, w, left, maps = rec[0], rec[1], rec[3], rec[5]
+                    right_dx = (left + w) % tw  # tile-column step from canvas column 0 to left + w
+                    s = row_setup(plane, y0, rec, meta, c_count, tiled, tex_channels, th, tw,
+                                  stagger)
+                    iy, src_row, tx0, ty, first = s[0], s[1], s[2], s[3], s[4]
+                    for big_y in range(y0, y0 + ti.min(_ROW_BLOCK, out_h - y0)):
+                        row = (plane * out_h + big_y) * out_w
+                        # Standard modes: every canvas row is an image row (the row map's) whose
+                        # columns [left, left + w) map to themselves, so rows above and below the
+                        # image copy that stretch as the image's own rows do, not pixel by pixel.
+                        inside = 0 <= iy < h
+                        # interior_done: the image's own rows are already in place (a bulk copy
+                        # before the launch), so only their border is written here.
+                        copy = True
+                        if ti.static(interior_done):
+                            copy = not inside
+                        if ti.static(not tiled):
+                            src_row = first + meta[maps + big_y] * w
+                            inside = True
+                        if inside and copy:
+                            copy_run(img, canvas, img_w, canvas_w,
+                                     src_row if ti.static(not tiled) else first + iy * w,
+                                     row + left, w, phase, lanes, backward)  # fmt: skip
+                        # The border of a row is [0, left) and [left + w, out_w) beside the image
+                        # (beside its stretch), the whole row above or below it; one call site
+                        # keeps the kernel small, and a trip count LLVM cannot fold keeps it from
+                        # unrolling the call twice.
+                        for part in range(2 if inside else 1):
+                            x0 = 0
+                            x1 = out_w if part == 0 else 0
+                            tx = tx0
+                            if inside:
+                                x0 = 0 if part == 0 else left + w
+                                x1 = left if part == 0 else out_w
+                                if part == 1:
+                                    tx += right_dx
+                                    if tx >= tw:
+                                        tx -= tw
+                            if ti.static(tiled):
+                                texture_run(tex, words, canvas, canvas_w, src_row, tx, row + x0,
+                                            x1 - x0, tw, use_words, tex_grad, lanes, backward)
+                            else:
+                                for X in range(x0, x1):
+                                    move(img, src_row + meta[maps + out_h + X], canvas, row + X,
+                                         backward)
+                        # Next canvas row: one image row down; in texture mode one tile row down,
+                        # and past the tile's last row, the next row of tiles, shifted by stagger.
+                        iy += 1
                         if ti.static(tiled):
-                            texture_run(tex, words, canvas, canvas_w, src_row, tx, row + x0,
-                                        x1 - x0, tw, use_words, tex_grad, lanes, backward)
-                        else:
-                            for X in range(x0, x1):
-                                move(img, src_row + meta[maps + out_h + X], canvas, row + X,
-                                     backward)
-                    # Next canvas row: one image row down; in texture mode one tile row down,
-                    # and past the tile's last row, the next row of tiles, shifted by stagger.
-                    iy += 1
-                    if ti.static(tiled):
-                        ty += 1
-                        src_row += tw
-                        if ty == th:
-                            ty = 0
-                            src_row -= th * tw
-                            tx0 -= row_shift
-                            if tx0 < 0:
-                                tx0 += tw
+                            ty += 1
+                            src_row += tw
+                            if ty == th:
+                                ty = 0
+                                src_row -= th * tw
+                                tx0 -= row_shift
+                                if tx0 < 0:
+                                    tx0 += tw
 
     return {"pad_canvas": pad_canvas}
 
@@ -515,8 +520,10 @@ class _Plan:
             moved <= _BULK_BYTES
         )
         self.span = _row_span(out_w)
+        tasks = n * c * -(-out_h // _ROW_BLOCK)  # the CPU order's blocks of rows
         header = [n * c * out_h, c, out_h, out_w, tex_channels, th, tw, stagger, 0,
-                  int(texture_grad), n, bank, record_step, image_step, 0, self.span]  # fmt: skip
+                  int(texture_grad), n, bank, record_step, image_step, 0, self.span,
+                  spread(tasks, self.serial or gpu)]  # fmt: skip
         n_records = len(records) // _RECORD if isinstance(records, list) else records.shape[0]
         host_size = _HEADER + n_records * _RECORD + sum(m.numel() for m in maps)
         if host_size + 3 * n > MAX_ELEMENTS:  # meta is indexed (and its values) in int32
