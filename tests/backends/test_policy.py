@@ -56,6 +56,24 @@ def test_use_chooses_the_backend_and_both_give_the_same_bits(mode: str) -> None:
     assert_bitwise_equal(on_taichi, pad_ref(x, (3, 1, 2, 4), mode, 9))
 
 
+def test_forbid_stops_a_fallback_not_a_chosen_backend() -> None:
+    # The suite forbids the torch route (conftest); a `use` inside chooses it deliberately.
+    x = random_image((1, 2, 3), torch.uint8, seed=3)
+    with backends.record() as ran:
+        with backends.use("torch"):
+            F.pad(x, 1)
+            with backends.use("taichi"):
+                F.pad(x, 1)
+        with pytest.raises(backends.Forbidden), backends.use("taichi", "torch"):
+            with backends.forbid("taichi"):
+                F.pad(x, 1)  # forbidden inside the use: stopped
+        F.pad(x, 1)
+    assert [r[2] for r in ran] == ["torch", "taichi", "taichi"]
+    with pytest.raises(backends.Forbidden), backends.use("torch"), backends.use("taichi"):
+        with backends.forbid("taichi"):
+            F.pad(x, 1)
+
+
 def test_an_implementation_is_read_at_each_call(monkeypatch: pytest.MonkeyPatch) -> None:
     # A test may replace a family's implementation (to spy on what it writes, say).
     from tipad_transforms.ops.rwkv4 import taichi as wkv_taichi

@@ -204,23 +204,28 @@ def _set_order(backends: tuple[Backend, ...]) -> None:
 @contextlib.contextmanager
 def use(*names: str) -> Iterator[None]:
     """Within: only the backends ``names`` (``"taichi"``, ``"torch"``), in that order, run
-    the operations; a call none of them serves raises ``Refused``."""
+    the operations; a call none of them serves raises ``Refused``. A backend chosen here is
+    not a fallback, so ``forbid`` does not stop it within."""
+    global _forbidden
     known = {b.name: b for b in _BACKENDS}
     unknown = [n for n in names if n not in known]
     if unknown or not names:
         raise ValueError(f"backends must be some of {sorted(known)}, got {names}")
-    saved = _order
+    saved, saved_forbidden = _order, _forbidden
     _set_order(tuple(known[n] for n in names))
+    _forbidden = saved_forbidden - set(names)
     try:
         yield
     finally:
         _set_order(saved)
+        _forbidden = saved_forbidden
 
 
 @contextlib.contextmanager
 def forbid(*names: str) -> Iterator[None]:
     """Within: running one of the backends ``names`` raises ``Forbidden`` (tests that must
-    not be served by the torch route: it gives the kernel's values, so results cannot tell)."""
+    not be served by the torch route: it gives the kernel's values, so results cannot tell),
+    unless a ``use`` inside chose it."""
     global _forbidden
     saved = _forbidden
     _forbidden = saved | set(names)

@@ -142,7 +142,12 @@ class Painter:
             w, h = size if wall is None else (max(size[0], wall.width), max(size[1], wall.height))
             left, top = padding[:2]
             if self.spec.mode == "constant":  # the fill's pixel, copied everywhere
-                pixel = self._pad_tensor(PIL.Image.new(mode, (1, 1)), (1, 0, 0, 0))
+                from ..backends import use  # lazily, as _pad_tensor's imports
+
+                # One pixel: the torch route gives the kernel's value without starting Taichi
+                # (seconds per worker when the warm-up is off).
+                with use("torch"):
+                    pixel = self._pad_tensor(PIL.Image.new(mode, (1, 1)), (1, 0, 0, 0))
                 wall = pixel.crop((0, 0, 1, 1)).resize((w, h), PIL.Image.Resampling.NEAREST)
             else:
                 blank = PIL.Image.new(mode, (1, 1))

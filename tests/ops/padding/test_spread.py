@@ -18,6 +18,7 @@ from reference import assert_bitwise_equal, pad_ref, random_image, texture_pad_r
 
 import tipad_transforms.functional as F
 from tipad_transforms.backends import TAICHI
+from tipad_transforms.ops.padding import copies as pad_copies
 from tipad_transforms.ops.padding import taichi as pad_taichi
 
 MODES = ("constant", "edge", "reflect", "symmetric", "circular")
@@ -38,7 +39,8 @@ def spreads(request: pytest.FixtureRequest, monkeypatch: pytest.MonkeyPatch) -> 
         pytest.skip("the spread is the CPU order's")
     monkeypatch.setattr(TAICHI, "cpu_iterations", request.param)
     monkeypatch.setattr(TAICHI, "serial_bytes", 0)  # every canvas a parallel launch
-    monkeypatch.setattr(pad_taichi, "CONSTANT_COPIES", False)
+    monkeypatch.setattr(pad_copies, "CONSTANT", False)
+    monkeypatch.setattr(pad_copies, "STANDARD", False)
     monkeypatch.setattr(pad_taichi, "_plans", {})  # a plan holds its spread
     monkeypatch.setattr(pad_taichi, "_bounds", {})
     yield

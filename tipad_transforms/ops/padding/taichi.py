@@ -15,6 +15,7 @@ from ..._compat.torch import tensor_version
 from ..._value_cache import ValueCache, constant
 from ...backends import Refused
 from ...backends.taichi import MAX_ELEMENTS, TAICHI, advise_huge_pages, serial_launch, spread
+from . import copies
 from .geometry import PadCall, PadGeometry, fold_index
 
 # Layout of the kernel's int32 `meta` argument: a header of scalars; the geometry records; for
@@ -228,7 +229,7 @@ def _build_kernels(ti: Any) -> dict[str, Any]:
                    canvas_w: nd(ndim=1), tex: nd(ndim=1), words: nd(ndim=1),
                    meta: nd(dtype=ti.i32, ndim=1), lanes: ti.template(),
                    backward: ti.template(), per_pixel: ti.template(), serial: ti.template(),
-                   tiled: ti.template(), interior_done: ti.template(),
+                   tiled: ti.template(),
                    row_blocks: ti.template()):
         # Forward: canvas <- image, texture. Backward: img += canvas and (if tex_grad)
         # tex += canvas, along the same index map.  (No "-> None": Taichi would read it.)
@@ -295,15 +296,10 @@ def _build_kernels(ti: Any) -> dict[str, Any]:
                         # columns [left, left + w) map to themselves, so rows above and below the
                         # image copy that stretch as the image's own rows do, not pixel by pixel.
                         inside = 0 <= iy < h
-                        # interior_done: the image's own rows are already in place (a bulk copy
-                        # before the launch), so only their border is written here.
-                        copy = True
-                        if ti.static(interior_done):
-                            copy = not inside
                         if ti.static(not tiled):
                             src_row = first + meta[maps + big_y] * w
                             inside = True
-                        if inside and copy:
+                        if inside:
                             copy_run(img, canvas, img_w, canvas_w,
                                      src_row if ti.static(not tiled) else first + iy * w,
                                      row + left, w, phase, lanes, backward)  # fmt: skip
@@ -451,8 +447,7 @@ def _plan(
         records, maps = _stack_records(call)
         return _Plan(call, image, canvas, texture, backward, gpu, records, _RECORD, 0, maps)
     key = (call.mode, g, image.numel(), canvas.dtype, canvas.device, texture.shape,
-           texture.dtype, call.stagger, backward, gpu, TAICHI.serial_bytes,
-           BULK_INTERIOR)  # fmt: skip
+           texture.dtype, call.stagger, backward, gpu, TAICHI.serial_bytes)  # fmt: skip
     plan = _plans.get(key)
     if plan is None:
         # One record serves every sample: the image of sample b starts b * C*H*W further on.
@@ -512,13 +507,6 @@ class _Plan:
         self.table = self.words and self.texture_mode and tex_numel * self.lanes * 2 <= border
         self.serial = serial_launch(canvas)
         self.gpu = gpu
-        # A bulk interior copy pays on the CPU order where the pool runs anyway (not a serial
-        # launch) and the canvas is still cached when the kernel writes its border (_BULK_BYTES);
-        # the GPU order writes every pixel from its own thread.
-        moved = (image.numel() + canvas.numel()) * canvas.element_size()
-        self.bulk_interior = BULK_INTERIOR and not (backward or gpu or self.serial) and (
-            moved <= _BULK_BYTES
-        )
         self.span = _row_span(out_w)
         tasks = n * c * -(-out_h // _ROW_BLOCK)  # the CPU order's blocks of rows
         header = [n * c * out_h, c, out_h, out_w, tex_channels, th, tw, stagger, 0,
@@ -609,10 +597,11 @@ def forward(
             return
         if not backward:
             advise_huge_pages(canvas)
+        # A large CPU canvas of constant or standard modes is faster as torch's bulk copies.
+        cpu_pool = not (backward or TAICHI.gpu_order or serial_launch(canvas))
+        if cpu_pool and copies.write(call, image, canvas):
+            return
         plan = _plan(call, image, canvas, texture, backward)
-        if plan.constant and not (backward or plan.gpu or plan.serial) and CONSTANT_COPIES:
-            if _constant_copies(call, image, canvas):
-                return
         kernel = kernels["pad_canvas"]
         if plan.constant:
             texture = call.fill if not backward else canvas.new_zeros(plan.c)
@@ -639,18 +628,17 @@ def forward(
             (plan.meta((table is not None, phase), call.offset, call.texture_index), _AS_IS),
         ]
         lanes = plan.lanes if spans is not None else 1
-        interior = plan.bulk_interior and _copy_interior(call, image, canvas)
         # The kernel's signature: its arrays' dtypes (all 1-D) and its template values. Images
         # of new sizes get new plans, not new signatures: one lean launcher serves them all.
         # The row order launches plan.span threads per canvas row, indexed in int32.
         rows = plan.gpu and GPU_ROW_BLOCKS and plan.rows * plan.span <= MAX_ELEMENTS
         signature = (kernel, plan.dtype, lanes, backward, plan.gpu, plan.serial,
-                     plan.texture_mode, interior, rows)  # fmt: skip
+                     plan.texture_mode, rows)  # fmt: skip
         bound = _bounds.get(signature)
         if bound is not None and bound.launch([_raw(t, how) for t, how in slots]):
             return
         args = (*(plan.view(t, how) for t, how in slots), lanes, backward, plan.gpu, plan.serial,
-                plan.texture_mode, interior, rows)  # fmt: skip
+                plan.texture_mode, rows)  # fmt: skip
         kernel(*args)
         bind = getattr(kernel, "bind", None)
         if bind is not None:
@@ -659,64 +647,10 @@ def forward(
             _bounds[signature] = bind(args)
 
 
-# Image plus canvas bytes up to which the bulk interior copy runs. Past a last-level cache, the
-# kernel's border writes (a few cache lines per row, far apart) find their lines evicted by the
-# copy and wait on memory for each: slower than the kernel moving whole rows in one pass.
-_BULK_BYTES = 32 << 20
 def _row_span(out_w: int) -> int:
     """Threads per canvas row in the GPU row order: about one per ``_GPU_COLUMNS`` columns, in
     whole warps (32), so that rows of any width keep the device busy."""
     return max(1, -(-out_w // (_GPU_COLUMNS * 32))) * 32
-
-
-#: Whether the CPU order moves the image's interior with one torch copy before the launch (the
-#: kernel then writes only the border) instead of the kernel's own word moves. Off: on a few
-#: cores the call then hands over between torch's thread pool and Taichi's, and the border's
-#: cache lines, a few per row and far apart, are written in a second pass after the copy has
-#: moved them out of cache; both cost more than the copy saves.
-BULK_INTERIOR = False
-
-
-#: Whether the CPU order writes a constant-mode canvas with two torch copies (the fill over
-#: the whole canvas, then the image into its window) instead of the kernel. Both copies are
-#: vectorised contiguous or row-strided passes, while the kernel pays its per-row work (index
-#: setup, head and tail runs, a base-pointer reload per 8-byte word) on every row, so the two
-#: passes cost less than the kernel's one; a serial launch (a small canvas) keeps the kernel.
-CONSTANT_COPIES = True
-
-
-def _constant_copies(call: PadCall, image: Tensor, canvas: Tensor) -> bool:
-    """Write a constant-mode ``canvas`` from ``call.fill`` (``(C,)``, the image's dtype) and
-    ``image`` with two copies of same-size integers (bit exact for every dtype, NaN payloads
-    included); True when done. Only for one geometry (a stack's images would need one copy
-    each)."""
-    g = call.geometry
-    if not isinstance(g, PadGeometry):
-        return False
-    planes = _bits(canvas).view(g.n, g.c, g.out_h * g.out_w)
-    planes.copy_(_bits(call.fill).view(1, g.c, 1).expand_as(planes))
-    if g.h * g.w:
-        window = planes.view(g.n * g.c, g.out_h, g.out_w)[
-            :, g.top : g.top + g.h, g.left : g.left + g.w
-        ]
-        window.copy_(_bits(image).view(g.n * g.c, g.h, g.w))
-    return True
-
-
-def _copy_interior(call: PadCall, image: Tensor, canvas: Tensor) -> bool:
-    """Copy ``image`` into its place on ``canvas`` with one strided torch copy (both as
-    same-size integers: bit exact for every dtype); True when done.
-
-    Taichi's CPU code moves a row as scalar 8-byte words, torch's copy as vector loads and
-    stores over its own thread pool: the interior is most of the canvas, so this halves a
-    large batch's time. Only for one geometry (a stack's images would need one copy each)."""
-    g = call.geometry
-    if not isinstance(g, PadGeometry) or g.h * g.w == 0:
-        return False
-    planes = _bits(canvas).view(g.n * g.c, g.out_h, g.out_w)
-    window = planes[:, g.top : g.top + g.h, g.left : g.left + g.w]
-    window.copy_(_bits(image).view(g.n * g.c, g.h, g.w))
-    return True
 
 
 def backward(

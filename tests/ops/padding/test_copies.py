@@ -1,0 +1,192 @@
+"""The CPU order's bulk-copy forms (``ops/padding/copies.py``): constant mode as the fill over
+the whole canvas and the image into its window; edge, reflect, symmetric and circular as the
+window, the left and right border runs, then runs of whole rows.
+
+Every dtype the kernels take (NaN fills and payloads included, as bits), per-channel fills,
+batches, single images and 2-D inputs, uneven and zero sides, borders that fold over the image
+several times (several runs a side) and so many times that the kernel keeps them, canvases
+above and below the serial limit, each switch on and off, bit-exact against the independent
+references into poisoned and fresh outputs; a spy proves which path ran.
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Iterator
+
+import pytest
+import torch
+from reference import assert_bitwise_equal, numpy_pad, pad_ref, random_image, texture_pad_ref
+
+import tipad_transforms.functional as F
+from tipad_transforms.backends import TAICHI
+from tipad_transforms.ops.padding import copies as pad_copies
+from tipad_transforms.ops.padding import taichi as pad_taichi
+
+DTYPES = (torch.uint8, torch.int8, torch.int16, torch.int32, torch.int64, torch.float16,
+          torch.bfloat16, torch.float32, torch.float64, torch.bool)  # fmt: skip
+STANDARD = ("edge", "reflect", "symmetric", "circular")
+# (shape, padding): batches, one image and a 2-D image; zero sides, uneven sides; a border
+# folding over a small image twice (two runs a side).
+CASES = (
+    ((2, 3, 37, 53), (5, 3, 7, 4)),
+    ((3, 41, 29), (0, 6, 1, 0)),
+    ((45, 61), (2, 0, 0, 9)),
+    ((2, 2, 5, 6), (7, 9, 8, 6)),
+)
+
+
+@pytest.fixture
+def copies(request: pytest.FixtureRequest, monkeypatch: pytest.MonkeyPatch) -> Iterator[list[bool]]:
+    """Both copy forms on (param True) or off, every canvas a parallel launch (serial limit
+    0); yields what each call's ``copies.write`` did."""
+    if os.environ.get("TIPAD_TEST_ARCH"):
+        pytest.skip("the copies are the CPU order's (a GPU order writes every pixel)")
+    F.pad(torch.zeros(1, 1, 1), 1)  # Taichi running first: init would reset gpu_order
+    if TAICHI.gpu_order:
+        pytest.skip("the copies are the CPU order's")
+    monkeypatch.setattr(pad_copies, "CONSTANT", request.param)
+    monkeypatch.setattr(pad_copies, "STANDARD", request.param)
+    monkeypatch.setattr(TAICHI, "serial_bytes", 0)
+    monkeypatch.setattr(pad_taichi, "_plans", {})  # a plan holds its serial choice
+    seen: list[bool] = []
+    real = pad_copies.write
+
+    def spy(*args: object) -> bool:
+        done = real(*args)  # type: ignore[arg-type]
+        seen.append(done)
+        return done
+
+    monkeypatch.setattr(pad_copies, "write", spy)
+    yield seen
+
+
+def _fill(dtype: torch.dtype, channels: int) -> float | list[float]:
+    if dtype == torch.bool:
+        return 1
+    if dtype.is_floating_point:
+        return [float("nan"), -2.5, 3.0][:channels] if channels > 1 else -2.5
+    return [7, 1, 5][:channels] if channels > 1 else 7
+
+
+def _check(x: torch.Tensor, pads: tuple[int, ...], mode: str, fill: float | list[float]) -> None:
+    """Into a poisoned ``out=`` and fresh: bit-equal to the reference; ``x`` untouched."""
+    want = pad_ref(x, pads, mode, fill)
+    before = x.clone()
+    out = torch.empty(want.shape, dtype=x.dtype)
+    out.view(torch.uint8).fill_(0xAB)  # poisoned: every element must be written
+    F.pad(x, list(pads), fill=fill, padding_mode=mode, out=out)
+    assert_bitwise_equal(out, want)
+    assert_bitwise_equal(F.pad(x, list(pads), fill=fill, padding_mode=mode), want)
+    assert_bitwise_equal(x, before)
+
+
+@pytest.mark.parametrize("copies", [True, False], ids=["copies", "kernel"], indirect=True)
+@pytest.mark.parametrize(("shape", "pads"), CASES, ids=lambda v: str(v))
+@pytest.mark.parametrize("dtype", DTYPES, ids=str)
+def test_constant_bit_exact_against_the_references(
+    dtype: torch.dtype, shape: tuple[int, ...], pads: tuple[int, ...], copies: list[bool]
+) -> None:
+    x = random_image(shape, dtype, seed=len(shape) + dtype.itemsize)
+    fill = _fill(dtype, shape[-3] if len(shape) >= 3 else 1)
+    numeric = dtype != torch.bfloat16 and not (dtype.is_floating_point and isinstance(fill, list))
+    if numeric and x.dim() >= 3:  # numpy_pad: no bfloat16, no NaN among fills, (.., C, H, W)
+        assert_bitwise_equal(pad_ref(x, pads, "constant", fill),
+                             numpy_pad(x, pads, "constant", fill))  # fmt: skip
+    _check(x, pads, "constant", fill)
+    assert copies == ([True] * 2 if pad_copies.CONSTANT else [False] * 2)
+
+
+@pytest.mark.parametrize("copies", [True, False], ids=["copies", "kernel"], indirect=True)
+@pytest.mark.parametrize(("shape", "pads"), CASES, ids=lambda v: str(v))
+@pytest.mark.parametrize("mode", STANDARD)
+@pytest.mark.parametrize("dtype", DTYPES, ids=str)
+def test_standard_modes_bit_exact_against_the_references(
+    dtype: torch.dtype, mode: str, shape: tuple[int, ...], pads: tuple[int, ...],
+    copies: list[bool],
+) -> None:  # fmt: skip
+    x = random_image(shape, dtype, seed=len(shape) + dtype.itemsize)
+    if dtype not in (torch.bfloat16, torch.bool) and x.dim() >= 3:
+        assert_bitwise_equal(pad_ref(x, pads, mode), numpy_pad(x, pads, mode))
+    _check(x, pads, mode, 0)
+    taken = pad_copies.STANDARD and dtype.itemsize <= pad_copies.STANDARD_MAX_BYTES
+    assert copies == [taken] * 2
+
+
+@pytest.mark.parametrize("copies", [True], ids=["copies"], indirect=True)
+@pytest.mark.parametrize("mode", STANDARD)
+def test_a_border_of_many_folds_keeps_the_kernel(mode: str, copies: list[bool]) -> None:
+    # 3 wide padded by 40: a dozen or more runs a side, but edge's one constant run.
+    x = random_image((2, 3, 4, 3), torch.uint8, seed=5)
+    _check(x, (40, 1, 2, 40), mode, 0)
+    assert copies == [mode == "edge"] * 2
+
+
+def test_runs_step_by_one_minus_one_or_zero() -> None:
+    index = [3, 2, 1, 0, 1, 2, 2, 2, 7, 5]
+    assert pad_copies._runs(index, 0, len(index)) == [
+        (0, 4, 3, -1), (4, 2, 1, 1), (6, 2, 2, 0), (8, 1, 7, 1), (9, 1, 5, 1),
+    ]  # fmt: skip
+    assert pad_copies._runs([4, 4, 4], 0, 3) == [(0, 3, 4, 0)]
+    assert pad_copies._runs(index, 2, 2) == []
+
+
+@pytest.mark.parametrize("copies", [True], ids=["copies"], indirect=True)
+def test_a_serial_launch_keeps_the_kernel(
+    copies: list[bool], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr(TAICHI, "serial_bytes", 1 << 19)
+    x = random_image((3, 20, 30), torch.uint8, seed=1)
+    assert_bitwise_equal(F.pad(x, [2, 3, 4, 5], fill=9), pad_ref(x, [2, 3, 4, 5], "constant", 9))
+    assert_bitwise_equal(F.pad(x, [2, 3, 4, 5], padding_mode="reflect"),
+                         pad_ref(x, [2, 3, 4, 5], "reflect"))  # fmt: skip
+    assert copies == []  # the plan said serial: copies.write never asked
+
+
+@pytest.mark.parametrize("copies", [True], ids=["copies"], indirect=True)
+def test_textures_stacks_and_gradients_keep_the_kernel(copies: list[bool]) -> None:
+    x = random_image((2, 3, 17, 19), torch.float64, seed=2).requires_grad_()
+    pads = [3, 1, 2, 4]
+    tile = random_image((3, 5, 7), torch.float64, seed=3)
+    assert_bitwise_equal(F.texture_pad(x.detach(), pads, tile),
+                         texture_pad_ref(x.detach(), pads, tile))  # fmt: skip
+    assert copies == [False]  # asked, and texture mode is the kernel's
+    small = random_image((1, 6, 5), torch.uint8, seed=6)
+    big = random_image((1, 9, 8), torch.uint8, seed=7)
+    placement = torch.tensor([[2, 3], [1, 2]])  # (top, left) of each on a 12x12 canvas
+    stacked = F.pad_stack([small, big], (12, 12), placement, padding_mode="reflect")
+    for got, img, sides in zip(stacked, (small, big), ([3, 2, 4, 4], [2, 1, 2, 2]), strict=True):
+        assert_bitwise_equal(got, pad_ref(img, sides, "reflect"))
+    assert copies[1:] == [False]
+    g = random_image((2, 3, 22, 24), torch.float64, seed=4)
+    F.pad(x, pads, fill=1.5).backward(g)
+    ref = x.detach().clone().requires_grad_()
+    pad_ref(ref, pads, "constant", 1.5, differentiable=True).backward(g)
+    assert x.grad is not None and ref.grad is not None
+    torch.testing.assert_close(x.grad, ref.grad, rtol=0, atol=0)
+    assert copies[2:] == [True]  # the constant pad's forward only; the backward is the kernel's
+
+
+@pytest.mark.parametrize("copies", [True], ids=["copies"], indirect=True)
+@pytest.mark.parametrize("dtype", [torch.uint8, torch.float32, torch.bfloat16], ids=str)
+def test_constant_stacks_copy_runs_of_equal_geometry(
+    dtype: torch.dtype, copies: list[bool], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr(pad_copies, "STACK_MIN_BYTES", 0)
+    sizes = [(6, 5), (6, 5), (9, 8), (6, 5), (1, 1), (9, 8)]
+    images = [random_image((3, h, w), dtype, seed=10 + i) for i, (h, w) in enumerate(sizes)]
+    # Runs of equal geometry: the first two share theirs, the fourth's placement differs.
+    placement = torch.tensor([[2, 3], [2, 3], [1, 2], [0, 0], [5, 7], [1, 2]])
+    fill = _fill(dtype, 3)
+    befores = [img.clone() for img in images]
+    got = F.pad_stack(images, (12, 12), placement, fill)
+    for canvas, img, (top, left) in zip(got, images, placement.tolist(), strict=True):
+        h, w = img.shape[-2:]
+        sides = [left, top, 12 - left - w, 12 - top - h]
+        assert_bitwise_equal(canvas, pad_ref(img, sides, "constant", fill))
+    for img, before in zip(images, befores, strict=True):
+        assert_bitwise_equal(img, before)
+    assert copies == [True]
+    monkeypatch.setattr(pad_copies, "STACK_MIN_BYTES", 1 << 30)  # small images: the kernel's
+    assert_bitwise_equal(F.pad_stack(images, (12, 12), placement, fill), got)
+    assert copies == [True, False]

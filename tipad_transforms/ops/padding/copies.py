@@ -1,0 +1,164 @@
+"""Constant and standard modes as a few bulk torch copies: how the CPU order writes a large
+single-geometry canvas, forward.
+
+Taichi's CPU code moves scalars (a byte at a time for uint8 borders, 8-byte words inside),
+and its per-row work (index setup, head and tail runs, a gather per border pixel) dominates
+small dtypes; torch's copies are vectorised passes over its own thread pool. Every copy runs on
+same-size integer views, so the canvas holds the same bits as the kernel's (NaN payloads
+included); ``tests/ops/padding/test_copies.py`` checks both against the reference.
+
+A standard mode's canvas is written in three steps: the image into its window; the left and
+right borders of the image's rows from the image, as a few *runs* (stretches of canvas columns
+whose source columns step by +1, -1 or 0: a slice, a flipped slice, an expanded column); then
+the rows above and below as runs of whole canvas rows read from the rows just written. Index
+maps that fold into many short runs (a border many times the image) stay with the kernel.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+import torch
+from torch import Tensor
+
+from .geometry import PadCall, PadGeometry, StackGeometry, fold_index
+
+__all__ = ["CONSTANT", "STANDARD", "write"]
+
+#: Whether constant mode runs as copies: the fill over the whole canvas, then the image into
+#: its window (two vectorised passes cost less than the kernel's one on every dtype).
+CONSTANT = True
+#: Whether edge, reflect, symmetric and circular run as copies (``standard``), for canvases of
+#: elements up to ``STANDARD_MAX_BYTES`` wide: on 4- and 8-byte elements the kernel's word moves
+#: already carry most of a row, and its one pass is as fast as the copies' several.
+STANDARD = True
+STANDARD_MAX_BYTES = 2
+#: A stack's constant mode runs as copies where its canvases average at least this many bytes:
+#: a copy per image costs microseconds of dispatch, which small images do not repay.
+STACK_MIN_BYTES = 16 << 10
+# The most runs per border side: beyond it, a copy per run costs more than the kernel's pass.
+_MAX_RUNS = 4
+
+# A run: (first canvas index, length, first source index, step of the source index).
+Run = tuple[int, int, int, int]
+# Runs of recent (mode, geometry)s: left/right columns, top/bottom rows; None: too many runs.
+_runs_cache: dict[tuple[str, PadGeometry], tuple[list[Run], list[Run]] | None] = {}
+_RUNS_CACHE_SIZE = 256
+
+
+def write(call: PadCall, image: Tensor, canvas: Tensor) -> bool:
+    """Write ``canvas`` (every element) from ``image`` with torch copies; True when done,
+    False where this call is the kernel's (texture mode, a switch off, a stack of small images
+    or in a standard mode, wide elements, too many runs).
+
+    ``image`` is ``N*C*H*W`` contiguous (a stack: its images flat, concatenated), ``canvas``
+    ``N*C*H'*W'`` contiguous, both on the CPU, same dtype; ``call.fill`` is ``(C,)`` in that dtype.
+    """
+    g = call.geometry
+    if call.mode == "constant":
+        return CONSTANT and _constant(g, call.fill, image, canvas)
+    if not isinstance(g, PadGeometry):
+        return False
+    if call.mode == "texture" or not STANDARD or canvas.element_size() > STANDARD_MAX_BYTES:
+        return False
+    return _standard(call.mode, g, image, canvas)
+
+
+def _bits(t: Tensor) -> Tensor:
+    """``t`` flat as the signed integer of its element size: copies move bits, not values."""
+    ints = {1: torch.uint8, 2: torch.int16, 4: torch.int32, 8: torch.int64}
+    return t.reshape(-1).view(ints[t.element_size()])
+
+
+def _constant(g: PadGeometry | StackGeometry, fill: Tensor, image: Tensor, canvas: Tensor) -> bool:
+    """The fill over every canvas, then the images into their windows: one copy for a batch of
+    equal images, one per run of consecutive same-geometry images of a stack (where images are
+    large enough to repay a copy's dispatch)."""
+    if isinstance(g, StackGeometry) and canvas.numel() * canvas.element_size() < (
+        g.n * STACK_MIN_BYTES
+    ):
+        return False
+    planes = _bits(canvas).view(g.n, g.c, g.out_h * g.out_w)
+    planes.copy_(_bits(fill).view(1, g.c, 1).expand_as(planes))
+    canvases = planes.view(g.n, g.c, g.out_h, g.out_w)
+    src = _bits(image)
+    if isinstance(g, PadGeometry):
+        groups = [(0, g.n, g.h, g.w, g.top, g.left)]
+    else:
+        groups = []
+        for i, (h, w, top, left) in enumerate(g.sizes.tolist()):
+            if groups and groups[-1][2:] == (h, w, top, left):
+                groups[-1] = (groups[-1][0], groups[-1][1] + 1, h, w, top, left)
+            else:
+                groups.append((i, 1, h, w, top, left))
+    start = 0
+    for first, count, h, w, top, left in groups:
+        window = canvases[first : first + count, :, top : top + h, left : left + w]
+        window.copy_(src[start : start + window.numel()].view(window.shape))
+        start += window.numel()
+    return True
+
+
+def _standard(mode: str, g: PadGeometry, image: Tensor, canvas: Tensor) -> bool:
+    if g.h * g.w == 0:  # nothing to read: the op refuses it before a backend runs
+        return False
+    key = (mode, g)
+    if key not in _runs_cache:
+        if len(_runs_cache) >= _RUNS_CACHE_SIZE:
+            _runs_cache.pop(next(iter(_runs_cache)))
+        _runs_cache[key] = _plan_runs(mode, g)
+    runs = _runs_cache[key]
+    if runs is None:
+        return False
+    columns, rows = runs
+    src = _bits(image).view(g.n * g.c, g.h, g.w)
+    planes = _bits(canvas).view(g.n * g.c, g.out_h, g.out_w)
+    middle = planes[:, g.top : g.top + g.h]  # the image's rows, border columns included
+    middle[:, :, g.left : g.left + g.w].copy_(src)
+    for x0, n, s0, step in columns:
+        middle[:, :, x0 : x0 + n].copy_(_source(src, 2, s0, n, step))
+    for y0, n, s0, step in rows:  # whole rows, from the image's rows just completed
+        planes[:, y0 : y0 + n].copy_(_source(middle, 1, s0, n, step))
+    return True
+
+
+def _plan_runs(mode: str, g: PadGeometry) -> tuple[list[Run], list[Run]] | None:
+    """The column runs of the left and right borders and the row runs of the top and bottom
+    ones (row sources relative to the image's first row); None when a side has too many."""
+    cols = fold_index(torch.arange(-g.left, g.out_w - g.left), g.w, mode).tolist()
+    rows = fold_index(torch.arange(-g.top, g.out_h - g.top), g.h, mode).tolist()
+    sides = [
+        _runs(cols, 0, g.left), _runs(cols, g.left + g.w, g.out_w),
+        _runs(rows, 0, g.top), _runs(rows, g.top + g.h, g.out_h),
+    ]  # fmt: skip
+    if any(len(side) > _MAX_RUNS for side in sides):
+        return None
+    return sides[0] + sides[1], sides[2] + sides[3]
+
+
+def _runs(index: Sequence[int], start: int, stop: int) -> list[Run]:
+    """``index[start:stop]`` as maximal runs whose values step by +1, -1 or 0 (a lone entry is
+    a run of step +1)."""
+    runs: list[Run] = []
+    i = start
+    while i < stop:
+        j = i + 1
+        step = index[j] - index[i] if j < stop else 1
+        if step not in (1, -1, 0):
+            step = 1
+        while j < stop and index[j] - index[j - 1] == step:
+            j += 1
+        runs.append((i, j - i, index[i], step))
+        i = j
+    return runs
+
+
+def _source(t: Tensor, dim: int, first: int, n: int, step: int) -> Tensor:
+    """The ``n`` slices of ``t`` along ``dim`` a run reads: ``first, first + step, ...``."""
+    if step == 1:
+        return t.narrow(dim, first, n)
+    if step == -1:
+        return t.narrow(dim, first - n + 1, n).flip(dim)
+    shape = list(t.shape)
+    shape[dim] = n
+    return t.narrow(dim, first, 1).expand(shape)
