@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import os
 from collections.abc import Iterator
+from typing import Any
 
 import pytest
 import torch
@@ -190,3 +191,59 @@ def test_constant_stacks_copy_runs_of_equal_geometry(
     monkeypatch.setattr(pad_copies, "STACK_MIN_BYTES", 1 << 30)  # small images: the kernel's
     assert_bitwise_equal(F.pad_stack(images, (12, 12), placement, fill), got)
     assert copies == [True, False]
+
+
+@pytest.fixture
+def repeats(copies: list[bool], monkeypatch: pytest.MonkeyPatch) -> list[int]:
+    """The batch sizes of the textured batches written as their first canvas and copies."""
+    seen: list[int] = []
+    real = pad_copies.repeat_first
+
+    def spy(call: Any, image: torch.Tensor, canvas: torch.Tensor) -> None:
+        seen.append(call.geometry.n)
+        real(call, image, canvas)
+
+    monkeypatch.setattr(pad_copies, "repeat_first", spy)
+    return seen
+
+
+@pytest.mark.parametrize("copies", [True, False], ids=["copies", "kernel"], indirect=True)
+@pytest.mark.parametrize(("shape", "pads"), [CASES[0], CASES[3], ((3, 2, 0, 4), (2, 3, 1, 2))],
+                         ids=lambda v: str(v))  # fmt: skip
+@pytest.mark.parametrize("dtype", DTYPES, ids=str)
+def test_a_textured_batch_of_one_border_is_its_first_canvas_copied(
+    dtype: torch.dtype, shape: tuple[int, ...], pads: tuple[int, ...], copies: list[bool],
+    repeats: list[int], monkeypatch: pytest.MonkeyPatch,
+) -> None:  # fmt: skip
+    monkeypatch.setattr(pad_copies, "TEXTURE", pad_copies.CONSTANT)  # the fixture's switch
+    x = random_image(shape, dtype, seed=20 + dtype.itemsize)
+    tile = random_image((shape[1], 5, 7), dtype, seed=21)
+    before = x.clone()
+    for offset in ((2, -3), torch.tensor([[1, 4]]).expand(shape[0], 2)):
+        want = texture_pad_ref(x, pads, tile, stagger=3, offset=offset)
+        out = torch.empty(want.shape, dtype=dtype)
+        out.view(torch.uint8).fill_(0xAB)  # poisoned: every element must be written
+        F.texture_pad(x, list(pads), tile, stagger=3, offset=offset, out=out)
+        assert_bitwise_equal(out, want)
+        assert_bitwise_equal(F.texture_pad(x, list(pads), tile, stagger=3, offset=offset), want)
+    assert_bitwise_equal(x, before)
+    taken = pad_copies.TEXTURE and dtype.itemsize <= pad_copies.STANDARD_MAX_BYTES
+    assert repeats == ([shape[0]] * 4 if taken else [])
+
+
+@pytest.mark.parametrize("copies", [True], ids=["copies"], indirect=True)
+def test_textured_samples_of_their_own_borders_keep_the_kernel(repeats: list[int]) -> None:
+    x = random_image((3, 2, 6, 5), torch.uint8, seed=30)
+    bank = random_image((2, 2, 4, 3), torch.uint8, seed=31)
+    pads = (3, 2, 4, 1)
+    offsets = torch.tensor([[0, 0], [0, 0], [1, 0]])  # the last sample's lattice differs
+    want = texture_pad_ref(x, pads, bank, offset=offsets, texture_index=torch.tensor([1, 1, 1]))
+    got = F.texture_pad(x, list(pads), bank, offset=offsets, texture_index=torch.tensor([1, 1, 1]))
+    assert_bitwise_equal(got, want)
+    index = torch.tensor([0, 0, 1])  # one lattice, the last sample's texture differs
+    want = texture_pad_ref(x, pads, bank, texture_index=index)
+    assert_bitwise_equal(F.texture_pad(x, list(pads), bank, texture_index=index), want)
+    same = torch.tensor([1, 1, 1])  # one lattice, one texture: one border
+    want = texture_pad_ref(x, pads, bank, texture_index=same)
+    assert_bitwise_equal(F.texture_pad(x, list(pads), bank, texture_index=same), want)
+    assert repeats == [3]

@@ -1,5 +1,5 @@
-"""Constant and standard modes as a few bulk torch copies: how the CPU order writes a large
-single-geometry canvas, forward.
+"""Constant and standard modes as a few bulk torch copies, and a textured batch as its first
+canvas and copies: how the CPU order writes a large canvas, forward.
 
 Taichi's CPU code moves scalars (a byte at a time for uint8 borders, 8-byte words inside),
 and its per-row work (index setup, head and tail runs, a gather per border pixel) dominates
@@ -12,10 +12,14 @@ right borders of the image's rows from the image, as a few *runs* (stretches of 
 whose source columns step by +1, -1 or 0: a slice, a flipped slice, an expanded column); then
 the rows above and below as runs of whole canvas rows read from the rows just written. Index
 maps that fold into many short runs (a border many times the image) stay with the kernel.
+
+A texture-mode batch whose samples share one lattice and bank index has one border: the kernel
+writes the first canvas, which the others copy before their images go into their windows.
 """
 
 from __future__ import annotations
 
+import dataclasses
 from collections.abc import Sequence
 
 import torch
@@ -23,19 +27,25 @@ from torch import Tensor
 
 from .geometry import PadCall, PadGeometry, StackGeometry, fold_index
 
-__all__ = ["CONSTANT", "STANDARD", "write"]
+__all__ = [
+    "CONSTANT", "STANDARD", "TEXTURE", "first_sample", "repeat_first", "shares_border", "write",
+]  # fmt: skip
 
 #: Whether constant mode runs as copies: the fill over the whole canvas, then the image into
 #: its window (two vectorised passes cost less than the kernel's one on every dtype).
 CONSTANT = True
-#: Whether edge, reflect, symmetric and circular run as copies (``standard``), for canvases of
-#: elements up to ``STANDARD_MAX_BYTES`` wide: on 4- and 8-byte elements the kernel's word moves
-#: already carry most of a row, and its one pass is as fast as the copies' several.
+#: Whether edge, reflect, symmetric and circular run as copies (``_standard``), for canvases of
+#: elements up to ``STANDARD_MAX_BYTES`` wide (textured batches too, ``TEXTURE``): on 4- and
+#: 8-byte elements the kernel's word moves already carry most of a row, and its one pass is as
+#: fast as the copies' several.
 STANDARD = True
 STANDARD_MAX_BYTES = 2
 #: A stack's constant mode runs as copies where its canvases average at least this many bytes:
 #: a copy per image costs microseconds of dispatch, which small images do not repay.
 STACK_MIN_BYTES = 16 << 10
+#: Whether a texture-mode batch whose samples share one lattice and bank index (every canvas
+#: the same border) runs as the kernel on its first sample and copies (``repeat_first``).
+TEXTURE = True
 # The most runs per border side: beyond it, a copy per run costs more than the kernel's pass.
 _MAX_RUNS = 4
 
@@ -162,3 +172,40 @@ def _source(t: Tensor, dim: int, first: int, n: int, step: int) -> Tensor:
     shape = list(t.shape)
     shape[dim] = n
     return t.narrow(dim, first, 1).expand(shape)
+
+
+def shares_border(call: PadCall) -> bool:
+    """Whether ``call`` pads a batch in texture mode whose samples all have sample 0's lattice
+    offset and bank index, so that every canvas has sample 0's border (``TEXTURE`` on, elements
+    up to ``STANDARD_MAX_BYTES`` wide)."""
+    g = call.geometry
+    if not (TEXTURE and call.mode == "texture" and isinstance(g, PadGeometry) and g.n > 1):
+        return False
+    if call.texture.element_size() > STANDARD_MAX_BYTES:  # wide elements: as STANDARD's
+        return False
+    offset, index = call.offset, call.texture_index
+    return torch.equal(offset, offset[:1].expand_as(offset)) and torch.equal(
+        index, index[:1].expand_as(index)
+    )
+
+
+def first_sample(call: PadCall) -> PadCall:
+    """``call`` for its first sample only (a single-geometry call)."""
+    g = call.geometry
+    assert isinstance(g, PadGeometry)
+    return dataclasses.replace(
+        call, geometry=dataclasses.replace(g, n=1), offset=call.offset[:1],
+        texture_index=call.texture_index[:1],
+    )  # fmt: skip
+
+
+def repeat_first(call: PadCall, image: Tensor, canvas: Tensor) -> None:
+    """Complete ``canvas`` whose first canvas is written: that canvas over the others, then
+    their images into their windows (two vectorised passes, as constant mode's)."""
+    g = call.geometry
+    assert isinstance(g, PadGeometry)
+    planes = _bits(canvas).view(g.n, g.c, g.out_h, g.out_w)
+    planes[1:].copy_(planes[:1].expand(g.n - 1, -1, -1, -1))
+    if g.h * g.w:
+        window = planes[1:, :, g.top : g.top + g.h, g.left : g.left + g.w]
+        window.copy_(_bits(image).view(g.n, g.c, g.h, g.w)[1:])

@@ -597,10 +597,20 @@ def forward(
             return
         if not backward:
             advise_huge_pages(canvas)
-        # A large CPU canvas of constant or standard modes is faster as torch's bulk copies.
+        # A large CPU canvas of constant or standard modes is faster as torch's bulk copies, a
+        # batch of textured canvases that share one border as the first canvas and copies.
         cpu_pool = not (backward or TAICHI.gpu_order or serial_launch(canvas))
         if cpu_pool and copies.write(call, image, canvas):
             return
+        # The kernel writes the first canvas only, whose border every canvas then copies.
+        full = (call, image, canvas)
+        repeat = cpu_pool and copies.shares_border(call)
+        if repeat:
+            call = copies.first_sample(call)
+            g = call.geometry
+            assert isinstance(g, PadGeometry)
+            image = image.reshape(-1)[: g.c * g.h * g.w]
+            canvas = canvas.reshape(-1)[: g.c * g.out_h * g.out_w]
         plan = _plan(call, image, canvas, texture, backward)
         kernel = kernels["pad_canvas"]
         if plan.constant:
@@ -635,16 +645,17 @@ def forward(
         signature = (kernel, plan.dtype, lanes, backward, plan.gpu, plan.serial,
                      plan.texture_mode, rows)  # fmt: skip
         bound = _bounds.get(signature)
-        if bound is not None and bound.launch([_raw(t, how) for t, how in slots]):
-            return
-        args = (*(plan.view(t, how) for t, how in slots), lanes, backward, plan.gpu, plan.serial,
-                plan.texture_mode, rows)  # fmt: skip
-        kernel(*args)
-        bind = getattr(kernel, "bind", None)
-        if bind is not None:
-            if len(_bounds) >= _PLANS_SIZE:
-                _bounds.clear()
-            _bounds[signature] = bind(args)
+        if bound is None or not bound.launch([_raw(t, how) for t, how in slots]):
+            args = (*(plan.view(t, how) for t, how in slots), lanes, backward, plan.gpu,
+                    plan.serial, plan.texture_mode, rows)  # fmt: skip
+            kernel(*args)
+            bind = getattr(kernel, "bind", None)
+            if bind is not None:
+                if len(_bounds) >= _PLANS_SIZE:
+                    _bounds.clear()
+                _bounds[signature] = bind(args)
+        if repeat:
+            copies.repeat_first(*full)
 
 
 def _row_span(out_w: int) -> int:
