@@ -15,7 +15,14 @@ import torch
 from torch import Tensor
 
 from .._checks import check_dense, check_int, check_mode
-from ..ops.padding import PadCall, StackGeometry, image_channels, pad_stack_direct
+from ..ops.padding import (
+    PadCall,
+    PadGeometry,
+    StackGeometry,
+    image_channels,
+    pad_direct,
+    pad_stack_direct,
+)
 from ._convert import Fill
 from ._pad import check_image
 from ._record import check_size, standard, textured
@@ -89,7 +96,9 @@ def pad_stack(
     """Pad each ``(C, h_i, w_i)`` image to ``size`` at its own ``placement``; stack the results.
 
     One kernel launch for the whole batch. The images are first packed into one flat tensor
-    (``torch.cat``: one copy of the inputs), which the kernel reads with a per-image geometry.
+    (``torch.cat``: one copy of the inputs), which the kernel reads with a per-image geometry;
+    images of one size at one placement are padded as a batch (``tipad::pad``), the same
+    values by the single-geometry op and its faster CPU forms.
 
     Args:
         images: ``N >= 1`` tensors ``(C, h_i, w_i)`` of one dtype, device and channel count.
@@ -130,4 +139,8 @@ def pad_stack(
     else:
         border = standard(mode, fill, x, n, channels)
     packed = torch.cat([im.reshape(-1) for im in checked])
+    if bool((sizes == sizes[0]).all()):  # one geometry: a batch, and the batch's fast forms
+        h, w, top, left = sizes[0].tolist()
+        g = PadGeometry(n, channels, h, w, left, top, size[1] - left - w, size[0] - top - h)
+        return pad_direct(packed.view(n, channels, h, w), PadCall(g, *border))
     return pad_stack_direct(packed, PadCall(StackGeometry(sizes, channels, *size), *border))

@@ -379,3 +379,38 @@ def test_inputs_are_not_modified() -> None:
     F.pad_stack(images, SIZE, placement, **kw)
     for b, a in zip(before, (*images, placement, kw["texture"], kw["offset"]), strict=True):
         assert_bitwise_equal(a, b)
+
+
+@pytest.mark.parametrize("mode", MODES)
+def test_a_stack_of_one_geometry_runs_as_a_batch(
+    mode: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # Equal sizes at equal placements: the single-geometry op (and its CPU forms), same values
+    # and gradients; the stack op would be a mistake here.
+    from tipad_transforms.functional import _stack
+
+    def no_stack(*args: Any, **kwargs: Any) -> None:
+        raise AssertionError("pad_stack_direct ran for a stack of one geometry")
+
+    monkeypatch.setattr(_stack, "pad_stack_direct", no_stack)
+    images = [
+        random_image((3, 5, 6), torch.float64, seed=40 + i).requires_grad_() for i in range(4)
+    ]
+    placement = torch.tensor([[2, 7]] * 4)  # (top, left) on the 13x17 canvas
+    tile = random_image((3, 4, 5), torch.float64, seed=45)
+    extra = {"texture": tile, "stagger": 2, "offset": (1, -2)} if mode == "texture" else {}
+    got = F.pad_stack(images, SIZE, placement, 0.5, mode, **extra)
+    sides = [7, 2, SIZE[1] - 7 - 6, SIZE[0] - 2 - 5]
+    grad = random_image((4, 3, *SIZE), torch.float64, seed=46)
+    got.backward(grad)
+    for i, img in enumerate(images):
+        ref_img = img.detach().clone().requires_grad_()
+        if mode == "texture":
+            want = texture_pad_ref(ref_img, sides, tile, stagger=2, offset=(1, -2),
+                                   differentiable=True)  # fmt: skip
+        else:
+            want = pad_ref(ref_img, sides, mode, 0.5, differentiable=True)
+        assert_bitwise_equal(got[i].detach(), want.detach())
+        want.backward(grad[i])
+        assert img.grad is not None and ref_img.grad is not None
+        torch.testing.assert_close(img.grad, ref_img.grad, rtol=1e-12, atol=1e-12)
