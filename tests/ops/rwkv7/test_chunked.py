@@ -138,4 +138,13 @@ def test_unit_lower_solve_matches_a_triangular_solve() -> None:
     rhs = torch.randn(3, 2, 9, 5, generator=g, dtype=torch.float64)
     eye = torch.eye(9, dtype=torch.float64)
     want = torch.linalg.solve_triangular(eye - m, rhs, upper=False, unitriangular=True)
-    assert_close(chunked._unit_lower_solve(m, rhs), want, rtol=1e-12, atol=1e-12)
+    x = rhs.clone()
+    assert chunked._unit_lower_solve_(m, x) is x  # in place
+    assert_close(x, want, rtol=1e-12, atol=1e-12)
+
+
+def test_masks_keep_the_strict_and_inclusive_lower_triangles() -> None:
+    mask = chunked._masks(4, torch.float32)
+    strict, incl = torch.ones(4, 4).tril(-1), torch.ones(4, 4).tril()
+    assert torch.equal(mask[:4, :4], strict) and torch.equal(mask[:4, 4:], strict)
+    assert torch.equal(mask[4:, :4], incl) and torch.equal(mask[4:, 4:], incl)

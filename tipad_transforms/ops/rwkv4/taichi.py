@@ -373,7 +373,7 @@ def forward(
     tensors = (time_decay, time_first, state, k, v, y, states)
     with TAICHI.session(k.device, "wkv", _build_kernels, (k, states)) as kernels:
         lanes, single, packed = _switches(k)
-        key = (k.shape, k.dtype, k.device, save, lanes, TAICHI.cpu_iterations)
+        key = (k.shape, k.dtype, k.device, save, lanes, TAICHI.cpu_iterations, _SERIAL_BYTES)
         step = _steps.get(key)
         if step is not None and step.launch(tensors):
             return

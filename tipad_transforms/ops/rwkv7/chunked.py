@@ -58,7 +58,8 @@ def _blocks(x: Tensor, chunk: int, fill: float) -> Tensor:
     """``(B, T, H, N)`` -> ``(B, H, C, L, N)``, ``T`` padded to ``C * L`` with ``fill``."""
     n_b, n_t, n_h, n_n = x.shape
     n_c = -(-n_t // chunk)
-    x = F.pad(x, (0, 0, 0, 0, 0, n_c * chunk - n_t), value=fill)
+    if n_c * chunk != n_t:  # (F.pad copies even when it adds nothing)
+        x = F.pad(x, (0, 0, 0, 0, 0, n_c * chunk - n_t), value=fill)
     return x.view(n_b, n_c, chunk, n_h, n_n).permute(0, 3, 1, 2, 4).contiguous()
 
 
@@ -67,16 +68,23 @@ def _t(x: Tensor) -> Tensor:
     return x.transpose(-1, -2).contiguous()
 
 
-def _unit_lower_solve(m: Tensor, rhs: Tensor) -> Tensor:
-    """``(I - m)^-1 rhs`` for strictly lower triangular ``m`` ``(..., L, L)``, by forward
-    substitution a row at a time, every chunk at once. (LAPACK's triangular solve goes one
-    small matrix at a time and took most of the form's time; the product form
+def _unit_lower_solve_(m: Tensor, x: Tensor) -> Tensor:
+    """``x <- (I - m)^-1 x`` for strictly lower triangular ``m`` ``(..., L, L)``, in place, by
+    forward substitution a row at a time, every chunk at once. (LAPACK's triangular solve goes
+    one small matrix at a time and took most of the form's time; the product form
     ``(I + m)(I + m^2)(I + m^4)...`` costs ``log2 L`` times the products and its high powers
     fall into float32's subnormals, which the CPU computes slowly.)"""
-    x = rhs.clone()
     for t in range(1, m.shape[-1]):
         x[..., t : t + 1, :] += m[..., t : t + 1, :t] @ x[..., :t, :]
     return x
+
+
+def _masks(chunk: int, dtype: torch.dtype) -> Tensor:
+    """``(2L, 2L)``: which entries of ``[A_g; R_g] [B_i; K_i]^T`` the form keeps: ``s < t`` in
+    the rows of ``a`` (``M_b``, ``M_k``), ``s <= t`` in the rows of ``r`` (``Q_b``, ``Q_k``)."""
+    ones = torch.ones(chunk, chunk, dtype=dtype)
+    strict, incl = ones.tril(-1), ones.tril()
+    return torch.cat([strict.repeat(1, 2), incl.repeat(1, 2)])
 
 
 def forward(
@@ -90,35 +98,43 @@ def forward(
     final state is not finite: the caller runs the recurrence instead (see the module's note).
     """
     n_b, n_t, n_h, n_n = k.shape
+    ln = chunk
     rc, kc, vc, ac, bc = (_blocks(x, chunk, 0.0) for x in (r, k, v, a, b))
     g = torch.cumprod(_blocks(d, chunk, 1.0), dim=3)  # (B, H, C, L, N): g_t after step t
-    before = torch.cat([torch.ones_like(g[..., :1, :]), g[..., :-1, :]], dim=3)
     inv = g.reciprocal()
-    ag = ac * before
-    rg = rc * g
-    bi, ki = bc * inv, kc * inv
-    # One product for M_b, M_k (rows a g_{t-1}) and Q_b, Q_k (rows r g_t).
-    p = torch.cat([ag, rg], 3) @ _t(torch.cat([bi, ki], 3))
-    ln = chunk
-    strict = torch.ones(ln, ln, dtype=torch.bool).tril(-1)
-    incl = torch.ones(ln, ln, dtype=torch.bool).tril()
-    m_b = p[..., :ln, :ln] * strict
-    m_k = p[..., :ln, ln:] * strict
-    q_b = p[..., ln:, :ln] * incl
-    q_k = p[..., ln:, ln:] * incl
+    lead = g.shape[:3]
+    # The operands of one product for M_b, M_k (rows a g_{t-1}) and Q_b, Q_k (rows r g_t),
+    # each written in place: [A_g; R_g] (2L, N) and [B_i, K_i]^T (N, 2L), copied once.
+    rows = g.new_empty(*lead, 2 * ln, n_n)
+    ag, rg = rows[..., :ln, :], rows[..., ln:, :]
+    ag[..., :1, :].copy_(ac[..., :1, :])  # g_0 = 1
+    torch.mul(ac[..., 1:, :], g[..., :-1, :], out=ag[..., 1:, :])
+    torch.mul(rc, g, out=rg)
+    cols = g.new_empty(*lead, n_n, 2 * ln)
+    bi, ki = cols[..., :ln].transpose(-1, -2), cols[..., ln:].transpose(-1, -2)
+    torch.mul(bc, inv, out=bi)
+    torch.mul(kc, inv, out=ki)
+    p = (rows @ cols).mul_(_masks(ln, g.dtype))
+    m_b, m_k, q_b, q_k = p[..., :ln, :ln], p[..., :ln, ln:], p[..., ln:, :ln], p[..., ln:, ln:]
     # X = (I - M_b)^-1 [M_k V, A_g]: U = X_1 + X_2 S_0^T.
-    x = _unit_lower_solve(m_b, torch.cat([m_k @ vc, ag], -1))
+    x = _unit_lower_solve_(m_b, torch.cat([m_k @ vc, ag], -1))
     z = q_b @ x
     y1 = z[..., :n_n] + q_k @ vc  # Y = y1 + rw S_0^T
     rw = rg + z[..., n_n:]
     g_end = g[..., -1:, :]  # (B, H, C, 1, N)
-    bt, kt = bi * g_end, ki * g_end
-    # S_L = S_0 G + E, G = diag(g_L) + X_2^T B_t, E = [X_1; V]^T [B_t; K_t].
-    # Transposed operands are copied first: batched products of transposed views ran at a
-    # third of the rate.
+    # S_L = S_0 G + E, G = diag(g_L) + X_2^T B_t, E = [X_1; V]^T [B_t; K_t], B_t = B_i g_L.
+    # Operands are written in the layout the products read: batched products of transposed
+    # views ran at a third of the rate.
+    bkt = g.new_empty(*lead, 2 * ln, n_n)
+    bt = bkt[..., :ln, :]
+    torch.mul(bi, g_end, out=bt)
+    torch.mul(ki, g_end, out=bkt[..., ln:, :])
     gm = _t(x[..., n_n:]) @ bt
     gm.diagonal(dim1=-2, dim2=-1).add_(g_end.squeeze(-2))
-    e = _t(torch.cat([x[..., :n_n], vc], 3)) @ torch.cat([bt, kt], 3)
+    xv = g.new_empty(*lead, n_n, 2 * ln)
+    xv[..., :ln].copy_(x[..., :n_n].transpose(-1, -2))
+    xv[..., ln:].copy_(vc.transpose(-1, -2))
+    e = xv @ bkt
     n_c = g.shape[2]
     starts = state.new_empty(n_b, n_h, n_c, n_n, n_n)
     s = state.reshape(n_b * n_h, n_n, n_n)
@@ -130,7 +146,11 @@ def forward(
     out = torch.baddbmm(  # Y = y1 + rw S_0^T, (B H C, L, N)
         y1.view(-1, ln, n_n), rw.view(-1, ln, n_n), _t(starts).view(-1, n_n, n_n)
     ).view(n_b, n_h, n_c, ln, n_n)
-    y.copy_(out.permute(0, 2, 3, 1, 4).reshape(n_b, n_c * chunk, n_h, n_n)[:, :n_t])
+    blocks = out.permute(0, 2, 3, 1, 4)  # (B, C, L, H, N)
+    if n_c * chunk == n_t:  # one strided copy, not a reshape's copy and then a copy
+        y.view(n_b, n_c, chunk, n_h, n_n).copy_(blocks)
+    else:
+        y.copy_(blocks.reshape(n_b, n_c * chunk, n_h, n_n)[:, :n_t])
     final = s.view(n_b, n_h, n_n, n_n)
     if not (bool(torch.isfinite(final).all()) and bool(torch.isfinite(y).all())):
         return False
