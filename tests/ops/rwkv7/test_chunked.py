@@ -148,3 +148,53 @@ def test_masks_keep_the_strict_and_inclusive_lower_triangles() -> None:
     strict, incl = torch.ones(4, 4).tril(-1), torch.ones(4, 4).tril()
     assert torch.equal(mask[:4, :4], strict) and torch.equal(mask[:4, 4:], strict)
     assert torch.equal(mask[4:, :4], incl) and torch.equal(mask[4:, 4:], incl)
+
+
+@pytest.mark.parametrize("keep", [True, False], ids=["scratch-kept", "scratch-off"])
+def test_scratch_is_reused_per_thread_and_never_shared(
+    keep: bool, forced: list[bool], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # Repeated calls of one shape reuse the thread's buffers (or, with SCRATCH_BYTES = 0,
+    # allocate afresh) and give the same values; other shapes in between replace them; a
+    # second thread, run at the same time, gets its own.
+    import threading
+
+    if not keep:
+        monkeypatch.setattr(chunked, "SCRATCH_BYTES", 0)
+    shapes = [(2, 21, 3, 5), (1, 16, 2, 7), (2, 21, 3, 5)]
+    inputs = [make_inputs(*shape, torch.float64, seed=60 + i) for i, shape in enumerate(shapes)]
+    states = [make_state(sh[0], sh[2], sh[3], torch.float64, seed=70) for sh in shapes]
+    want = [reference(*xs, st) for xs, st in zip(inputs, states, strict=True)]
+    barrier = threading.Barrier(2)
+    got: dict[str, list[tuple[torch.Tensor, torch.Tensor]]] = {}
+    errors: list[BaseException] = []
+    kept: dict[str, tuple[torch.Size, int]] = {}
+
+    def run(name: str) -> None:
+        try:
+            barrier.wait()
+            results = []
+            for xs, st in zip(inputs, states, strict=True):
+                for _ in range(2):
+                    y, s = wkv7(*xs, st)
+                    results.append((y.clone(), s.clone()))
+            got[name] = results
+            key, buffers = chunked._Scratch._local.held  # this thread's, after its last call
+            kept[name] = (key[0], len(buffers))
+        except BaseException as e:  # reported below, in the test's thread
+            errors.append(e)
+
+    threads = [threading.Thread(target=run, args=(f"t{i}",)) for i in range(2)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    assert not errors, errors
+    assert forced == [True] * 12
+    for results in got.values():
+        for i, (y, s) in enumerate(results):
+            assert_close(y, want[i // 2][0], rtol=1e-12, atol=1e-12)
+            assert_close(s, want[i // 2][1], rtol=1e-12, atol=1e-12)
+    for shape, count in kept.values():
+        assert shape == torch.Size(shapes[-1])
+        assert (count > 10) if keep else (count == 0)

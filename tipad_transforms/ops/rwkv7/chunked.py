@@ -22,6 +22,7 @@ recurrence, which keeps them where they arise.
 from __future__ import annotations
 
 import math
+import threading
 
 import torch
 import torch.nn.functional as F
@@ -54,18 +55,49 @@ def eligible(d: Tensor, chunk: int) -> bool:
     return low > 0 and math.log(low) * chunk > -LOG_RANGE[d.dtype]
 
 
-def _blocks(x: Tensor, chunk: int, fill: float) -> Tensor:
-    """``(B, T, H, N)`` -> ``(B, H, C, L, N)``, ``T`` padded to ``C * L`` with ``fill``."""
+#: The most bytes of scratch tensors a thread keeps between calls (``_Scratch``).
+SCRATCH_BYTES = 256 << 20
+
+
+class _Scratch:
+    """The form's temporaries, kept per thread for the next call of the same shapes.
+
+    A fresh tensor of a few MB can come from ``mmap`` and page-fault on its first touch, every
+    call (docs/padding-guide.md, "Large outputs in a loop"); the form makes a few dozen of them,
+    and their faults cost as much as its arithmetic. So each thread keeps the last call's
+    buffers (up to ``SCRATCH_BYTES``; a larger call allocates afresh), and a call of other
+    shapes or dtype replaces them. Per thread, so concurrent calls never share a buffer.
+    """
+
+    _local = threading.local()
+
+    def __init__(self, key: tuple[object, ...], like: Tensor) -> None:
+        held = getattr(self._local, "held", None)
+        if held is None or held[0] != key:
+            held = (key, {})
+            self._local.held = held
+        self._buffers: dict[str, Tensor] = held[1]
+        self._like = like
+        self._bytes = sum(t.numel() * t.element_size() for t in self._buffers.values())
+
+    def get(self, name: str, *shape: int) -> Tensor:
+        """An uninitialised ``shape`` tensor of ``like``'s dtype and device, named ``name``."""
+        t = self._buffers.get(name)
+        if t is None or tuple(t.shape) != shape:
+            t = self._like.new_empty(shape)
+            if self._bytes + t.numel() * t.element_size() <= SCRATCH_BYTES:
+                self._buffers[name] = t
+                self._bytes += t.numel() * t.element_size()
+        return t
+
+
+def _blocks(x: Tensor, chunk: int, fill: float, out: Tensor) -> Tensor:
+    """``(B, T, H, N)`` -> ``out`` ``(B, H, C, L, N)``, ``T`` padded to ``C * L`` with ``fill``."""
     n_b, n_t, n_h, n_n = x.shape
-    n_c = -(-n_t // chunk)
+    n_c = out.shape[2]
     if n_c * chunk != n_t:  # (F.pad copies even when it adds nothing)
         x = F.pad(x, (0, 0, 0, 0, 0, n_c * chunk - n_t), value=fill)
-    return x.view(n_b, n_c, chunk, n_h, n_n).permute(0, 3, 1, 2, 4).contiguous()
-
-
-def _t(x: Tensor) -> Tensor:
-    """The last two dimensions swapped, contiguous."""
-    return x.transpose(-1, -2).contiguous()
+    return out.copy_(x.view(n_b, n_c, chunk, n_h, n_n).permute(0, 3, 1, 2, 4))
 
 
 def _unit_lower_solve_(m: Tensor, x: Tensor) -> Tensor:
@@ -74,8 +106,9 @@ def _unit_lower_solve_(m: Tensor, x: Tensor) -> Tensor:
     one small matrix at a time and took most of the form's time; the product form
     ``(I + m)(I + m^2)(I + m^4)...`` costs ``log2 L`` times the products and its high powers
     fall into float32's subnormals, which the CPU computes slowly.)"""
+    row = torch.empty_like(x[..., :1, :])
     for t in range(1, m.shape[-1]):
-        x[..., t : t + 1, :] += m[..., t : t + 1, :t] @ x[..., :t, :]
+        x[..., t : t + 1, :] += torch.matmul(m[..., t : t + 1, :t], x[..., :t, :], out=row)
     return x
 
 
@@ -99,53 +132,68 @@ def forward(
     """
     n_b, n_t, n_h, n_n = k.shape
     ln = chunk
-    rc, kc, vc, ac, bc = (_blocks(x, chunk, 0.0) for x in (r, k, v, a, b))
-    g = torch.cumprod(_blocks(d, chunk, 1.0), dim=3)  # (B, H, C, L, N): g_t after step t
-    inv = g.reciprocal()
-    lead = g.shape[:3]
+    n_c = -(-n_t // chunk)
+    lead = (n_b, n_h, n_c)
+    ws = _Scratch((k.shape, k.dtype, chunk), k)
+    rc, kc, vc, ac, bc = (
+        _blocks(x, chunk, 0.0, ws.get(name, *lead, ln, n_n))
+        for x, name in ((r, "r"), (k, "k"), (v, "v"), (a, "a"), (b, "b"))
+    )  # fmt: skip
+    g = ws.get("g", *lead, ln, n_n)  # (B, H, C, L, N): g_t after step t
+    torch.cumprod(_blocks(d, chunk, 1.0, ws.get("d", *lead, ln, n_n)), dim=3, out=g)
+    inv = torch.reciprocal(g, out=ws.get("inv", *lead, ln, n_n))
     # The operands of one product for M_b, M_k (rows a g_{t-1}) and Q_b, Q_k (rows r g_t),
-    # each written in place: [A_g; R_g] (2L, N) and [B_i, K_i]^T (N, 2L), copied once.
-    rows = g.new_empty(*lead, 2 * ln, n_n)
+    # each written in place: [A_g; R_g] (2L, N) and [B_i, K_i]^T (N, 2L).
+    rows = ws.get("rows", *lead, 2 * ln, n_n)
     ag, rg = rows[..., :ln, :], rows[..., ln:, :]
     ag[..., :1, :].copy_(ac[..., :1, :])  # g_0 = 1
     torch.mul(ac[..., 1:, :], g[..., :-1, :], out=ag[..., 1:, :])
     torch.mul(rc, g, out=rg)
-    cols = g.new_empty(*lead, n_n, 2 * ln)
+    cols = ws.get("cols", *lead, n_n, 2 * ln)
     bi, ki = cols[..., :ln].transpose(-1, -2), cols[..., ln:].transpose(-1, -2)
     torch.mul(bc, inv, out=bi)
     torch.mul(kc, inv, out=ki)
-    p = (rows @ cols).mul_(_masks(ln, g.dtype))
+    p = torch.matmul(rows, cols, out=ws.get("p", *lead, 2 * ln, 2 * ln))
+    p.mul_(_masks(ln, g.dtype))
     m_b, m_k, q_b, q_k = p[..., :ln, :ln], p[..., :ln, ln:], p[..., ln:, :ln], p[..., ln:, ln:]
     # X = (I - M_b)^-1 [M_k V, A_g]: U = X_1 + X_2 S_0^T.
-    x = _unit_lower_solve_(m_b, torch.cat([m_k @ vc, ag], -1))
-    z = q_b @ x
-    y1 = z[..., :n_n] + q_k @ vc  # Y = y1 + rw S_0^T
-    rw = rg + z[..., n_n:]
+    x = ws.get("x", *lead, ln, 2 * n_n)
+    x[..., :n_n].copy_(torch.matmul(m_k, vc, out=ws.get("mv", *lead, ln, n_n)))
+    x[..., n_n:].copy_(ag)
+    _unit_lower_solve_(m_b, x)
+    z = torch.matmul(q_b, x, out=ws.get("z", *lead, ln, 2 * n_n))
+    qv = torch.matmul(q_k, vc, out=ws.get("mv", *lead, ln, n_n))
+    y1 = torch.add(z[..., :n_n], qv, out=ws.get("y1", *lead, ln, n_n))  # Y = y1 + rw S_0^T
+    rw = torch.add(rg, z[..., n_n:], out=ws.get("rw", *lead, ln, n_n))
     g_end = g[..., -1:, :]  # (B, H, C, 1, N)
     # S_L = S_0 G + E, G = diag(g_L) + X_2^T B_t, E = [X_1; V]^T [B_t; K_t], B_t = B_i g_L.
     # Operands are written in the layout the products read: batched products of transposed
     # views ran at a third of the rate.
-    bkt = g.new_empty(*lead, 2 * ln, n_n)
+    bkt = ws.get("bkt", *lead, 2 * ln, n_n)
     bt = bkt[..., :ln, :]
     torch.mul(bi, g_end, out=bt)
     torch.mul(ki, g_end, out=bkt[..., ln:, :])
-    gm = _t(x[..., n_n:]) @ bt
+    xv = ws.get("xv", *lead, n_n, 2 * ln)  # [X_2^T | V^T] first, then [X_1^T | V^T]
+    xv[..., :ln].copy_(x[..., n_n:].transpose(-1, -2))
+    gm = torch.matmul(xv[..., :ln], bt, out=ws.get("gm", *lead, n_n, n_n))
     gm.diagonal(dim1=-2, dim2=-1).add_(g_end.squeeze(-2))
-    xv = g.new_empty(*lead, n_n, 2 * ln)
     xv[..., :ln].copy_(x[..., :n_n].transpose(-1, -2))
     xv[..., ln:].copy_(vc.transpose(-1, -2))
-    e = xv @ bkt
-    n_c = g.shape[2]
-    starts = state.new_empty(n_b, n_h, n_c, n_n, n_n)
-    s = state.reshape(n_b * n_h, n_n, n_n)
+    e = torch.matmul(xv, bkt, out=ws.get("e", *lead, n_n, n_n))
+    starts = ws.get("starts", *lead, n_n, n_n)
     gm, e = gm.view(n_b * n_h, n_c, n_n, n_n), e.view(n_b * n_h, n_c, n_n, n_n)
     flat_starts = starts.view(n_b * n_h, n_c, n_n, n_n)
+    s = state.reshape(n_b * n_h, n_n, n_n)
+    pair = [ws.get("s0", n_b * n_h, n_n, n_n), ws.get("s1", n_b * n_h, n_n, n_n)]
     for c in range(n_c):
         flat_starts[:, c] = s
-        s = torch.baddbmm(e[:, c], s, gm[:, c])
+        s = torch.baddbmm(e[:, c], s, gm[:, c], out=pair[c % 2])
+    starts_t = ws.get("starts_t", *lead, n_n, n_n)
+    starts_t.copy_(starts.transpose(-1, -2))
     out = torch.baddbmm(  # Y = y1 + rw S_0^T, (B H C, L, N)
-        y1.view(-1, ln, n_n), rw.view(-1, ln, n_n), _t(starts).view(-1, n_n, n_n)
-    ).view(n_b, n_h, n_c, ln, n_n)
+        y1.view(-1, ln, n_n), rw.view(-1, ln, n_n), starts_t.view(-1, n_n, n_n),
+        out=ws.get("out", n_b * n_h * n_c, ln, n_n),
+    ).view(n_b, n_h, n_c, ln, n_n)  # fmt: skip
     blocks = out.permute(0, 2, 3, 1, 4)  # (B, C, L, H, N)
     if n_c * chunk == n_t:  # one strided copy, not a reshape's copy and then a copy
         y.view(n_b, n_c, chunk, n_h, n_n).copy_(blocks)
