@@ -73,9 +73,9 @@ class _Scratch:
 
     def __init__(self, key: tuple[object, ...], like: Tensor) -> None:
         held = getattr(self._local, "held", None)
-        if held is None or held[0] != key:
+        if held is None or held[0] != key or SCRATCH_BYTES <= 0:
             held = (key, {})
-            self._local.held = held
+            self._local.held = held  # the previous buffers are freed with it
         self._buffers: dict[str, Tensor] = held[1]
         self._like = like
         self._bytes = sum(t.numel() * t.element_size() for t in self._buffers.values())
