@@ -74,10 +74,14 @@ def write(call: PadCall, image: Tensor, canvas: Tensor) -> bool:
     return _standard(call.mode, g, image, canvas)
 
 
-def _bits(t: Tensor) -> Tensor:
-    """``t`` flat as the signed integer of its element size: copies move bits, not values."""
-    ints = {1: torch.uint8, 2: torch.int16, 4: torch.int32, 8: torch.int64}
-    return t.reshape(-1).view(ints[t.element_size()])
+#: The same-size integer of each element size: padding moves data, so every dtype runs as one
+#: (copies and kernel alike), bit exact, bool, bfloat16 and unsigned types included.
+BITS = {1: torch.uint8, 2: torch.int16, 4: torch.int32, 8: torch.int64}
+
+
+def bits(t: Tensor) -> Tensor:
+    """``t`` flat as the integer of its element size (``BITS``)."""
+    return t.reshape(-1).view(BITS[t.element_size()])
 
 
 def _constant(g: PadGeometry | StackGeometry, fill: Tensor, image: Tensor, canvas: Tensor) -> bool:
@@ -88,10 +92,10 @@ def _constant(g: PadGeometry | StackGeometry, fill: Tensor, image: Tensor, canva
         g.n * STACK_MIN_BYTES
     ):
         return False
-    planes = _bits(canvas).view(g.n, g.c, g.out_h * g.out_w)
-    planes.copy_(_bits(fill).view(1, g.c, 1).expand_as(planes))
+    planes = bits(canvas).view(g.n, g.c, g.out_h * g.out_w)
+    planes.copy_(bits(fill).view(1, g.c, 1).expand_as(planes))
     canvases = planes.view(g.n, g.c, g.out_h, g.out_w)
-    src = _bits(image)
+    src = bits(image)
     if isinstance(g, PadGeometry):
         groups = [(0, g.n, g.h, g.w, g.top, g.left)]
     else:
@@ -121,8 +125,8 @@ def _standard(mode: str, g: PadGeometry, image: Tensor, canvas: Tensor) -> bool:
     if runs is None:
         return False
     columns, rows = runs
-    src = _bits(image).view(g.n * g.c, g.h, g.w)
-    planes = _bits(canvas).view(g.n * g.c, g.out_h, g.out_w)
+    src = bits(image).view(g.n * g.c, g.h, g.w)
+    planes = bits(canvas).view(g.n * g.c, g.out_h, g.out_w)
     middle = planes[:, g.top : g.top + g.h]  # the image's rows, border columns included
     middle[:, :, g.left : g.left + g.w].copy_(src)
     for x0, n, s0, step in columns:
@@ -204,8 +208,8 @@ def repeat_first(call: PadCall, image: Tensor, canvas: Tensor) -> None:
     their images into their windows (two vectorised passes, as constant mode's)."""
     g = call.geometry
     assert isinstance(g, PadGeometry)
-    planes = _bits(canvas).view(g.n, g.c, g.out_h, g.out_w)
+    planes = bits(canvas).view(g.n, g.c, g.out_h, g.out_w)
     planes[1:].copy_(planes[:1].expand(g.n - 1, -1, -1, -1))
     if g.h * g.w:
         window = planes[1:, :, g.top : g.top + g.h, g.left : g.left + g.w]
-        window.copy_(_bits(image).view(g.n, g.c, g.h, g.w)[1:])
+        window.copy_(bits(image).view(g.n, g.c, g.h, g.w)[1:])

@@ -341,15 +341,6 @@ def _build_kernels(ti: Any) -> dict[str, Any]:
     return {"pad_canvas": pad_canvas}
 
 
-# Bits-only views: padding moves data, so every dtype runs as a same-size integer and copies
-# stay bit exact (bool, bfloat16 and unsigned types included, which Taichi cannot take).
-_BITS = {1: torch.uint8, 2: torch.int16, 4: torch.int32, 8: torch.int64}
-
-
-def _bits(t: Tensor) -> Tensor:
-    return t.reshape(-1).view(_BITS[t.element_size()])
-
-
 def _word_span(t: Tensor, before: bool) -> tuple[int, int] | None:
     """``(address, bytes)`` of the 8-byte words the kernel may read (``before``: an image) or
     write (a canvas) for ``t``, or None when there is not one whole word.
@@ -491,7 +482,7 @@ class _Plan:
         self.texture_mode = mode == "texture"
         self.tw = tw
         # Float gradients are accumulated, not moved: no integer views backward.
-        self.dtype = canvas.dtype if backward else _BITS[canvas.element_size()]
+        self.dtype = canvas.dtype if backward else copies.BITS[canvas.element_size()]
         self.lanes = 8 // canvas.element_size()
         # Word moves serve the CPU's row walk (the GPU order has no use for them) and need a
         # whole word in the image and the canvas; joining two image words assumes little-endian.
@@ -623,7 +614,7 @@ def forward(
                 spans = (image_span, canvas_span)
         table = None
         if spans is not None and plan.table:
-            table = _cached_texture_words(_bits(texture), plan.tw, plan.lanes)
+            table = _cached_texture_words(copies.bits(texture), plan.tw, plan.lanes)
         phase = (image.data_ptr() % 8) // image.element_size() if spans is not None else 0
         no_words = _dummy(torch.int64, plan.device)
         dummy = _dummy(plan.dtype, plan.device)
