@@ -21,6 +21,7 @@ from ..ops.padding import (
     StackGeometry,
     image_channels,
     pad_direct,
+    pad_samples_direct,
     pad_stack_direct,
 )
 from ._convert import Fill
@@ -98,7 +99,10 @@ def pad_stack(
     One kernel launch for the whole batch. The images are first packed into one flat tensor
     (``torch.cat``: one copy of the inputs), which the kernel reads with a per-image geometry;
     images of one size at one placement are padded as a batch (``tipad::pad``), the same
-    values by the single-geometry op and its faster CPU forms.
+    values by the single-geometry op and its faster CPU forms: where every canvas has the same
+    border (constant mode; a texture with one offset and bank index), eagerly on the CPU, the
+    first canvas is padded and copied to the others, each image copied into its window (no
+    packing).
 
     Args:
         images: ``N >= 1`` tensors ``(C, h_i, w_i)`` of one dtype, device and channel count.
@@ -138,9 +142,14 @@ def pad_stack(
         )  # fmt: skip
     else:
         border = standard(mode, fill, x, n, channels)
-    packed = torch.cat([im.reshape(-1) for im in checked])
     if bool((sizes == sizes[0]).all()):  # one geometry: a batch, and the batch's fast forms
         h, w, top, left = sizes[0].tolist()
         g = PadGeometry(n, channels, h, w, left, top, size[1] - left - w, size[0] - top - h)
-        return pad_direct(packed.view(n, channels, h, w), PadCall(g, *border))
+        call = PadCall(g, *border)
+        padded = pad_samples_direct(checked, call)  # one border for all: no batch assembled
+        if padded is not None:
+            return padded
+        packed = torch.cat([im.reshape(-1) for im in checked])
+        return pad_direct(packed.view(n, channels, h, w), call)
+    packed = torch.cat([im.reshape(-1) for im in checked])
     return pad_stack_direct(packed, PadCall(StackGeometry(sizes, channels, *size), *border))

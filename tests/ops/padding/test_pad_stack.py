@@ -414,3 +414,108 @@ def test_a_stack_of_one_geometry_runs_as_a_batch(
         want.backward(grad[i])
         assert img.grad is not None and ref_img.grad is not None
         torch.testing.assert_close(img.grad, ref_img.grad, rtol=1e-12, atol=1e-12)
+
+
+@pytest.mark.parametrize(
+    "dtype",
+    [torch.uint8, torch.bool, torch.int16, torch.bfloat16, torch.float32, torch.int64],
+    ids=str,
+)
+@pytest.mark.parametrize("mode", ["constant", "texture"])
+def test_a_stack_of_one_border_is_its_first_canvas_copied_without_packing(
+    mode: str, dtype: torch.dtype, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # Equal sizes, equal placements and one border (constant mode; a texture at one offset, of
+    # elements up to 2 bytes): the backend pads image 0, every other canvas copies it and takes
+    # its image straight from the list (any strides), never packed into a batch first (wider
+    # textures: packed, as the batch's kernel is faster). Poisoned canvases, bit-exact against
+    # the per-image reference, NaN payloads included; inputs untouched.
+    from tipad_transforms.functional import _stack
+    from tipad_transforms.ops.padding import copies as pad_copies
+    from tipad_transforms.ops.padding import op as pad_op
+
+    def packed(*args: Any, **kwargs: Any) -> None:
+        raise AssertionError("the images were packed into a batch")
+
+    listed = mode == "constant" or dtype.itemsize <= pad_copies.STANDARD_MAX_BYTES
+    if listed:
+        monkeypatch.setattr(_stack, "pad_direct", packed)
+    seen: list[tuple[int, bool]] = []
+    real_repeat = pad_copies.repeat_first
+
+    def repeat_spy(call: Any, images: Any, canvas: torch.Tensor) -> None:
+        seen.append((call.geometry.n, isinstance(images, torch.Tensor)))
+        real_repeat(call, images, canvas)
+
+    monkeypatch.setattr(pad_copies, "repeat_first", repeat_spy)
+    real_allocate = pad_op._allocate
+
+    def poisoned(shape: list[int], like: torch.Tensor, name: str) -> torch.Tensor:
+        out = real_allocate(shape, like, name)
+        out.view(torch.uint8).fill_(0xAB)  # every element must be written
+        return out
+
+    monkeypatch.setattr(pad_op, "_allocate", poisoned)
+    seed = 60 + dtype.itemsize
+    base = random_image((4, 5, 6, 3), dtype, seed=seed)  # channels-last storage
+    images = [base[0].permute(2, 0, 1), random_image((3, 5, 6), dtype, seed=seed + 1),
+              random_image((3, 7, 9), dtype, seed=seed + 2)[:, 1:6, 2:8],  # a slice
+              random_image((3, 5, 6), dtype, seed=seed + 3)]  # fmt: skip
+    if dtype.is_floating_point:
+        images[1].view(-1)[::7] = float("nan")
+    befores = [im.clone() for im in images]
+    placement = torch.tensor([[2, 7]] * 4)  # (top, left) on the 13x17 canvas
+    sides = [7, 2, SIZE[1] - 7 - 6, SIZE[0] - 2 - 5]
+    tile = random_image((3, 4, 5), dtype, seed=seed + 4)
+    fill = [1, 0, 1] if dtype == torch.bool else [3, float("nan"), -2] if dtype.is_floating_point \
+        else [3, 1, 2]  # fmt: skip
+    extra = {"texture": tile, "stagger": 2, "offset": (1, -2)} if mode == "texture" else {}
+    got = F.pad_stack(images, SIZE, placement, fill, mode, **extra)
+    for canvas, img in zip(got, images, strict=True):
+        if mode == "texture":
+            want = texture_pad_ref(img, sides, tile, stagger=2, offset=(1, -2))
+        else:
+            want = pad_ref(img, sides, mode, fill)
+        assert_bitwise_equal(canvas, want)
+    for img, before in zip(images, befores, strict=True):
+        assert_bitwise_equal(img, before)
+    assert seen == ([(4, False)] if listed else [])
+
+
+def test_a_stack_of_one_geometry_packs_where_borders_differ(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    # Per-sample lattices, a wide texture, one image, autograd: the batch is assembled and the
+    # single-geometry op pads it (the list form would be wrong or slower there).
+    from tipad_transforms.functional import _stack
+    from tipad_transforms.ops.padding import op as pad_op
+
+    ran: list[str] = []
+    real_packed, real_samples = _stack.pad_direct, pad_op.pad_samples_direct
+
+    def packed(*args: Any, **kwargs: Any) -> Any:
+        ran.append("packed")
+        return real_packed(*args, **kwargs)
+
+    def samples(images: Any, call: Any) -> Any:
+        got = real_samples(images, call)
+        ran.append("samples" if got is not None else "declined")
+        return got
+
+    monkeypatch.setattr(_stack, "pad_direct", packed)
+    monkeypatch.setattr(_stack, "pad_samples_direct", samples)
+    placement = torch.tensor([[1, 2]] * 3)
+    u8 = [random_image((3, 4, 5), torch.uint8, seed=70 + i) for i in range(3)]
+    tile = random_image((3, 3, 4), torch.uint8, seed=74)
+    offsets = torch.tensor([[0, 0], [1, 2], [0, 0]])
+    got = F.pad_stack(u8, SIZE, placement, padding_mode="texture", texture=tile, offset=offsets)
+    sides = [2, 1, SIZE[1] - 2 - 5, SIZE[0] - 1 - 4]
+    for canvas, img, off in zip(got, u8, offsets.tolist(), strict=True):
+        assert_bitwise_equal(canvas, texture_pad_ref(img, sides, tile, offset=tuple(off)))
+    f32 = [im.float() for im in u8]
+    F.pad_stack(f32, SIZE, placement, padding_mode="texture", texture=tile.float())
+    F.pad_stack(u8[:1], SIZE, placement[:1])
+    grads = [im.double().requires_grad_() for im in u8]
+    F.pad_stack(grads, SIZE, placement).sum().backward()
+    assert all(g.grad is not None and float(g.grad.sum()) == 4 * 5 * 3 for g in grads)
+    assert ran == ["declined", "packed"] * 4

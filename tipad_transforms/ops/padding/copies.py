@@ -179,11 +179,16 @@ def _source(t: Tensor, dim: int, first: int, n: int, step: int) -> Tensor:
 
 
 def shares_border(call: PadCall) -> bool:
-    """Whether ``call`` pads a batch in texture mode whose samples all have sample 0's lattice
-    offset and bank index, so that every canvas has sample 0's border (``TEXTURE`` on, elements
-    up to ``STANDARD_MAX_BYTES`` wide)."""
+    """Whether every canvas of ``call``, a batch, has sample 0's border, so that the others can
+    copy it (``repeat_first``): constant mode (``CONSTANT`` on), or texture mode where every
+    sample has sample 0's lattice offset and bank index (``TEXTURE`` on, elements up to
+    ``STANDARD_MAX_BYTES`` wide)."""
     g = call.geometry
-    if not (TEXTURE and call.mode == "texture" and isinstance(g, PadGeometry) and g.n > 1):
+    if not (isinstance(g, PadGeometry) and g.n > 1):
+        return False
+    if call.mode == "constant":
+        return CONSTANT
+    if not (TEXTURE and call.mode == "texture"):
         return False
     if call.texture.element_size() > STANDARD_MAX_BYTES:  # wide elements: as STANDARD's
         return False
@@ -203,13 +208,21 @@ def first_sample(call: PadCall) -> PadCall:
     )  # fmt: skip
 
 
-def repeat_first(call: PadCall, image: Tensor, canvas: Tensor) -> None:
-    """Complete ``canvas`` whose first canvas is written: that canvas over the others, then
-    their images into their windows (two vectorised passes, as constant mode's)."""
+def repeat_first(call: PadCall, images: Tensor | Sequence[Tensor], canvas: Tensor) -> None:
+    """Complete ``canvas`` whose first canvas is written (``shares_border(call)``): that canvas
+    over the others, then their images into their windows (two vectorised passes, as constant
+    mode's). ``images``: the batch ``N*C*H*W`` contiguous, or its ``N`` images ``(C, H, W)``
+    one by one (a collate's samples, any strides: one copy each, no batch assembled first)."""
     g = call.geometry
     assert isinstance(g, PadGeometry)
     planes = bits(canvas).view(g.n, g.c, g.out_h, g.out_w)
     planes[1:].copy_(planes[:1].expand(g.n - 1, -1, -1, -1))
-    if g.h * g.w:
-        window = planes[1:, :, g.top : g.top + g.h, g.left : g.left + g.w]
-        window.copy_(bits(image).view(g.n, g.c, g.h, g.w)[1:])
+    if g.h * g.w == 0:
+        return
+    windows = planes[:, :, g.top : g.top + g.h, g.left : g.left + g.w]
+    if isinstance(images, Tensor):
+        windows[1:].copy_(bits(images).view(g.n, g.c, g.h, g.w)[1:])
+        return
+    kind = BITS[canvas.element_size()]
+    for window, image in zip(windows[1:], images[1:], strict=True):
+        window.copy_(image.view(kind))

@@ -20,6 +20,7 @@ from torch import Tensor
 
 from ... import backends
 from ..._tracing import eager, tracing
+from ...backends.taichi import advise_huge_pages
 from .._common import (
     check_dense,
     check_int32,
@@ -29,6 +30,7 @@ from .._common import (
     check_scalar_int,
     check_str,
 )
+from . import copies
 from .geometry import MAX_PAD, MODES, PadCall, PadGeometry, StackGeometry, check_bank_index
 
 #: The padding family: ``forward(call, image, canvas)`` (exact: the warm-up may serve it on the
@@ -76,6 +78,33 @@ def pad_direct(x: Tensor, call: PadCall, out: Tensor | None = None, *, op: bool 
     if out is None:
         out = _allocate(g.out_shape(x.shape), x, "padding")
     PAD.forward(call, image, out)
+    return out
+
+
+def pad_samples_direct(images: list[Tensor], call: PadCall) -> Tensor | None:
+    """``pad_direct`` of the batch ``torch.stack(images)`` without assembling it, or None where
+    this form does not apply: the backend writes the first canvas, which the others copy
+    before their images go into their windows, one copy each (``copies.repeat_first``).
+
+    Applies to an eager call (``_tracing.eager``) on the CPU whose canvases all share the first
+    one's border (``copies.shares_border``: constant mode, or a texture lattice and bank index
+    common to every sample). ``images``: ``call.geometry.n`` tensors ``(C, H, W)`` of the
+    geometry's sizes, any strides, checked by the caller.
+    """
+    global direct_calls
+    g = call.geometry
+    assert isinstance(g, PadGeometry)
+    x = images[0]
+    if not (x.is_cpu and copies.shares_border(call)):
+        return None
+    if not eager(*images, call.fill, call.texture, call.offset, call.texture_index):
+        return None
+    direct_calls += 1
+    out = _allocate(g.out_shape([g.n, g.c, g.h, g.w]), x, "padding")
+    # The backend sees the first canvas only: the fresh batch's page advice is made here.
+    advise_huge_pages(out)
+    PAD.forward(copies.first_sample(call), x.contiguous(), out[:1])
+    copies.repeat_first(call, images, out)
     return out
 
 
