@@ -425,11 +425,10 @@ def test_a_stack_of_one_geometry_runs_as_a_batch(
 def test_a_stack_of_one_border_is_its_first_canvas_copied_without_packing(
     mode: str, dtype: torch.dtype, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    # Equal sizes, equal placements and one border (constant mode; a texture at one offset, of
-    # elements up to 2 bytes): the backend pads image 0, every other canvas copies it and takes
-    # its image straight from the list (any strides), never packed into a batch first (wider
-    # textures: packed, as the batch's kernel is faster). Poisoned canvases, bit-exact against
-    # the per-image reference, NaN payloads included; inputs untouched.
+    # Equal sizes, equal placements and one border (constant mode; a texture at one offset):
+    # the backend pads image 0, every other canvas copies it and takes its image straight from
+    # the list (any strides), never packed into a batch first. Poisoned canvases, bit-exact
+    # against the per-image reference, NaN payloads included; inputs untouched.
     from tipad_transforms.functional import _stack
     from tipad_transforms.ops.padding import copies as pad_copies
     from tipad_transforms.ops.padding import op as pad_op
@@ -437,9 +436,7 @@ def test_a_stack_of_one_border_is_its_first_canvas_copied_without_packing(
     def packed(*args: Any, **kwargs: Any) -> None:
         raise AssertionError("the images were packed into a batch")
 
-    listed = mode == "constant" or dtype.itemsize <= pad_copies.STANDARD_MAX_BYTES
-    if listed:
-        monkeypatch.setattr(_stack, "pad_direct", packed)
+    monkeypatch.setattr(_stack, "pad_direct", packed)
     seen: list[tuple[int, bool]] = []
     real_repeat = pad_copies.repeat_first
 
@@ -479,14 +476,14 @@ def test_a_stack_of_one_border_is_its_first_canvas_copied_without_packing(
         assert_bitwise_equal(canvas, want)
     for img, before in zip(images, befores, strict=True):
         assert_bitwise_equal(img, before)
-    assert seen == ([(4, False)] if listed else [])
+    assert seen == [(4, False)]
 
 
 def test_a_stack_of_one_geometry_packs_where_borders_differ(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
-    # Per-sample lattices, a wide texture, one image, autograd: the batch is assembled and the
-    # single-geometry op pads it (the list form would be wrong or slower there).
+    # Per-sample lattices, per-sample bank indices, one image, autograd: the batch is assembled
+    # and the single-geometry op pads it (the list form would be wrong or slower there).
     from tipad_transforms.functional import _stack
     from tipad_transforms.ops.padding import op as pad_op
 
@@ -512,8 +509,12 @@ def test_a_stack_of_one_geometry_packs_where_borders_differ(
     sides = [2, 1, SIZE[1] - 2 - 5, SIZE[0] - 1 - 4]
     for canvas, img, off in zip(got, u8, offsets.tolist(), strict=True):
         assert_bitwise_equal(canvas, texture_pad_ref(img, sides, tile, offset=tuple(off)))
-    f32 = [im.float() for im in u8]
-    F.pad_stack(f32, SIZE, placement, padding_mode="texture", texture=tile.float())
+    bank = torch.stack([tile, tile.flip(-1)])
+    index = torch.tensor([0, 1, 0])
+    got = F.pad_stack(u8, SIZE, placement, padding_mode="texture", texture=bank,
+                      texture_index=index)  # fmt: skip
+    for canvas, img, i in zip(got, u8, index.tolist(), strict=True):
+        assert_bitwise_equal(canvas, texture_pad_ref(img, sides, bank[i]))
     F.pad_stack(u8[:1], SIZE, placement[:1])
     grads = [im.double().requires_grad_() for im in u8]
     F.pad_stack(grads, SIZE, placement).sum().backward()

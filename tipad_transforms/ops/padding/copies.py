@@ -178,11 +178,12 @@ def _source(t: Tensor, dim: int, first: int, n: int, step: int) -> Tensor:
     return t.narrow(dim, first, 1).expand(shape)
 
 
-def shares_border(call: PadCall) -> bool:
+def shares_border(call: PadCall, listed: bool = False) -> bool:
     """Whether every canvas of ``call``, a batch, has sample 0's border, so that the others can
     copy it (``repeat_first``): constant mode (``CONSTANT`` on), or texture mode where every
     sample has sample 0's lattice offset and bank index (``TEXTURE`` on, elements up to
-    ``STANDARD_MAX_BYTES`` wide)."""
+    ``STANDARD_MAX_BYTES`` wide unless ``listed``: images given one by one, which the kernel
+    could only read once packed into a batch, a pass the copies do not need)."""
     g = call.geometry
     if not (isinstance(g, PadGeometry) and g.n > 1):
         return False
@@ -190,7 +191,7 @@ def shares_border(call: PadCall) -> bool:
         return CONSTANT
     if not (TEXTURE and call.mode == "texture"):
         return False
-    if call.texture.element_size() > STANDARD_MAX_BYTES:  # wide elements: as STANDARD's
+    if not listed and call.texture.element_size() > STANDARD_MAX_BYTES:  # as STANDARD's
         return False
     offset, index = call.offset, call.texture_index
     return torch.equal(offset, offset[:1].expand_as(offset)) and torch.equal(

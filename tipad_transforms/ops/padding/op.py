@@ -88,14 +88,14 @@ def pad_samples_direct(images: list[Tensor], call: PadCall) -> Tensor | None:
 
     Applies to an eager call (``_tracing.eager``) on the CPU whose canvases all share the first
     one's border (``copies.shares_border``: constant mode, or a texture lattice and bank index
-    common to every sample). ``images``: ``call.geometry.n`` tensors ``(C, H, W)`` of the
+    common to every sample, any dtype). ``images``: ``call.geometry.n`` tensors ``(C, H, W)`` of the
     geometry's sizes, any strides, checked by the caller.
     """
     global direct_calls
     g = call.geometry
     assert isinstance(g, PadGeometry)
     x = images[0]
-    if not (x.is_cpu and copies.shares_border(call)):
+    if not (x.is_cpu and copies.shares_border(call, listed=True)):
         return None
     if not eager(*images, call.fill, call.texture, call.offset, call.texture_index):
         return None
