@@ -120,6 +120,20 @@ def test_non_finite_values_stay_where_they_arise(forced: list[bool]) -> None:
     assert torch.isfinite(y[0, :9]).all() and torch.isnan(y[0, 9:, 0]).all()
 
 
+def test_outputs_whose_sum_overflows_go_to_the_recurrence(forced: list[bool]) -> None:
+    # The form's finite check sums its outputs: finite values near float32's limit make the
+    # sum overflow, and the recurrence serves the call (correct, only slower).
+    xs = make_inputs(1, 16, 2, 4, seed=47)
+    xs[3] = torch.full_like(xs[3], 1e37)  # v: y ~ 1e37 r.k, summed over 128 outputs
+    xs[0] = torch.ones_like(xs[0])
+    xs[2] = torch.full_like(xs[2], 2.0)
+    y, _ = wkv7(*xs, make_state(1, 2, 4))
+    assert forced == [False]
+    assert torch.isfinite(y).all() and float(y.double().sum()) > 3.4e38
+    y_ref, _ = reference(*(x.double() for x in xs), make_state(1, 2, 4).double())
+    assert_close(y.double(), y_ref, rtol=1e-5, atol=0.0)
+
+
 def test_eligibility() -> None:
     d = torch.full((1, 64, 1, 4), math.exp(-1.0))
     assert chunked.MIN_STEPS <= 64 and chunked.eligible(d, 32)  # e^-32 over a chunk
@@ -141,6 +155,17 @@ def test_unit_lower_solve_matches_a_triangular_solve() -> None:
     x = rhs.clone()
     assert chunked._unit_lower_solve_(m, x) is x  # in place
     assert_close(x, want, rtol=1e-12, atol=1e-12)
+    # As the form calls it: m a corner of a larger product (a strided view), x two blocks of
+    # right-hand sides side by side, each solved.
+    product = torch.randn(3, 2, 18, 18, generator=g, dtype=torch.float64)
+    product[..., :9, :9] = m
+    wide = torch.randn(3, 2, 9, 8, generator=g, dtype=torch.float64)
+    wide[..., :5] = rhs
+    rest = wide[..., 5:].clone()
+    chunked._unit_lower_solve_(product[..., :9, :9], wide)
+    assert_close(wide[..., :5], want, rtol=1e-12, atol=1e-12)
+    rest_want = torch.linalg.solve_triangular(eye - m, rest, upper=False, unitriangular=True)
+    assert_close(wide[..., 5:], rest_want, rtol=1e-12, atol=1e-12)
 
 
 def test_masks_keep_the_strict_and_inclusive_lower_triangles() -> None:

@@ -137,12 +137,17 @@ def forward(
     n_c = -(-n_t // chunk)
     lead = (n_b, n_h, n_c)
     ws = _Scratch((k.shape, k.dtype, chunk), k)
-    rc, kc, vc, ac, bc = (
-        _blocks(x, chunk, 0.0, ws.get(name, *lead, ln, n_n))
-        for x, name in ((r, "r"), (k, "k"), (v, "v"), (a, "a"), (b, "b"))
-    )  # fmt: skip
+
+    def read_once(x: Tensor, name: str, fill: float = 0.0) -> Tensor:
+        # Read once, by an elementwise op: a strided view where T is whole chunks.
+        if n_c * chunk == n_t:
+            return x.reshape(n_b, n_c, chunk, n_h, n_n).permute(0, 3, 1, 2, 4)
+        return _blocks(x, chunk, fill, ws.get(name, *lead, ln, n_n))
+
+    rc, kc, ac, bc = (read_once(x, n) for x, n in ((r, "r"), (k, "k"), (a, "a"), (b, "b")))
+    vc = _blocks(v, chunk, 0.0, ws.get("v", *lead, ln, n_n))  # the products read it: packed
     g = ws.get("g", *lead, ln, n_n)  # (B, H, C, L, N): g_t after step t
-    torch.cumprod(_blocks(d, chunk, 1.0, ws.get("d", *lead, ln, n_n)), dim=3, out=g)
+    torch.cumprod(read_once(d, "d", 1.0), dim=3, out=g)
     inv = torch.reciprocal(g, out=ws.get("inv", *lead, ln, n_n))
     # The operands of one product for M_b, M_k (rows a g_{t-1}) and Q_b, Q_k (rows r g_t),
     # each written in place: [A_g; R_g] (2L, N) and [B_i, K_i]^T (N, 2L).
@@ -202,7 +207,9 @@ def forward(
     else:
         y.copy_(blocks.reshape(n_b, n_c * chunk, n_h, n_n)[:, :n_t])
     final = s.view(n_b, n_h, n_n, n_n)
-    if not (bool(torch.isfinite(final).all()) and bool(torch.isfinite(y).all())):
+    # One summing pass each (isfinite is several): a NaN or inf anywhere makes the sum
+    # non-finite; a finite sum that overflows only sends the call to the recurrence.
+    if not math.isfinite(float(final.sum()) + float(y.sum())):
         return False
     if states.shape[2] > 1:  # checkpoints before steps 0, chunk, 2 chunk, ...: the starts
         states[:, :, :n_c] = starts
