@@ -173,32 +173,26 @@ def forward(
     y1 = torch.add(z[..., :n_n], qv, out=ws.get("y1", *lead, ln, n_n))  # Y = y1 + rw S_0^T
     rw = torch.add(rg, z[..., n_n:], out=ws.get("rw", *lead, ln, n_n))
     g_end = g[..., -1:, :]  # (B, H, C, 1, N)
-    # S_L = S_0 G + E, G = diag(g_L) + X_2^T B_t, E = [X_1; V]^T [B_t; K_t], B_t = B_i g_L.
-    # Operands are written in the layout the products read: batched products of transposed
-    # views ran at a third of the rate.
-    bkt = ws.get("bkt", *lead, 2 * ln, n_n)
-    bt = bkt[..., :ln, :]
-    torch.mul(bi, g_end, out=bt)
-    torch.mul(ki, g_end, out=bkt[..., ln:, :])
-    xv = ws.get("xv", *lead, n_n, 2 * ln)  # [X_2^T | V^T] first, then [X_1^T | V^T]
-    xv[..., :ln].copy_(x[..., n_n:].transpose(-1, -2))
-    gm = torch.matmul(xv[..., :ln], bt, out=ws.get("gm", *lead, n_n, n_n))
+    # The chain runs on transposed states, T = S^T: T_L = G^T T_0 + E^T, with
+    # G^T = B_t^T X_2 + diag(g_L) and E^T = B_t^T X_1 + K_t^T V, B_t = B_i g_L, K_t = K_i g_L.
+    # Every operand is then in a layout the products read as it is (cols holds B_i^T and K_i^T;
+    # X_1, X_2 are column blocks of x), and Y = y1 + rw T_0 needs no transposed copy.
+    bkt = torch.mul(cols, g_end.transpose(-1, -2), out=ws.get("bkt", *lead, n_n, 2 * ln))
+    bt, kt = bkt[..., :ln], bkt[..., ln:]
+    gm = torch.matmul(bt, x[..., n_n:], out=ws.get("gm", *lead, n_n, n_n))
     gm.diagonal(dim1=-2, dim2=-1).add_(g_end.squeeze(-2))
-    xv[..., :ln].copy_(x[..., :n_n].transpose(-1, -2))
-    xv[..., ln:].copy_(vc.transpose(-1, -2))
-    e = torch.matmul(xv, bkt, out=ws.get("e", *lead, n_n, n_n))
-    starts = ws.get("starts", *lead, n_n, n_n)
+    e = torch.matmul(bt, x[..., :n_n], out=ws.get("e", *lead, n_n, n_n))
+    e.view(-1, n_n, n_n).baddbmm_(kt.reshape(-1, n_n, ln), vc.view(-1, ln, n_n))
+    starts = ws.get("starts", *lead, n_n, n_n)  # transposed: T_0 of each chunk
     gm, e = gm.view(n_b * n_h, n_c, n_n, n_n), e.view(n_b * n_h, n_c, n_n, n_n)
     flat_starts = starts.view(n_b * n_h, n_c, n_n, n_n)
-    s = state.reshape(n_b * n_h, n_n, n_n)
+    s = state.reshape(n_b * n_h, n_n, n_n).transpose(-1, -2)
     pair = [ws.get("s0", n_b * n_h, n_n, n_n), ws.get("s1", n_b * n_h, n_n, n_n)]
     for c in range(n_c):
         flat_starts[:, c] = s
-        s = torch.baddbmm(e[:, c], s, gm[:, c], out=pair[c % 2])
-    starts_t = ws.get("starts_t", *lead, n_n, n_n)
-    starts_t.copy_(starts.transpose(-1, -2))
-    out = torch.baddbmm(  # Y = y1 + rw S_0^T, (B H C, L, N)
-        y1.view(-1, ln, n_n), rw.view(-1, ln, n_n), starts_t.view(-1, n_n, n_n),
+        s = torch.baddbmm(e[:, c], gm[:, c], flat_starts[:, c], out=pair[c % 2])
+    out = torch.baddbmm(  # Y = y1 + rw T_0, (B H C, L, N)
+        y1.view(-1, ln, n_n), rw.view(-1, ln, n_n), starts.view(-1, n_n, n_n),
         out=ws.get("out", n_b * n_h * n_c, ln, n_n),
     ).view(n_b, n_h, n_c, ln, n_n)  # fmt: skip
     blocks = out.permute(0, 2, 3, 1, 4)  # (B, C, L, H, N)
@@ -206,12 +200,12 @@ def forward(
         y.view(n_b, n_c, chunk, n_h, n_n).copy_(blocks)
     else:
         y.copy_(blocks.reshape(n_b, n_c * chunk, n_h, n_n)[:, :n_t])
-    final = s.view(n_b, n_h, n_n, n_n)
+    final = s.view(n_b, n_h, n_n, n_n).transpose(-1, -2)
     # One summing pass each (isfinite is several): a NaN or inf anywhere makes the sum
     # non-finite; a finite sum that overflows only sends the call to the recurrence.
     if not math.isfinite(float(final.sum()) + float(y.sum())):
         return False
     if states.shape[2] > 1:  # checkpoints before steps 0, chunk, 2 chunk, ...: the starts
-        states[:, :, :n_c] = starts
+        states[:, :, :n_c] = starts.transpose(-1, -2)
     states[:, :, -1] = final
     return True
