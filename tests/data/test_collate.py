@@ -778,3 +778,46 @@ def test_device_loader_stream_order(monkeypatch: pytest.MonkeyPatch) -> None:
             want.append(("copy", k + 1, "side", True))
         want += [("transform", k, "current"), ("use", k)]
     assert log == want
+
+
+@pytest.mark.parametrize("mode", ["texture", "constant"])
+def test_equal_images_with_targets_through_the_device_loader(
+    mode: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # Equal images at one placement with one border take pad_stack's list form (the first
+    # canvas copied, each image into its window): the batch, its boxes, masks and regions, and
+    # then a device-side BrickPad must be what the per-sample references say.
+    from tipad_transforms.functional import _stack
+
+    served: list[bool] = []
+    real = _stack.pad_samples_direct
+
+    def spy(images: Any, call: Any) -> Any:
+        got = real(images, call)
+        served.append(got is not None)
+        return got
+
+    monkeypatch.setattr(_stack, "pad_samples_direct", spy)
+    samples = [
+        (random_image((3, 6, 7), torch.uint8, seed=30 + i), _boxes(i, 6, 7, n=2), _mask(i, (6, 7)))
+        for i in range(4)
+    ]
+    collate = PadCollate(
+        (11, 13), padding_mode=mode, fill=9, random_offset=False, mask_fill=3, return_regions=True
+    )
+    base = collate(samples)
+    pad = BrickPad((2, 1, 0, 3), mask_fill=5)  # left 2, top 1, right 0, bottom 3
+    (got,) = DeviceLoader([base], "cpu", pad)
+    assert served[0] is True  # the images (the masks' constant pad may take it too)
+    images, boxes, masks, regions = base
+    for i, (image, box, mask) in enumerate(samples):
+        region = regions[i].tolist()
+        assert_bitwise_equal(images[i], _expected(image, region, (11, 13), mode=mode, fill=9))
+        top, left = region[:2]
+        assert torch.equal(boxes[i].as_subclass(torch.Tensor), box + torch.tensor([left, top] * 2))
+        want_mask = pad_ref(mask[None], _padding(region, (11, 13)), "constant", 3)[0]
+        assert_bitwise_equal(masks[i].as_subclass(torch.Tensor), want_mask)
+        assert_bitwise_equal(got[0][i], F.brick_pad(images[i], [2, 1, 0, 3]))
+        assert torch.equal(got[3][i], regions[i] + torch.tensor([1, 2, 0, 0]))
+        shifted = boxes[i].as_subclass(torch.Tensor) + torch.tensor([2, 1, 2, 1])
+        assert torch.equal(got[1][i].as_subclass(torch.Tensor), shifted)
