@@ -168,7 +168,7 @@ def _run(peer: str, src: Path, dst: Path, padding: int, workers: int) -> tuple[f
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--count", type=int, default=1000, help="small images (1000)")
+    parser.add_argument("--count", type=int, default=1000, help="small images (1000; 0: none)")
     parser.add_argument("--photos", type=int, default=12, help="large photos (12; 0: none)")
     parser.add_argument("--photo-size", default="3000x2000", metavar="WxH")
     parser.add_argument("--padding", type=int, default=8)
@@ -190,8 +190,10 @@ def main() -> None:
     seconds: dict[str, dict[str, list[float]]] = {}
     cpu_seconds: dict[str, dict[str, list[float]]] = {}
     with tempfile.TemporaryDirectory(dir=args.dir) as tmp:
-        trees = {"small": (Path(tmp) / "small", args.count)}
-        make_image_tree(trees["small"][0], args.count)
+        trees: dict[str, tuple[Path, int]] = {}
+        if args.count:
+            trees["small"] = (Path(tmp) / "small", args.count)
+            make_image_tree(trees["small"][0], args.count)
         if args.photos:
             trees["photos"] = (Path(tmp) / "photos", args.photos)
             make_photo_tree(trees["photos"][0], args.photos, photo_size)  # type: ignore[arg-type]

@@ -225,5 +225,5 @@ def repeat_first(call: PadCall, images: Tensor | Sequence[Tensor], canvas: Tenso
         windows[1:].copy_(bits(images).view(g.n, g.c, g.h, g.w)[1:])
         return
     kind = BITS[canvas.element_size()]
-    for window, image in zip(windows[1:], images[1:], strict=True):
-        window.copy_(image.view(kind))
+    # One call for every window: torch.stack writes into the strided view in place.
+    torch.stack([image.view(kind) for image in images[1:]], out=windows[1:])
