@@ -7,7 +7,8 @@
 Workloads (peers interleaved, medians; see ``_common.measure``):
 
 * ``image``: one ``(3, 224, 224)`` uint8 image padded by 32: ``v2.Pad(32, padding_mode="reflect")``
-  (the yardstick), ``F.pad`` constant, tipad ``pad(reflect)`` (bit-equal to v2's),
+  (the yardstick), ``F.pad`` constant, ``v2.Pad(32)`` and tipad ``pad`` constant (the peer a
+  user of constant padding would pick), tipad ``pad(reflect)`` (bit-equal to v2's),
   ``TexturePad``, ``BrickPad``, and ``texture_pad`` again through Taichi's public launcher on
   its thread pool (the lean launch path and the serial small launch switched off: how the
   package launched before them; the direct route past the custom-op dispatch and the launch
@@ -148,6 +149,7 @@ def image_peers() -> list[Peer]:
     x = torch.randint(0, 256, (3, 224, 224), generator=g, dtype=torch.uint8)
     tex = torch.randint(0, 256, (3, 16, 16), generator=g, dtype=torch.uint8)
     v2pad = v2.Pad(32, padding_mode="reflect")
+    v2const = v2.Pad(32)
     texture = tt.TexturePad(32, tex)
     brick = tt.BrickPad(32)
     return [
@@ -155,6 +157,8 @@ def image_peers() -> list[Peer]:
         Peer(
             "torch.fpad", "F.pad constant", lambda: torch.nn.functional.pad(x, (32,) * 4), "const"
         ),
+        Peer("torchvision.v2-constant", "v2.Pad(constant)", lambda: v2const(x), "const"),
+        Peer("tipad.pad-constant", "tipad pad(constant)", lambda: F.pad(x, 32), "const"),
         Peer(
             "tipad.pad",
             "tipad pad(reflect)",

@@ -73,3 +73,14 @@ def test_percall_worker_epochs_report_every_pipeline(tmp_path: Path) -> None:
     assert sorted(epochs) == sorted(keys) == sorted(ratios)
     assert all(len(v) == 2 and min(v) > 0 for v in epochs.values())  # server start + 1 ranked
     assert ratios["forkserver v2.Pad"] == ratios["worker_context v2.Pad"] == 1.0
+
+
+@pytest.mark.slow
+def test_fresh_memory_benchmark_reports_both_measurements(tmp_path: Path) -> None:
+    report = _run("fresh_memory.py", tmp_path)
+    touch = report["first_touch"]
+    assert isinstance(touch, list) and len(touch) == 4
+    assert all(r["first_us_per_page"] > 0 and r["again_us_per_page"] > 0 for r in touch)
+    series = report["per_call_s"]
+    assert isinstance(series, dict) and sorted(series) == ["advised", "plain"]
+    assert all(len(times) == 8 and min(times) > 0 for times in series.values())

@@ -139,7 +139,8 @@ def test_pinned_taichi_internals_exist() -> None:
 
     for name in ("ensure_compiled", "compiled_kernels", "launch_kernel"):
         assert hasattr(kernel_impl.Kernel, name) or name == "compiled_kernels"
-    F.pad(torch.zeros(1, 2, 2, dtype=torch.uint8), 1)  # builds the pad family
+    # Edge mode: a small constant canvas is torch copies, which launch no kernel.
+    F.pad(torch.zeros(1, 2, 2, dtype=torch.uint8), 1, padding_mode="edge")  # launches pad_canvas
     k = TAICHI.kernels["pad"]["pad_canvas"]
     assert isinstance(k, _lean.LeanKernel) and k.enabled
     primal = k.public._primal

@@ -54,6 +54,10 @@ def keyed_draw(seed: int, keys: Sequence[str]) -> Draw:
 def check_pair(value: Any, name: str, *, minimum: int = 0, square: bool = False) -> tuple[int, int]:
     """A pair of ints ``(h, w)`` (with ``square``, an int ``s`` is ``(s, s)``), each in
     ``[minimum, 2**31 - 1]``; TypeError / ValueError naming ``name`` otherwise."""
+    if type(value) is tuple and len(value) == 2:  # the common form, checked in a few steps
+        h, w = value
+        if type(h) is int and type(w) is int and minimum <= min(h, w) and max(h, w) <= INT32_MAX:
+            return h, w
     pair = [value, value] if square and is_int(value) else value
     if (
         isinstance(pair, (str, bytes))

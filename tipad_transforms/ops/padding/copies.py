@@ -92,24 +92,26 @@ def _constant(g: PadGeometry | StackGeometry, fill: Tensor, image: Tensor, canva
         g.n * STACK_MIN_BYTES
     ):
         return False
-    planes = bits(canvas).view(g.n, g.c, g.out_h * g.out_w)
-    planes.copy_(bits(fill).view(1, g.c, 1).expand_as(planes))
-    canvases = planes.view(g.n, g.c, g.out_h, g.out_w)
-    src = bits(image)
+    # Few, cheap views (narrow, not indexing): a small image's whole call is a few of them.
+    kind = BITS[canvas.element_size()]
+    canvases = canvas.view(kind).view(g.n, g.c, g.out_h, g.out_w)
+    canvases.copy_(fill.view(kind).view(1, g.c, 1, 1).expand(g.n, g.c, g.out_h, g.out_w))
     if isinstance(g, PadGeometry):
-        groups = [(0, g.n, g.h, g.w, g.top, g.left)]
-    else:
-        groups = []
-        for i, (h, w, top, left) in enumerate(g.sizes.tolist()):
-            if groups and groups[-1][2:] == (h, w, top, left):
-                groups[-1] = (groups[-1][0], groups[-1][1] + 1, h, w, top, left)
-            else:
-                groups.append((i, 1, h, w, top, left))
-    start = 0
+        window = canvases.narrow(2, g.top, g.h).narrow(3, g.left, g.w)
+        window.copy_(image.view(kind).view(g.n, g.c, g.h, g.w))
+        return True
+    groups: list[tuple[int, int, int, int, int, int]] = []
+    for i, (h, w, top, left) in enumerate(g.sizes.tolist()):
+        if groups and groups[-1][2:] == (h, w, top, left):
+            groups[-1] = (groups[-1][0], groups[-1][1] + 1, h, w, top, left)
+        else:
+            groups.append((i, 1, h, w, top, left))
+    src, start = image.view(kind).view(-1), 0
     for first, count, h, w, top, left in groups:
-        window = canvases[first : first + count, :, top : top + h, left : left + w]
-        window.copy_(src[start : start + window.numel()].view(window.shape))
-        start += window.numel()
+        window = canvases.narrow(0, first, count).narrow(2, top, h).narrow(3, left, w)
+        size = count * g.c * h * w
+        window.copy_(src.narrow(0, start, size).view(count, g.c, h, w))
+        start += size
     return True
 
 

@@ -588,10 +588,13 @@ def forward(
             return
         if not backward:
             advise_huge_pages(canvas)
-        # A large CPU canvas of constant or standard modes is faster as torch's bulk copies, a
-        # batch of textured canvases that share one border as the first canvas and copies.
-        cpu_pool = not (backward or TAICHI.gpu_order or serial_launch(canvas))
-        if cpu_pool and copies.write(call, image, canvas):
+        # Constant mode on the CPU is torch's fill and window copies at every size (they cost
+        # less than even a serial launch); a large canvas of standard modes is faster as bulk
+        # copies too, a batch of textured canvases that share one border as the first canvas
+        # and copies.
+        cpu = not (backward or TAICHI.gpu_order)
+        cpu_pool = cpu and not serial_launch(canvas)
+        if (cpu_pool or (cpu and call.mode == "constant")) and copies.write(call, image, canvas):
             return
         # The kernel writes the first canvas only, whose border every canvas then copies.
         full = (call, image, canvas)
