@@ -603,6 +603,8 @@ RELEASE_NOTES = {
     ("cpu-percall-first.json", "f62647f"): "0.5.2's word-move kernel, uncommitted on 0.5.1",
     ("cpu-percall.json", "b87f808"): "0.5.2 before its last kernel change, the standard-mode "
     "rows of `d96d7dc`",
+    ("cpu-percall.json", "b362256"): "0.7.5's code, before the version bump",
+    ("cpu-fresh-memory.json", "b362256"): "0.7.5's code, before the version bump",
 }
 GENERATED = re.compile(
     r"(<!-- generated from results/(?P<name>[\w.-]+\.json)[^\n]*-->\n)(?P<body>.*?)"
@@ -973,6 +975,44 @@ def table_roofline(rec: dict[str, Any]) -> str:
     )
 
 
+def table_fresh_memory(rec: dict[str, Any]) -> str:
+    """``fresh_memory.py``: first-touch cost per page, and fresh 44 MB outputs per call."""
+    m, touch, summary = rec["machine"], rec["first_touch"], rec["summary"]
+    gib = rec["settings"]["gib"]
+    rows = [
+        [f"first write of {gib:g} GiB, the process's first",
+         f"{touch[0]['first_us_per_page']:.2f}"],
+        ["first write again, at once", f"{touch[1]['first_us_per_page']:.2f}"],
+        *[
+            [f"first write after a {r['pause_s']:g} s pause", f"{r['first_us_per_page']:.2f}"]
+            for r in touch[2:]
+        ],
+        ["second write of the same memory (median of the rounds)",
+         f"{statistics.median(r['again_us_per_page'] for r in touch):.2f}"],
+    ]  # fmt: skip
+    calls = len(rec["per_call_s"]["plain"])
+    head, tail = max(1, calls // 4), calls - calls // 2
+    per_call = [
+        [name, ms(summary[name]["first_calls_median_ms"] / 1e3) + " ms",
+         ms(summary[name]["last_half_median_ms"] / 1e3) + " ms"]
+        for name in ("plain", "advised")
+    ]  # fmt: skip
+    reporting = m.get("page_reporting_order")
+    vm = (
+        f"free page reporting at order {reporting}"
+        + (" (virtio-balloon)" if m.get("balloon_device") else "")
+        if reporting
+        else "no free page reporting"
+    )
+    return blocks(
+        f"THP `{m.get('thp_enabled')}`; {vm}. Microseconds per 4 KiB page:",
+        md_table(["write", "us per page"], rows, right="1"),
+        f"A fresh float32 (64, 3, 288, 288) tensor (44 MB) and `fill_`, {calls} calls in a new "
+        "process each, medians:",
+        md_table(["output", f"first {head} calls", f"last {tail} calls"], per_call, right="12"),
+    )
+
+
 RENDERERS = {
     "roofline.json": table_roofline,
     "cpu-pad.json": table_pad,
@@ -985,6 +1025,7 @@ RENDERERS = {
     "cpu-cli-pad.json": table_cli_pad,
     "cpu-backends.json": table_backends,
     "cpu-scaling.json": table_scaling,
+    "cpu-fresh-memory.json": table_fresh_memory,
 }
 
 
