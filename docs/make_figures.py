@@ -605,6 +605,7 @@ RELEASE_NOTES = {
     "rows of `d96d7dc`",
     ("cpu-percall.json", "b362256"): "0.7.5's code, before the version bump",
     ("cpu-fresh-memory.json", "b362256"): "0.7.5's code, before the version bump",
+    ("cpu-pad.json", "e83d945"): "0.7.5's code, before the version bump",
 }
 GENERATED = re.compile(
     r"(<!-- generated from results/(?P<name>[\w.-]+\.json)[^\n]*-->\n)(?P<body>.*?)"
