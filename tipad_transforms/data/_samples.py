@@ -131,14 +131,19 @@ def read_samples(samples: Any) -> Samples:
         )
     where = _where(kind, slot)
     images: list[torch.Tensor] = []
+    first_type, bare = type(first), kind == "image"
     for i, sample in enumerate(samples):
-        if _kind(sample) != kind:
+        # A sample's type decides its kind; a bare image has no structure to compare.
+        if type(sample) is not first_type and _kind(sample) != kind:
             raise ValueError(
                 f"samples[{i}] is a {type(sample).__name__}, samples[0] a "
                 f"{type(first).__name__}: every sample of a batch needs the same structure"
             )
-        check_alike(sample, first, f"samples[{i}]", "samples[0]")
-        image = _as_tensor(sample if kind == "image" else sample[slot], i, where)
+        if not bare:
+            check_alike(sample, first, f"samples[{i}]", "samples[0]")
+        image = sample if bare else sample[slot]
+        if type(image) is not torch.Tensor:
+            image = _as_tensor(image, i, where)
         _check_like(image, images[0] if images else image, i, where)
         images.append(image)
     flat = images[0].dim() == 2

@@ -1,5 +1,5 @@
-"""The CPU order's bulk-copy forms (``ops/padding/copies.py``): constant mode as the fill over
-the whole canvas and the image into its window; edge, reflect, symmetric and circular as the
+"""The CPU order's bulk-copy forms (``ops/padding/copies.py``): constant mode as the fill
+around the window and the image into it; edge, reflect, symmetric and circular as the
 window, the left and right border runs, then runs of whole rows.
 
 Every dtype the kernels take (NaN fills and payloads included, as bits), per-channel fills,
@@ -23,6 +23,7 @@ import tipad_transforms.functional as F
 from tipad_transforms.backends import TAICHI
 from tipad_transforms.ops.padding import copies as pad_copies
 from tipad_transforms.ops.padding import taichi as pad_taichi
+from tipad_transforms.ops.padding.geometry import PadGeometry
 
 DTYPES = (torch.uint8, torch.int8, torch.int16, torch.int32, torch.int64, torch.float16,
           torch.bfloat16, torch.float32, torch.float64, torch.bool)  # fmt: skip
@@ -86,8 +87,9 @@ def _check(x: torch.Tensor, pads: tuple[int, ...], mode: str, fill: float | list
 @pytest.mark.parametrize(("shape", "pads"), CASES, ids=lambda v: str(v))
 @pytest.mark.parametrize("dtype", DTYPES, ids=str)
 def test_constant_bit_exact_against_the_references(
-    dtype: torch.dtype, shape: tuple[int, ...], pads: tuple[int, ...], copies: list[bool]
-) -> None:
+    dtype: torch.dtype, shape: tuple[int, ...], pads: tuple[int, ...], copies: list[bool],
+    border_form: str,
+) -> None:  # fmt: skip
     x = random_image(shape, dtype, seed=len(shape) + dtype.itemsize)
     fill = _fill(dtype, shape[-3] if len(shape) >= 3 else 1)
     numeric = dtype != torch.bfloat16 and not (dtype.is_floating_point and isinstance(fill, list))
@@ -121,6 +123,27 @@ def test_a_border_of_many_folds_keeps_the_kernel(mode: str, copies: list[bool]) 
     x = random_image((2, 3, 4, 3), torch.uint8, seed=5)
     _check(x, (40, 1, 2, 40), mode, 0)
     assert copies == [mode == "edge"] * 2
+
+
+@pytest.mark.parametrize(
+    ("h", "w", "sides"),
+    [(5, 6, (2, 3, 1, 4)), (1, 6, (2, 3, 1, 4)), (5, 1, (0, 0, 0, 0)), (4, 7, (0, 2, 0, 1)),
+     (3, 4, (3, 0, 0, 2)), (1, 1, (0, 0, 3, 0)), (6, 5, (4, 1, 2, 0))],
+)  # fmt: skip
+def test_borders_and_windows_cover_every_element_once(
+    h: int, w: int, sides: tuple[int, int, int, int]
+) -> None:
+    # The views constant mode and repeat_first write: with the windows they partition the
+    # canvas (single rows, no side borders, no rows above or below, a one-pixel image).
+    g = PadGeometry(3, 2, h, w, *sides)
+    count = torch.zeros(g.n, g.c, g.out_h, g.out_w, dtype=torch.int32)
+    for part in pad_copies.borders(g, count):
+        part += 1
+    window = count[:, :, g.top : g.top + h, g.left : g.left + w]
+    assert int(window.sum()) == 0  # no border view reaches into a window
+    window += 1
+    assert torch.equal(count, torch.ones_like(count))
+    assert sum(p.numel() for p in pad_copies.borders(g, count)) == count.numel() - window.numel()
 
 
 def test_runs_step_by_one_minus_one_or_zero() -> None:
@@ -215,7 +238,7 @@ def repeats(copies: list[bool], monkeypatch: pytest.MonkeyPatch) -> list[int]:
 @pytest.mark.parametrize("dtype", DTYPES, ids=str)
 def test_a_textured_batch_of_one_border_is_its_first_canvas_copied(
     dtype: torch.dtype, shape: tuple[int, ...], pads: tuple[int, ...], copies: list[bool],
-    repeats: list[int], monkeypatch: pytest.MonkeyPatch,
+    repeats: list[int], border_form: str, monkeypatch: pytest.MonkeyPatch,
 ) -> None:  # fmt: skip
     monkeypatch.setattr(pad_copies, "TEXTURE", pad_copies.CONSTANT)  # the fixture's switch
     x = random_image(shape, dtype, seed=20 + dtype.itemsize)

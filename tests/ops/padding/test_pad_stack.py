@@ -423,12 +423,13 @@ def test_a_stack_of_one_geometry_runs_as_a_batch(
 )
 @pytest.mark.parametrize("mode", ["constant", "texture"])
 def test_a_stack_of_one_border_is_its_first_canvas_copied_without_packing(
-    mode: str, dtype: torch.dtype, monkeypatch: pytest.MonkeyPatch
+    mode: str, dtype: torch.dtype, border_form: str, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     # Equal sizes, equal placements and one border (constant mode; a texture at one offset):
-    # the backend pads image 0, every other canvas copies it and takes its image straight from
-    # the list (any strides), never packed into a batch first. Poisoned canvases, bit-exact
-    # against the per-image reference, NaN payloads included; inputs untouched.
+    # in texture mode the backend pads image 0 and every other canvas copies it; in constant
+    # mode the fill covers every canvas. Each takes its image straight from the list (any
+    # strides), never packed into a batch first. Poisoned canvases, bit-exact against the
+    # per-image reference, NaN payloads included; inputs untouched.
     from tipad_transforms.functional import _stack
     from tipad_transforms.ops.padding import copies as pad_copies
     from tipad_transforms.ops.padding import op as pad_op
@@ -437,14 +438,21 @@ def test_a_stack_of_one_border_is_its_first_canvas_copied_without_packing(
         raise AssertionError("the images were packed into a batch")
 
     monkeypatch.setattr(_stack, "pad_direct", packed)
-    seen: list[tuple[int, bool]] = []
+    seen: list[tuple[str, int, bool]] = []
     real_repeat = pad_copies.repeat_first
 
     def repeat_spy(call: Any, images: Any, canvas: torch.Tensor) -> None:
-        seen.append((call.geometry.n, isinstance(images, torch.Tensor)))
+        seen.append(("repeat_first", call.geometry.n, isinstance(images, torch.Tensor)))
         real_repeat(call, images, canvas)
 
     monkeypatch.setattr(pad_copies, "repeat_first", repeat_spy)
+    real_fill = pad_copies.fill_samples
+
+    def fill_spy(call: Any, images: Any, canvas: torch.Tensor) -> None:
+        seen.append(("fill_samples", call.geometry.n, isinstance(images, torch.Tensor)))
+        real_fill(call, images, canvas)
+
+    monkeypatch.setattr(pad_copies, "fill_samples", fill_spy)
     real_allocate = pad_op._allocate
 
     def poisoned(shape: list[int], like: torch.Tensor, name: str) -> torch.Tensor:
@@ -476,7 +484,8 @@ def test_a_stack_of_one_border_is_its_first_canvas_copied_without_packing(
         assert_bitwise_equal(canvas, want)
     for img, before in zip(images, befores, strict=True):
         assert_bitwise_equal(img, before)
-    assert seen == [(4, False)]
+    form = "fill_samples" if mode == "constant" else "repeat_first"
+    assert seen == [(form, 4, False)]
 
 
 def test_a_stack_of_one_geometry_packs_where_borders_differ(

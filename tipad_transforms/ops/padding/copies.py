@@ -7,6 +7,9 @@ small dtypes; torch's copies are vectorised passes over its own thread pool. Eve
 same-size integer views, so the canvas holds the same bits as the kernel's (NaN payloads
 included); ``tests/ops/padding/test_copies.py`` checks both against the reference.
 
+Constant mode writes the fill around each window (``borders``: three strided views that
+hold every element outside the windows), then the images into their windows.
+
 A standard mode's canvas is written in three steps: the image into its window; the left and
 right borders of the image's rows from the image, as a few *runs* (stretches of canvas columns
 whose source columns step by +1, -1 or 0: a slice, a flipped slice, an expanded column); then
@@ -14,7 +17,8 @@ the rows above and below as runs of whole canvas rows read from the rows just wr
 maps that fold into many short runs (a border many times the image) stay with the kernel.
 
 A texture-mode batch whose samples share one lattice and bank index has one border: the kernel
-writes the first canvas, which the others copy before their images go into their windows.
+writes the first canvas, whose borders the others copy before their images go into their
+windows.
 """
 
 from __future__ import annotations
@@ -28,11 +32,12 @@ from torch import Tensor
 from .geometry import PadCall, PadGeometry, StackGeometry, fold_index
 
 __all__ = [
-    "CONSTANT", "STANDARD", "TEXTURE", "first_sample", "repeat_first", "shares_border", "write",
+    "CONSTANT", "STANDARD", "TEXTURE", "borders", "fill_samples", "first_sample", "repeat_first",
+    "shares_border", "write",
 ]  # fmt: skip
 
-#: Whether constant mode runs as copies: the fill over the whole canvas, then the image into
-#: its window (two vectorised passes cost less than the kernel's one on every dtype).
+#: Whether constant mode runs as copies: the fill around the window, then the image into it
+#: (vectorised passes that write each element once cost less than the kernel on every dtype).
 CONSTANT = True
 #: Whether edge, reflect, symmetric and circular run as copies (``_standard``), for canvases of
 #: elements up to ``STANDARD_MAX_BYTES`` wide (textured batches too, ``TEXTURE``): on 4- and
@@ -46,6 +51,10 @@ STACK_MIN_BYTES = 16 << 10
 #: Whether a texture-mode batch whose samples share one lattice and bank index (every canvas
 #: the same border) runs as the kernel on its first sample and copies (``repeat_first``).
 TEXTURE = True
+#: Canvases (all of a call's together) from this many bytes have the constant fill, or the
+#: first canvas's border, written around their windows (``borders``), not over them: below it,
+#: the windows' second write costs less than the border views' dispatch.
+BORDERS_MIN_BYTES = 1 << 20
 # The most runs per border side: beyond it, a copy per run costs more than the kernel's pass.
 _MAX_RUNS = 4
 
@@ -84,10 +93,48 @@ def bits(t: Tensor) -> Tensor:
     return t.reshape(-1).view(BITS[t.element_size()])
 
 
+def borders(g: PadGeometry, planes: Tensor) -> list[Tensor]:
+    """What of ``planes`` ``(n, c, out_h, out_w)`` (contiguous) lies outside the image windows,
+    as three views: each plane's head (the rows above the window and its first row's left
+    border), the gaps between the window's rows (a row's right border and the next row's left
+    one, adjacent in memory: one stretch, not two) and the tail (the last row's right border
+    and the rows below). Writing these and the windows writes each element once, where a fill
+    over the whole canvas writes the windows twice. Needs ``g.h * g.w > 0``."""
+    n, c = planes.shape[:2]
+    plane = g.out_h * g.out_w
+    base = planes.storage_offset()
+    first = g.top * g.out_w + g.left  # the window's first element
+    last = first + (g.h - 1) * g.out_w + g.w  # one past its last
+    # as_strided: one view each (a chain of narrow and view costs microseconds per link).
+    return [
+        planes.as_strided((n, c, first), (c * plane, plane, 1), base),
+        planes.as_strided((n, c, g.h - 1, g.out_w - g.w), (c * plane, plane, g.out_w, 1),
+                          base + first + g.w),
+        planes.as_strided((n, c, plane - last), (c * plane, plane, 1), base + last),
+    ]  # fmt: skip
+
+
+def _whole(g: PadGeometry, planes: Tensor) -> bool:
+    """Whether ``planes``' borders are written as whole canvases (the windows written over
+    after): canvases with no window, or too small for the three border views to repay their
+    dispatch (``BORDERS_MIN_BYTES``)."""
+    return g.h * g.w == 0 or planes.numel() * planes.element_size() < BORDERS_MIN_BYTES
+
+
+def _fill_borders(g: PadGeometry, fill: Tensor, planes: Tensor) -> None:
+    """``fill`` (``(C,)`` contiguous, ``planes``' integer kind) over every canvas outside its
+    window."""
+    if _whole(g, planes):
+        planes.copy_(fill.view(1, g.c, 1, 1).expand_as(planes))
+        return
+    for part in borders(g, planes):
+        part.copy_(fill.as_strided(part.shape, (0, 1) + (0,) * (part.dim() - 2)))
+
+
 def _constant(g: PadGeometry | StackGeometry, fill: Tensor, image: Tensor, canvas: Tensor) -> bool:
-    """The fill over every canvas, then the images into their windows: one copy for a batch of
-    equal images, one per run of consecutive same-geometry images of a stack (where images are
-    large enough to repay a copy's dispatch)."""
+    """The fill around the windows, then the images into them: one copy for a batch of equal
+    images; for a stack, the fill over every canvas and a copy per run of consecutive
+    same-geometry images (where images are large enough to repay a copy's dispatch)."""
     if isinstance(g, StackGeometry) and canvas.numel() * canvas.element_size() < (
         g.n * STACK_MIN_BYTES
     ):
@@ -95,11 +142,14 @@ def _constant(g: PadGeometry | StackGeometry, fill: Tensor, image: Tensor, canva
     # Few, cheap views (narrow, not indexing): a small image's whole call is a few of them.
     kind = BITS[canvas.element_size()]
     canvases = canvas.view(kind).view(g.n, g.c, g.out_h, g.out_w)
-    canvases.copy_(fill.view(kind).view(1, g.c, 1, 1).expand(g.n, g.c, g.out_h, g.out_w))
+    fill = fill.view(kind)
     if isinstance(g, PadGeometry):
-        window = canvases.narrow(2, g.top, g.h).narrow(3, g.left, g.w)
-        window.copy_(image.view(kind).view(g.n, g.c, g.h, g.w))
+        _fill_borders(g, fill, canvases)
+        if g.h * g.w:
+            window = canvases.narrow(2, g.top, g.h).narrow(3, g.left, g.w)
+            window.copy_(image.view(kind).view(g.n, g.c, g.h, g.w))
         return True
+    canvases.copy_(fill.view(1, g.c, 1, 1).expand(g.n, g.c, g.out_h, g.out_w))
     groups: list[tuple[int, int, int, int, int, int]] = []
     for i, (h, w, top, left) in enumerate(g.sizes.tolist()):
         if groups and groups[-1][2:] == (h, w, top, left):
@@ -211,21 +261,48 @@ def first_sample(call: PadCall) -> PadCall:
     )  # fmt: skip
 
 
+def fill_samples(call: PadCall, images: Sequence[Tensor], canvas: Tensor) -> None:
+    """Write ``canvas``, a constant-mode batch (``shares_border(call)``), from its ``N`` images
+    ``(C, H, W)`` given one by one (a collate's samples, any strides): the fill over every
+    canvas, then every image into its window with one ``torch.stack`` (no batch assembled
+    first, no canvas copied from another)."""
+    g = call.geometry
+    assert isinstance(g, PadGeometry) and call.mode == "constant"
+    kind = BITS[canvas.element_size()]
+    planes = canvas.view(kind).view(g.n, g.c, g.out_h, g.out_w)
+    _fill_borders(g, call.fill.view(kind), planes)
+    if g.h * g.w:
+        windows = planes[:, :, g.top : g.top + g.h, g.left : g.left + g.w]
+        torch.stack(_as_kind(images, kind), out=windows)
+
+
 def repeat_first(call: PadCall, images: Tensor | Sequence[Tensor], canvas: Tensor) -> None:
-    """Complete ``canvas`` whose first canvas is written (``shares_border(call)``): that canvas
-    over the others, then their images into their windows (two vectorised passes, as constant
-    mode's). ``images``: the batch ``N*C*H*W`` contiguous, or its ``N`` images ``(C, H, W)``
-    one by one (a collate's samples, any strides: one copy each, no batch assembled first)."""
+    """Complete ``canvas`` whose first canvas is written (``shares_border(call)``): that
+    canvas's ``borders`` over the others', then their images into their windows (each element
+    written once, as constant mode's). ``images``: the batch ``N*C*H*W`` contiguous, or its
+    ``N`` images ``(C, H, W)`` one by one (a collate's samples, any strides: no batch
+    assembled first)."""
     g = call.geometry
     assert isinstance(g, PadGeometry)
     planes = bits(canvas).view(g.n, g.c, g.out_h, g.out_w)
-    planes[1:].copy_(planes[:1].expand(g.n - 1, -1, -1, -1))
+    if _whole(g, planes):
+        planes[1:].copy_(planes[:1].expand(g.n - 1, -1, -1, -1))
+    else:
+        for part, first in zip(borders(g, planes[1:]), borders(g, planes[:1]), strict=True):
+            part.copy_(first.expand_as(part))
     if g.h * g.w == 0:
         return
     windows = planes[:, :, g.top : g.top + g.h, g.left : g.left + g.w]
     if isinstance(images, Tensor):
         windows[1:].copy_(bits(images).view(g.n, g.c, g.h, g.w)[1:])
         return
-    kind = BITS[canvas.element_size()]
     # One call for every window: torch.stack writes into the strided view in place.
-    torch.stack([image.view(kind) for image in images[1:]], out=windows[1:])
+    torch.stack(_as_kind(images[1:], BITS[canvas.element_size()]), out=windows[1:])
+
+
+def _as_kind(images: Sequence[Tensor], kind: torch.dtype) -> Sequence[Tensor]:
+    """``images`` as ``kind`` views (a view per image costs a microsecond or more: none where
+    they already are)."""
+    if images[0].dtype == kind:  # one dtype for all, checked by the caller
+        return images
+    return [image.view(kind) for image in images]

@@ -84,7 +84,8 @@ def pad_direct(x: Tensor, call: PadCall, out: Tensor | None = None, *, op: bool 
 def pad_samples_direct(images: list[Tensor], call: PadCall) -> Tensor | None:
     """``pad_direct`` of the batch ``torch.stack(images)`` without assembling it, or None where
     this form does not apply: the backend writes the first canvas, which the others copy
-    before their images go into their windows, one copy each (``copies.repeat_first``).
+    before their images go into their windows (``copies.repeat_first``); in constant mode the
+    fill covers every canvas before the windows (``copies.fill_samples``), no backend called.
 
     Applies to an eager call (``_tracing.eager``) on the CPU whose canvases all share the first
     one's border (``copies.shares_border``: constant mode, or a texture lattice and bank index
@@ -101,8 +102,11 @@ def pad_samples_direct(images: list[Tensor], call: PadCall) -> Tensor | None:
         return None
     direct_calls += 1
     out = _allocate(g.out_shape([g.n, g.c, g.h, g.w]), x, "padding")
-    # The backend sees the first canvas only: the fresh batch's page advice is made here.
+    # The backend sees the first canvas at most: the fresh batch's page advice is made here.
     advise_huge_pages(out)
+    if call.mode == "constant":  # a fill and the windows: nothing for a backend to compute
+        copies.fill_samples(call, images, out)
+        return out
     PAD.forward(copies.first_sample(call), x.contiguous(), out[:1])
     copies.repeat_first(call, images, out)
     return out
