@@ -10,9 +10,9 @@ from tipad_transforms.ops.padding import copies as pad_copies
 @pytest.fixture(params=["borders", "whole"])
 def border_form(request: pytest.FixtureRequest, monkeypatch: pytest.MonkeyPatch) -> str:
     """Both ways the copies write a border shared by every canvas: around the windows
-    (``copies.borders``, every canvas) or over whole canvases (none: ``BORDERS_MIN_BYTES``
+    (``copies.borders``: both thresholds 0) or over whole canvases (``BORDERS_MIN_BYTES``
     above any test's canvas)."""
-    monkeypatch.setattr(
-        pad_copies, "BORDERS_MIN_BYTES", 0 if request.param == "borders" else 1 << 62
-    )
+    around = request.param == "borders"
+    monkeypatch.setattr(pad_copies, "BORDERS_MIN_BYTES", 0 if around else 1 << 62)
+    monkeypatch.setattr(pad_copies, "BORDERS_MIN_ROW_BYTES", 0)
     return str(request.param)

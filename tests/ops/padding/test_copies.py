@@ -146,6 +146,25 @@ def test_borders_and_windows_cover_every_element_once(
     assert sum(p.numel() for p in pad_copies.borders(g, count)) == count.numel() - window.numel()
 
 
+@pytest.mark.parametrize("copies", [True], ids=["copies"], indirect=True)
+def test_borders_serve_large_canvases_of_long_rows(
+    copies: list[bool], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # The default thresholds: a 1.2 MB batch of 256-byte rows is filled around its windows;
+    # 150-byte rows, or a canvas under 1 MiB, are filled whole. Values as the reference's.
+    widths: list[int] = []
+    real = pad_copies.borders
+
+    def spy(g: PadGeometry, planes: torch.Tensor) -> list[torch.Tensor]:
+        widths.append(g.w)
+        return real(g, planes)
+
+    monkeypatch.setattr(pad_copies, "borders", spy)
+    for shape in ((4, 3, 256, 256), (8, 3, 160, 150), (2, 3, 256, 256)):
+        _check(random_image(shape, torch.uint8, seed=shape[-1]), (32, 32, 32, 32), "constant", 9)
+    assert widths == [256, 256]  # the first shape, into out= and fresh
+
+
 def test_runs_step_by_one_minus_one_or_zero() -> None:
     index = [3, 2, 1, 0, 1, 2, 2, 2, 7, 5]
     assert pad_copies._runs(index, 0, len(index)) == [

@@ -51,10 +51,13 @@ STACK_MIN_BYTES = 16 << 10
 #: Whether a texture-mode batch whose samples share one lattice and bank index (every canvas
 #: the same border) runs as the kernel on its first sample and copies (``repeat_first``).
 TEXTURE = True
-#: Canvases (all of a call's together) from this many bytes have the constant fill, or the
-#: first canvas's border, written around their windows (``borders``), not over them: below it,
-#: the windows' second write costs less than the border views' dispatch.
+#: Canvases (all of a call's together) from this many bytes, with window rows of at least
+#: ``BORDERS_MIN_ROW_BYTES``, have the constant fill or the first canvas's border written
+#: around their windows (``borders``), not over them. Below the first, the windows' second
+#: write costs less than the border views' dispatch; below the second, less than the gaps'
+#: short rows, each a pass of torch's inner loop, where a whole-canvas fill is one stretch.
 BORDERS_MIN_BYTES = 1 << 20
+BORDERS_MIN_ROW_BYTES = 192
 # The most runs per border side: beyond it, a copy per run costs more than the kernel's pass.
 _MAX_RUNS = 4
 
@@ -116,9 +119,14 @@ def borders(g: PadGeometry, planes: Tensor) -> list[Tensor]:
 
 def _whole(g: PadGeometry, planes: Tensor) -> bool:
     """Whether ``planes``' borders are written as whole canvases (the windows written over
-    after): canvases with no window, or too small for the three border views to repay their
-    dispatch (``BORDERS_MIN_BYTES``)."""
-    return g.h * g.w == 0 or planes.numel() * planes.element_size() < BORDERS_MIN_BYTES
+    after): canvases with no window, or too small, or with window rows too short, for the
+    border views to pay (``BORDERS_MIN_BYTES``, ``BORDERS_MIN_ROW_BYTES``)."""
+    size = planes.element_size()
+    return (
+        g.h * g.w == 0
+        or planes.numel() * size < BORDERS_MIN_BYTES
+        or g.w * size < BORDERS_MIN_ROW_BYTES
+    )
 
 
 def _fill_borders(g: PadGeometry, fill: Tensor, planes: Tensor) -> None:
