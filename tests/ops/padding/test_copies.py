@@ -163,6 +163,16 @@ def test_borders_serve_large_canvases_of_long_rows(
     for shape in ((4, 3, 256, 256), (8, 3, 160, 150), (2, 3, 256, 256)):
         _check(random_image(shape, torch.uint8, seed=shape[-1]), (32, 32, 32, 32), "constant", 9)
     assert widths == [256, 256]  # the first shape, into out= and fresh
+    # Into an out= that starts inside a larger tensor (the views are offset from its storage's
+    # start): the window and borders land in it, the elements around it stay as they were.
+    x = random_image((4, 3, 256, 256), torch.uint8, seed=3)
+    big = random_image((3, 4, 3, 320, 320), torch.uint8, seed=4)
+    before = big.clone()
+    F.pad(x, 32, fill=9, out=big[1])
+    assert widths == [256] * 3
+    assert_bitwise_equal(big[1], pad_ref(x, (32, 32, 32, 32), "constant", 9))
+    assert_bitwise_equal(big[0], before[0])
+    assert_bitwise_equal(big[2], before[2])
 
 
 def test_runs_step_by_one_minus_one_or_zero() -> None:
