@@ -120,9 +120,9 @@ def pad_stack(
     (``torch.cat``: one copy of the inputs), which the kernel reads with a per-image geometry;
     images of one size at one placement are padded as a batch (``tipad::pad``), the same
     values by the single-geometry op and its faster CPU forms: where every canvas has the same
-    border (constant mode; a texture with one offset and bank index), eagerly on the CPU, the
-    first canvas is padded and copied to the others, each image copied into its window (no
-    packing).
+    border (constant mode; a texture with one offset and bank index), eagerly on the CPU,
+    the border is written once (constant mode) or padded on the first canvas and copied to the
+    others, and the images are stacked into their windows from the list (no packing).
 
     Args:
         images: ``N >= 1`` tensors ``(C, h_i, w_i)`` of one dtype, device and channel count.

@@ -271,9 +271,9 @@ def first_sample(call: PadCall) -> PadCall:
 
 def fill_samples(call: PadCall, images: Sequence[Tensor], canvas: Tensor) -> None:
     """Write ``canvas``, a constant-mode batch (``shares_border(call)``), from its ``N`` images
-    ``(C, H, W)`` given one by one (a collate's samples, any strides): the fill over every
-    canvas, then every image into its window with one ``torch.stack`` (no batch assembled
-    first, no canvas copied from another)."""
+    ``(C, H, W)`` given one by one (a collate's samples, any strides): the fill around (or
+    under) every window, then every image into its window with one ``torch.stack`` (no batch
+    assembled first, no canvas copied from another)."""
     g = call.geometry
     assert isinstance(g, PadGeometry) and call.mode == "constant"
     kind = BITS[canvas.element_size()]
