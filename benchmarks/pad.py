@@ -100,7 +100,8 @@ def batch_input(dtype: torch.dtype, shape: tuple[int, ...], seed: int) -> torch.
 def issue25_peers(wl: Workload, x: torch.Tensor, pad: int) -> list[Peer]:
     """The rows issue 25 asks for, beside a batch workload's own: the same-bytes copy, every
     standard mode fresh and into ``out=``, each mode's torch and v2 peers not already there,
-    and ``PadCollate`` batches (constant and the brick texture) of the same images."""
+    and ``PadCollate`` batches of the same images (constant; the brick texture at one lattice
+    offset, and with an offset drawn per sample, the collate's default)."""
     import torch.nn.functional as NF
     import torchvision.transforms.v2.functional as tvF
 
@@ -138,11 +139,16 @@ def issue25_peers(wl: Workload, x: torch.Tensor, pad: int) -> list[Peer]:
     size = tuple(canvas.shape[-2:])
     constant = PadCollate(size, padding_mode="constant")
     brick = PadCollate(size, random_offset=False)
+    # PadCollate's defaults: a lattice offset drawn per sample (its own group: no other peer
+    # draws the same offsets; tests/ops/padding checks the form against the reference).
+    drawn = PadCollate(size, generator=torch.Generator().manual_seed(0))
     peers += [
         Peer("tipad.PadCollate_constant", "tipad PadCollate constant",
              lambda: constant(samples), "constant"),
         Peer("tipad.PadCollate_brick", "tipad PadCollate brick", lambda: brick(samples),
              "collate-brick"),
+        Peer("tipad.PadCollate_brick_random", "tipad PadCollate brick, offsets drawn",
+             lambda: drawn(samples), "collate-brick-random"),
     ]  # fmt: skip
     return peers
 

@@ -285,8 +285,76 @@ def test_a_textured_batch_of_one_border_is_its_first_canvas_copied(
     assert repeats == ([shape[0]] * 4 if taken else [])
 
 
+@pytest.fixture
+def walls(copies: list[bool], monkeypatch: pytest.MonkeyPatch) -> list[int]:
+    """The batch sizes of the textured batches written as crops of one wall, the wall form
+    switched on or off with the ``copies`` fixture's forms."""
+    monkeypatch.setattr(pad_copies, "LATTICES", pad_copies.CONSTANT)
+    seen: list[int] = []
+    real = pad_copies.crop_walls
+
+    def spy(call: Any, images: Any, canvas: torch.Tensor) -> None:
+        seen.append(call.geometry.n)
+        real(call, images, canvas)
+
+    monkeypatch.setattr(pad_copies, "crop_walls", spy)
+    return seen
+
+
+@pytest.mark.parametrize("copies", [True, False], ids=["copies", "kernel"], indirect=True)
+@pytest.mark.parametrize(
+    ("shape", "pads"),
+    [CASES[0], CASES[3], ((3, 2, 0, 4), (2, 3, 1, 2)), ((2, 2, 3, 9, 7), (4, 0, 13, 6))],
+    ids=lambda v: str(v),
+)
+@pytest.mark.parametrize("stagger", [0, 3, -5, 17])
+@pytest.mark.parametrize("dtype", DTYPES, ids=str)
+def test_a_textured_batch_of_own_lattices_is_crops_of_one_wall(
+    dtype: torch.dtype, shape: tuple[int, ...], pads: tuple[int, ...], stagger: int,
+    copies: list[bool], walls: list[int],
+) -> None:  # fmt: skip
+    # Per-sample lattice offsets (negative, beyond a tile), one bank index (not 0), a tile of
+    # the images' channels and a one-channel one; single rows and an image smaller than its
+    # border, empty images, clips of frames; into poisoned out= and fresh.
+    x = random_image(shape, dtype, seed=40 + dtype.itemsize)
+    lead = shape[:-3]
+    n = int(torch.tensor(lead).prod())
+    gen = torch.Generator().manual_seed(41 + abs(stagger))
+    offset = torch.randint(-20, 20, (*lead, 2), generator=gen)
+    before = x.clone()
+    for channels in (shape[-3], 1):
+        bank = random_image((2, channels, 5, 7), dtype, seed=42 + channels)
+        index = torch.ones(lead, dtype=torch.int64)
+        kw = {"stagger": stagger, "offset": offset, "texture_index": index}
+        want = texture_pad_ref(x, pads, bank, **kw)
+        out = torch.empty(want.shape, dtype=dtype)
+        out.view(torch.uint8).fill_(0xAB)  # poisoned: every element must be written
+        F.texture_pad(x, list(pads), bank, out=out, **kw)
+        assert_bitwise_equal(out, want)
+        assert_bitwise_equal(F.texture_pad(x, list(pads), bank, **kw), want)
+    assert_bitwise_equal(x, before)
+    taken = pad_copies.LATTICES and dtype.itemsize <= pad_copies.STANDARD_MAX_BYTES
+    assert walls == ([n] * 4 if taken else [])
+
+
 @pytest.mark.parametrize("copies", [True], ids=["copies"], indirect=True)
-def test_textured_samples_of_their_own_borders_keep_the_kernel(repeats: list[int]) -> None:
+def test_a_wall_follows_its_texture_written_in_place(walls: list[int]) -> None:
+    # The walls are kept per texture: a tile written in place between calls gets a new wall.
+    x = random_image((4, 3, 6, 5), torch.uint8, seed=50)
+    tile = random_image((3, 4, 6), torch.uint8, seed=51)
+    offset = torch.tensor([[0, 1], [2, 3], [-1, 7], [5, 0]])
+    for _ in range(2):
+        want = texture_pad_ref(x, (3, 2, 4, 5), tile, stagger=2, offset=offset)
+        got = F.texture_pad(x, [3, 2, 4, 5], tile, stagger=2, offset=offset)
+        assert_bitwise_equal(got, want)
+        tile[:, 1:3] = 255 - tile[:, 1:3]
+    assert walls == [4, 4]
+
+
+@pytest.mark.parametrize("copies", [True], ids=["copies"], indirect=True)
+def test_textured_samples_of_their_own_textures_keep_the_kernel(
+    repeats: list[int], walls: list[int]
+) -> None:
     x = random_image((3, 2, 6, 5), torch.uint8, seed=30)
     bank = random_image((2, 2, 4, 3), torch.uint8, seed=31)
     pads = (3, 2, 4, 1)
@@ -301,3 +369,4 @@ def test_textured_samples_of_their_own_borders_keep_the_kernel(repeats: list[int
     want = texture_pad_ref(x, pads, bank, texture_index=same)
     assert_bitwise_equal(F.texture_pad(x, list(pads), bank, texture_index=same), want)
     assert repeats == [3]
+    assert walls == [3]  # the first call: its own lattices, one texture

@@ -488,11 +488,64 @@ def test_a_stack_of_one_border_is_its_first_canvas_copied_without_packing(
     assert seen == [(form, 4, False)]
 
 
+@pytest.mark.parametrize("dtype", [torch.uint8, torch.bool, torch.int16, torch.bfloat16], ids=str)
+def test_a_stack_of_own_lattices_is_crops_of_one_wall_without_packing(
+    dtype: torch.dtype, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # Equal sizes at equal placements, a lattice offset per sample, one bank index (a
+    # collate's random offsets): every canvas is its crop of the texture's wall, each image
+    # taken straight from the list (any strides). Poisoned canvases, bit-exact against the
+    # per-image reference; inputs untouched.
+    from tipad_transforms.functional import _stack
+    from tipad_transforms.ops.padding import copies as pad_copies
+    from tipad_transforms.ops.padding import op as pad_op
+
+    def packed(*args: Any, **kwargs: Any) -> None:
+        raise AssertionError("the images were packed into a batch")
+
+    monkeypatch.setattr(_stack, "pad_direct", packed)
+    seen: list[bool] = []
+    real_walls = pad_copies.crop_walls
+
+    def walls_spy(call: Any, images: Any, canvas: torch.Tensor) -> None:
+        seen.append(isinstance(images, torch.Tensor))
+        real_walls(call, images, canvas)
+
+    monkeypatch.setattr(pad_copies, "crop_walls", walls_spy)
+    real_allocate = pad_op._allocate
+
+    def poisoned(shape: list[int], like: torch.Tensor, name: str) -> torch.Tensor:
+        out = real_allocate(shape, like, name)
+        out.view(torch.uint8).fill_(0xAB)  # every element must be written
+        return out
+
+    monkeypatch.setattr(pad_op, "_allocate", poisoned)
+    seed = 80 + dtype.itemsize
+    base = random_image((4, 5, 6, 3), dtype, seed=seed)  # channels-last storage
+    images = [base[0].permute(2, 0, 1), random_image((3, 5, 6), dtype, seed=seed + 1),
+              random_image((3, 7, 9), dtype, seed=seed + 2)[:, 1:6, 2:8],  # a slice
+              random_image((3, 5, 6), dtype, seed=seed + 3)]  # fmt: skip
+    befores = [im.clone() for im in images]
+    placement = torch.tensor([[2, 7]] * 4)  # (top, left) on the 13x17 canvas
+    sides = [7, 2, SIZE[1] - 7 - 6, SIZE[0] - 2 - 5]
+    bank = random_image((2, 3, 4, 5), dtype, seed=seed + 4)
+    offsets = torch.tensor([[0, 0], [1, -2], [-7, 3], [3, 11]])
+    got = F.pad_stack(images, SIZE, placement, padding_mode="texture", texture=bank, stagger=3,
+                      offset=offsets, texture_index=1)  # fmt: skip
+    for canvas, img, off in zip(got, images, offsets.tolist(), strict=True):
+        want = texture_pad_ref(img, sides, bank[1], stagger=3, offset=tuple(off))
+        assert_bitwise_equal(canvas, want)
+    for img, before in zip(images, befores, strict=True):
+        assert_bitwise_equal(img, before)
+    assert seen == [False]
+
+
 def test_a_stack_of_one_geometry_packs_where_borders_differ(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
-    # Per-sample lattices, per-sample bank indices, one image, autograd: the batch is assembled
-    # and the single-geometry op pads it (the list form would be wrong or slower there).
+    # Per-sample lattices of 4-byte elements, per-sample bank indices, one image, autograd: the
+    # batch is assembled and the single-geometry op pads it (the list form would be wrong or
+    # slower there); per-sample lattices of a 1-byte dtype are the wall's crops, unpacked.
     from tipad_transforms.functional import _stack
     from tipad_transforms.ops.padding import op as pad_op
 
@@ -518,6 +571,11 @@ def test_a_stack_of_one_geometry_packs_where_borders_differ(
     sides = [2, 1, SIZE[1] - 2 - 5, SIZE[0] - 1 - 4]
     for canvas, img, off in zip(got, u8, offsets.tolist(), strict=True):
         assert_bitwise_equal(canvas, texture_pad_ref(img, sides, tile, offset=tuple(off)))
+    f32 = [im.float() for im in u8]
+    got = F.pad_stack(f32, SIZE, placement, padding_mode="texture", texture=tile.float(),
+                      offset=offsets)  # fmt: skip
+    for canvas, img, off in zip(got, f32, offsets.tolist(), strict=True):
+        assert_bitwise_equal(canvas, texture_pad_ref(img, sides, tile.float(), offset=tuple(off)))
     bank = torch.stack([tile, tile.flip(-1)])
     index = torch.tensor([0, 1, 0])
     got = F.pad_stack(u8, SIZE, placement, padding_mode="texture", texture=bank,
@@ -528,4 +586,4 @@ def test_a_stack_of_one_geometry_packs_where_borders_differ(
     grads = [im.double().requires_grad_() for im in u8]
     F.pad_stack(grads, SIZE, placement).sum().backward()
     assert all(g.grad is not None and float(g.grad.sum()) == 4 * 5 * 3 for g in grads)
-    assert ran == ["declined", "packed"] * 4
+    assert ran == ["samples"] + ["declined", "packed"] * 4

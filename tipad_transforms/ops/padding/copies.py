@@ -18,7 +18,10 @@ maps that fold into many short runs (a border many times the image) stay with th
 
 A texture-mode batch whose samples share one lattice and bank index has one border: the kernel
 writes the first canvas, whose borders the others copy before their images go into their
-windows.
+windows. Samples of one bank index but their own lattice offsets are crops of one *wall*, the
+texture's lattice rendered once a little larger than a canvas (``crop_walls``): shifting a
+lattice by whole tiles down shifts it by the stagger across, so every sample's canvas is the
+wall seen from a corner within one tile of its origin.
 """
 
 from __future__ import annotations
@@ -29,11 +32,12 @@ from collections.abc import Sequence
 import torch
 from torch import Tensor
 
+from ..._value_cache import ValueCache
 from .geometry import PadCall, PadGeometry, StackGeometry, fold_index
 
 __all__ = [
-    "CONSTANT", "STANDARD", "TEXTURE", "borders", "fill_samples", "first_sample", "repeat_first",
-    "shares_border", "write",
+    "CONSTANT", "LATTICES", "STANDARD", "TEXTURE", "borders", "crop_walls", "crops_walls",
+    "fill_samples", "first_sample", "repeat_first", "shares_border", "write",
 ]  # fmt: skip
 
 #: Whether constant mode runs as copies: the fill around the window, then the image into it
@@ -51,6 +55,11 @@ STACK_MIN_BYTES = 16 << 10
 #: Whether a texture-mode batch whose samples share one lattice and bank index (every canvas
 #: the same border) runs as the kernel on its first sample and copies (``repeat_first``).
 TEXTURE = True
+#: Whether a texture-mode batch whose samples share one bank index but have their own lattice
+#: offsets runs as crops of one rendered wall (``crop_walls``), elements up to
+#: ``STANDARD_MAX_BYTES`` wide: a copy of every canvas from the wall, where the kernel computes
+#: each border pixel's lattice cell.
+LATTICES = True
 #: Canvases (all of a call's together) from this many bytes, with window rows of at least
 #: ``BORDERS_MIN_ROW_BYTES``, have the constant fill or the first canvas's border written
 #: around their windows (``borders``), not over them. Below the first, the windows' second
@@ -308,9 +317,82 @@ def repeat_first(call: PadCall, images: Tensor | Sequence[Tensor], canvas: Tenso
     torch.stack(_as_kind(images[1:], BITS[canvas.element_size()]), out=windows[1:])
 
 
-def _as_kind(images: Sequence[Tensor], kind: torch.dtype) -> Sequence[Tensor]:
+def _as_kind(images: Sequence[Tensor], kind: torch.dtype) -> list[Tensor]:
     """``images`` as ``kind`` views (a view per image costs a microsecond or more: none where
     they already are)."""
     if images[0].dtype == kind:  # one dtype for all, checked by the caller
-        return images
+        return list(images)
     return [image.view(kind) for image in images]
+
+
+def crops_walls(call: PadCall) -> bool:
+    """Whether ``call``, a texture-mode batch, is served by ``crop_walls``: ``LATTICES`` on,
+    elements up to ``STANDARD_MAX_BYTES`` wide, one bank index for every sample (lattice
+    offsets any)."""
+    g = call.geometry
+    if not (LATTICES and call.mode == "texture" and isinstance(g, PadGeometry) and g.n > 1):
+        return False
+    if call.texture.element_size() > STANDARD_MAX_BYTES:
+        return False
+    index = call.texture_index
+    return torch.equal(index, index[:1].expand_as(index))
+
+
+# Walls of recent textures (the brick tile of a collate, a transform's tile), by the texture's
+# bytes and the wall's shape.
+_walls: ValueCache[Tensor] = ValueCache(8)
+
+
+def _wall(texture: Tensor, stagger: int, height: int, width: int) -> Tensor:
+    """The lattice of ``texture`` (``(Ct, th, tw)``, an integer kind) at offset 0 over
+    ``(Ct, height, width)``: pixel ``(y, x)`` is ``texture[:, y mod th, (x - v*stagger) mod
+    tw]`` with ``v = y // th``, the kernel's index map (``texture_pad``'s docstring)."""
+    ct, th, tw = texture.shape
+    y = torch.arange(height)
+    x = torch.arange(width)
+    v = torch.div(y, th, rounding_mode="floor")
+    tx = torch.remainder(x[None, :] - (v * stagger)[:, None], tw)
+    index = (y - v * th)[:, None] * tw + tx
+    return texture.reshape(ct, th * tw)[:, index.reshape(-1)].view(ct, height, width)
+
+
+def crop_walls(call: PadCall, images: Tensor | Sequence[Tensor], canvas: Tensor) -> None:
+    """Write ``canvas`` (``crops_walls(call)``): every canvas copied from its crop of the wall
+    of the bank's texture, then the images into their windows. ``images``: the batch
+    ``N*C*H*W`` contiguous, or its ``N`` images ``(C, H, W)`` one by one (any strides).
+
+    Sample ``i``'s canvas pixel ``(Y, X)`` has lattice coordinates ``y = Y - top - oy_i``,
+    ``x = X - left - ox_i``. The wall's pixel ``(Y + dy, X + dx)`` has the same ones where
+    ``dy = -(top + oy_i) mod th`` (so ``Y + dy = y + m*th``, ``m = (dy + top + oy_i) / th``)
+    and ``dx = (m*stagger - left - ox_i) mod tw``: ``m`` tiles down, ``m*stagger`` across. A
+    wall of ``(out_h + th, out_w + tw)`` holds every crop.
+    """
+    g = call.geometry
+    assert isinstance(g, PadGeometry)
+    kind = BITS[canvas.element_size()]
+    bank = call.texture.view(kind)
+    th, tw = int(bank.shape[-2]), int(bank.shape[-1])
+    texture = bank[int(call.texture_index[0])]
+    height, width = g.out_h + th, g.out_w + tw
+    stagger = call.stagger
+    wall = _walls.get(texture, (stagger, height, width),
+                      lambda: _wall(texture, stagger, height, width))  # fmt: skip
+    planes = canvas.view(kind).view(g.n, g.c, g.out_h, g.out_w)
+    shape = (g.c, g.out_h, g.out_w)
+    # A one-channel texture serves every channel: its crops repeat the one plane.
+    strides = (0 if wall.shape[0] == 1 else height * width, width, 1)
+    base = wall.storage_offset()
+    crops = []
+    for oy, ox in call.offset.tolist():
+        dy = -(g.top + oy) % th
+        m = (dy + g.top + oy) // th
+        dx = (m * stagger - g.left - ox) % tw
+        crops.append(wall.as_strided(shape, strides, base + dy * width + dx))
+    torch.stack(crops, out=planes)
+    if g.h * g.w == 0:
+        return
+    windows = planes[:, :, g.top : g.top + g.h, g.left : g.left + g.w]
+    if isinstance(images, Tensor):
+        windows.copy_(bits(images).view(g.n, g.c, g.h, g.w))
+    else:
+        torch.stack(_as_kind(images, kind), out=windows)

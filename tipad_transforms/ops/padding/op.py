@@ -85,18 +85,24 @@ def pad_samples_direct(images: list[Tensor], call: PadCall) -> Tensor | None:
     """``pad_direct`` of the batch ``torch.stack(images)`` without assembling it, or None where
     this form does not apply: the backend writes the first canvas, which the others copy
     before their images go into their windows (``copies.repeat_first``); in constant mode the
-    fill covers every canvas before the windows (``copies.fill_samples``), no backend called.
+    fill covers every canvas before the windows (``copies.fill_samples``), and per-sample
+    lattices of one bank index are crops of the texture's wall (``copies.crop_walls``), no
+    backend called.
 
     Applies to an eager call (``_tracing.eager``) on the CPU whose canvases all share the first
     one's border (``copies.shares_border``: constant mode, or a texture lattice and bank index
-    common to every sample, any dtype). ``images``: ``call.geometry.n`` tensors ``(C, H, W)`` of the
-    geometry's sizes, any strides, checked by the caller.
+    common to every sample, any dtype), or whose samples share a bank index, elements up to 2
+    bytes (``copies.crops_walls``). ``images``: ``call.geometry.n`` tensors ``(C, H, W)`` of
+    the geometry's sizes, any strides, checked by the caller.
     """
     global direct_calls
     g = call.geometry
     assert isinstance(g, PadGeometry)
     x = images[0]
-    if not (x.is_cpu and copies.shares_border(call, listed=True)):
+    if not x.is_cpu:
+        return None
+    shared = copies.shares_border(call, listed=True)
+    if not (shared or copies.crops_walls(call)):
         return None
     if not eager(*images, call.fill, call.texture, call.offset, call.texture_index):
         return None
@@ -104,6 +110,9 @@ def pad_samples_direct(images: list[Tensor], call: PadCall) -> Tensor | None:
     out = _allocate(g.out_shape([g.n, g.c, g.h, g.w]), x, "padding")
     # The backend sees the first canvas at most: the fresh batch's page advice is made here.
     advise_huge_pages(out)
+    if not shared:  # per-sample lattices: crops of the texture's wall, no backend either
+        copies.crop_walls(call, images, out)
+        return out
     if call.mode == "constant":  # a fill and the windows: nothing for a backend to compute
         copies.fill_samples(call, images, out)
         return out

@@ -591,10 +591,13 @@ def forward(
         # Constant mode on the CPU is torch's fill and window copies at every size (they cost
         # less than even a serial launch); a large canvas of standard modes is faster as bulk
         # copies too, a batch of textured canvases that share one border as the first canvas
-        # and copies.
+        # and copies, one of a bank index but per-sample lattices as crops of one wall.
         cpu = not (backward or TAICHI.gpu_order)
         cpu_pool = cpu and not serial_launch(canvas)
         if (cpu_pool or (cpu and call.mode == "constant")) and copies.write(call, image, canvas):
+            return
+        if cpu_pool and not copies.shares_border(call) and copies.crops_walls(call):
+            copies.crop_walls(call, image, canvas)
             return
         # The kernel writes the first canvas only, whose border every canvas then copies.
         full = (call, image, canvas)
