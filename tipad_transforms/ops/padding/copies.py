@@ -56,9 +56,9 @@ STACK_MIN_BYTES = 16 << 10
 #: the same border) runs as the kernel on its first sample and copies (``repeat_first``).
 TEXTURE = True
 #: Whether a texture-mode batch whose samples share one bank index but have their own lattice
-#: offsets runs as crops of one rendered wall (``crop_walls``), elements up to
-#: ``STANDARD_MAX_BYTES`` wide: a copy of every canvas from the wall, where the kernel computes
-#: each border pixel's lattice cell.
+#: offsets runs as crops of one rendered wall (``crop_walls``): a copy of every canvas from
+#: the wall, where the kernel computes each border pixel's lattice cell. Batches of elements up
+#: to ``STANDARD_MAX_BYTES`` wide, and images given one by one of any width (``crops_walls``).
 LATTICES = True
 #: Canvases (all of a call's together) from this many bytes, with window rows of at least
 #: ``BORDERS_MIN_ROW_BYTES``, have the constant fill or the first canvas's border written
@@ -325,14 +325,15 @@ def _as_kind(images: Sequence[Tensor], kind: torch.dtype) -> list[Tensor]:
     return [image.view(kind) for image in images]
 
 
-def crops_walls(call: PadCall) -> bool:
+def crops_walls(call: PadCall, listed: bool = False) -> bool:
     """Whether ``call``, a texture-mode batch, is served by ``crop_walls``: ``LATTICES`` on,
-    elements up to ``STANDARD_MAX_BYTES`` wide, one bank index for every sample (lattice
-    offsets any)."""
+    one bank index for every sample (lattice offsets any), elements up to
+    ``STANDARD_MAX_BYTES`` wide unless ``listed`` (images given one by one, which the kernel
+    could only read once packed into a batch: a pass the crops do not need)."""
     g = call.geometry
     if not (LATTICES and call.mode == "texture" and isinstance(g, PadGeometry) and g.n > 1):
         return False
-    if call.texture.element_size() > STANDARD_MAX_BYTES:
+    if not listed and call.texture.element_size() > STANDARD_MAX_BYTES:
         return False
     index = call.texture_index
     return torch.equal(index, index[:1].expand_as(index))
