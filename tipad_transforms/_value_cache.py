@@ -133,7 +133,10 @@ class ValueCache(Generic[V]):
             entry = None  # other values at this address: another tensor, or written since
         if entry is None:
             if key not in entries and len(entries) >= self.size:
-                entries.pop(next(iter(entries)))
+                try:  # another thread may evict the same entry, or insert while we look
+                    entries.pop(next(iter(entries)), None)
+                except (RuntimeError, StopIteration):
+                    pass
             entry = entries[key] = [data.clone(), make()]
         value: V = entry[1]
         return value

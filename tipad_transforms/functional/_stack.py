@@ -122,7 +122,9 @@ def pad_stack(
     values by the single-geometry op and its faster CPU forms: where every canvas has the same
     border (constant mode; a texture with one offset and bank index), eagerly on the CPU,
     the border is written once (constant mode) or padded on the first canvas and copied to the
-    others, and the images are stacked into their windows from the list (no packing).
+    others, and the images are stacked into their windows from the list (no packing); so are
+    textured samples of one bank index but their own offsets, each canvas a crop of the
+    texture's rendered lattice.
 
     Args:
         images: ``N >= 1`` tensors ``(C, h_i, w_i)`` of one dtype, device and channel count.

@@ -40,8 +40,9 @@ __all__ = [
     "fill_samples", "first_sample", "repeat_first", "shares_border", "write",
 ]  # fmt: skip
 
-#: Whether constant mode runs as copies: the fill around the window, then the image into it
-#: (vectorised passes that write each element once cost less than the kernel on every dtype).
+#: Whether constant mode runs as copies: the fill (around the window on large canvases, see
+#: ``BORDERS_MIN_BYTES``), then the image into it (vectorised passes cost less than the kernel
+#: on every dtype).
 CONSTANT = True
 #: Whether edge, reflect, symmetric and circular run as copies (``_standard``), for canvases of
 #: elements up to ``STANDARD_MAX_BYTES`` wide (textured batches too, ``TEXTURE``): on 4- and
@@ -295,8 +296,8 @@ def fill_samples(call: PadCall, images: Sequence[Tensor], canvas: Tensor) -> Non
 
 def repeat_first(call: PadCall, images: Tensor | Sequence[Tensor], canvas: Tensor) -> None:
     """Complete ``canvas`` whose first canvas is written (``shares_border(call)``): that
-    canvas's ``borders`` over the others', then their images into their windows (each element
-    written once, as constant mode's). ``images``: the batch ``N*C*H*W`` contiguous, or its
+    canvas's ``borders`` over the others' (its whole canvas where ``_whole``), then their
+    images into their windows. ``images``: the batch ``N*C*H*W`` contiguous, or its
     ``N`` images ``(C, H, W)`` one by one (a collate's samples, any strides: no batch
     assembled first)."""
     g = call.geometry
@@ -327,13 +328,18 @@ def _as_kind(images: Sequence[Tensor], kind: torch.dtype) -> list[Tensor]:
 
 def crops_walls(call: PadCall, listed: bool = False) -> bool:
     """Whether ``call``, a texture-mode batch, is served by ``crop_walls``: ``LATTICES`` on,
-    one bank index for every sample (lattice offsets any), elements up to
+    one bank index for every sample (lattice offsets any), a tile no larger than a canvas,
+    elements up to
     ``STANDARD_MAX_BYTES`` wide unless ``listed`` (images given one by one, which the kernel
     could only read once packed into a batch: a pass the crops do not need)."""
     g = call.geometry
     if not (LATTICES and call.mode == "texture" and isinstance(g, PadGeometry) and g.n > 1):
         return False
     if not listed and call.texture.element_size() > STANDARD_MAX_BYTES:
+        return False
+    # The wall is cached by its texture's bytes, compared on every call: a tile larger than a
+    # canvas would cost more to compare (and to keep) than the kernel's lattice arithmetic.
+    if call.texture.shape[-2] * call.texture.shape[-1] > g.out_h * g.out_w:
         return False
     index = call.texture_index
     return torch.equal(index, index[:1].expand_as(index))

@@ -85,7 +85,8 @@ def pad_samples_direct(images: list[Tensor], call: PadCall) -> Tensor | None:
     """``pad_direct`` of the batch ``torch.stack(images)`` without assembling it, or None where
     this form does not apply: the backend writes the first canvas, which the others copy
     before their images go into their windows (``copies.repeat_first``); in constant mode the
-    fill covers every canvas before the windows (``copies.fill_samples``), and per-sample
+    fill is written (around or under the windows) before the images (``copies.fill_samples``),
+    and per-sample
     lattices of one bank index are crops of the texture's wall (``copies.crop_walls``), no
     backend called.
 
