@@ -416,6 +416,47 @@ def test_a_stack_of_one_geometry_runs_as_a_batch(
         torch.testing.assert_close(img.grad, ref_img.grad, rtol=1e-12, atol=1e-12)
 
 
+def _spy_list_form(monkeypatch: pytest.MonkeyPatch, *forms: str) -> list[tuple[str, int, bool]]:
+    """For a test of the list form: packing the images into a batch fails the test, every
+    canvas is poisoned before it is written, and each call of the ``copies`` functions named
+    in ``forms`` is recorded as ``(name, batch size, images given as one tensor)``."""
+    from tipad_transforms.functional import _stack
+    from tipad_transforms.ops.padding import copies as pad_copies
+    from tipad_transforms.ops.padding import op as pad_op
+
+    def packed(*args: Any, **kwargs: Any) -> None:
+        raise AssertionError("the images were packed into a batch")
+
+    monkeypatch.setattr(_stack, "pad_direct", packed)
+    seen: list[tuple[str, int, bool]] = []
+    for name in forms:
+        real = getattr(pad_copies, name)
+
+        def spy(call: Any, images: Any, canvas: torch.Tensor, name: str = name,
+                real: Any = real) -> None:  # fmt: skip
+            seen.append((name, call.geometry.n, isinstance(images, torch.Tensor)))
+            real(call, images, canvas)
+
+        monkeypatch.setattr(pad_copies, name, spy)
+    real_allocate = pad_op._allocate
+
+    def poisoned(shape: list[int], like: torch.Tensor, name: str) -> torch.Tensor:
+        out = real_allocate(shape, like, name)
+        out.view(torch.uint8).fill_(0xAB)  # every element must be written
+        return out
+
+    monkeypatch.setattr(pad_op, "_allocate", poisoned)
+    return seen
+
+
+def _samples(dtype: torch.dtype, seed: int) -> list[torch.Tensor]:
+    """Four (3, 5, 6) images of ``dtype``: a channels-last one, a contiguous one, a slice."""
+    base = random_image((4, 5, 6, 3), dtype, seed=seed)  # channels-last storage
+    return [base[0].permute(2, 0, 1), random_image((3, 5, 6), dtype, seed=seed + 1),
+            random_image((3, 7, 9), dtype, seed=seed + 2)[:, 1:6, 2:8],  # a slice
+            random_image((3, 5, 6), dtype, seed=seed + 3)]  # fmt: skip
+
+
 @pytest.mark.parametrize(
     "dtype",
     [torch.uint8, torch.bool, torch.int16, torch.bfloat16, torch.float32, torch.int64],
@@ -430,42 +471,9 @@ def test_a_stack_of_one_border_is_its_first_canvas_copied_without_packing(
     # mode the fill covers every canvas. Each takes its image straight from the list (any
     # strides), never packed into a batch first. Poisoned canvases, bit-exact against the
     # per-image reference, NaN payloads included; inputs untouched.
-    from tipad_transforms.functional import _stack
-    from tipad_transforms.ops.padding import copies as pad_copies
-    from tipad_transforms.ops.padding import op as pad_op
-
-    def packed(*args: Any, **kwargs: Any) -> None:
-        raise AssertionError("the images were packed into a batch")
-
-    monkeypatch.setattr(_stack, "pad_direct", packed)
-    seen: list[tuple[str, int, bool]] = []
-    real_repeat = pad_copies.repeat_first
-
-    def repeat_spy(call: Any, images: Any, canvas: torch.Tensor) -> None:
-        seen.append(("repeat_first", call.geometry.n, isinstance(images, torch.Tensor)))
-        real_repeat(call, images, canvas)
-
-    monkeypatch.setattr(pad_copies, "repeat_first", repeat_spy)
-    real_fill = pad_copies.fill_samples
-
-    def fill_spy(call: Any, images: Any, canvas: torch.Tensor) -> None:
-        seen.append(("fill_samples", call.geometry.n, isinstance(images, torch.Tensor)))
-        real_fill(call, images, canvas)
-
-    monkeypatch.setattr(pad_copies, "fill_samples", fill_spy)
-    real_allocate = pad_op._allocate
-
-    def poisoned(shape: list[int], like: torch.Tensor, name: str) -> torch.Tensor:
-        out = real_allocate(shape, like, name)
-        out.view(torch.uint8).fill_(0xAB)  # every element must be written
-        return out
-
-    monkeypatch.setattr(pad_op, "_allocate", poisoned)
+    seen = _spy_list_form(monkeypatch, "repeat_first", "fill_samples")
     seed = 60 + dtype.itemsize
-    base = random_image((4, 5, 6, 3), dtype, seed=seed)  # channels-last storage
-    images = [base[0].permute(2, 0, 1), random_image((3, 5, 6), dtype, seed=seed + 1),
-              random_image((3, 7, 9), dtype, seed=seed + 2)[:, 1:6, 2:8],  # a slice
-              random_image((3, 5, 6), dtype, seed=seed + 3)]  # fmt: skip
+    images = _samples(dtype, seed)
     if dtype.is_floating_point:
         images[1].view(-1)[::7] = float("nan")
     befores = [im.clone() for im in images]
@@ -500,35 +508,9 @@ def test_a_stack_of_own_lattices_is_crops_of_one_wall_without_packing(
     # collate's random offsets): every canvas is its crop of the texture's wall, each image
     # taken straight from the list (any strides). Poisoned canvases, bit-exact against the
     # per-image reference; inputs untouched.
-    from tipad_transforms.functional import _stack
-    from tipad_transforms.ops.padding import copies as pad_copies
-    from tipad_transforms.ops.padding import op as pad_op
-
-    def packed(*args: Any, **kwargs: Any) -> None:
-        raise AssertionError("the images were packed into a batch")
-
-    monkeypatch.setattr(_stack, "pad_direct", packed)
-    seen: list[bool] = []
-    real_walls = pad_copies.crop_walls
-
-    def walls_spy(call: Any, images: Any, canvas: torch.Tensor) -> None:
-        seen.append(isinstance(images, torch.Tensor))
-        real_walls(call, images, canvas)
-
-    monkeypatch.setattr(pad_copies, "crop_walls", walls_spy)
-    real_allocate = pad_op._allocate
-
-    def poisoned(shape: list[int], like: torch.Tensor, name: str) -> torch.Tensor:
-        out = real_allocate(shape, like, name)
-        out.view(torch.uint8).fill_(0xAB)  # every element must be written
-        return out
-
-    monkeypatch.setattr(pad_op, "_allocate", poisoned)
+    seen = _spy_list_form(monkeypatch, "crop_walls")
     seed = 80 + dtype.itemsize
-    base = random_image((4, 5, 6, 3), dtype, seed=seed)  # channels-last storage
-    images = [base[0].permute(2, 0, 1), random_image((3, 5, 6), dtype, seed=seed + 1),
-              random_image((3, 7, 9), dtype, seed=seed + 2)[:, 1:6, 2:8],  # a slice
-              random_image((3, 5, 6), dtype, seed=seed + 3)]  # fmt: skip
+    images = _samples(dtype, seed)
     placement = torch.tensor([[2, 7]] * 4)  # (top, left) on the 13x17 canvas
     sides = [7, 2, SIZE[1] - 7 - 6, SIZE[0] - 2 - 5]
     bank = random_image((2, 3, 4, 5), dtype, seed=seed + 4)
@@ -544,7 +526,7 @@ def test_a_stack_of_own_lattices_is_crops_of_one_wall_without_packing(
         assert_bitwise_equal(canvas, want)
     for img, before in zip(images, befores, strict=True):
         assert_bitwise_equal(img, before)
-    assert seen == [False]
+    assert seen == [("crop_walls", 4, False)]
 
 
 def test_a_stack_of_one_geometry_packs_where_borders_differ(
