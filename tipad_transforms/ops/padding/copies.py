@@ -33,11 +33,12 @@ import torch
 from torch import Tensor
 
 from ..._value_cache import ValueCache
+from . import reference
 from .geometry import PadCall, PadGeometry, StackGeometry, fold_index
 
 __all__ = [
-    "CONSTANT", "LATTICES", "STANDARD", "TEXTURE", "borders", "crop_walls", "crops_walls",
-    "fill_samples", "first_sample", "repeat_first", "shares_border", "write",
+    "CONSTANT", "LATTICES", "STANDARD", "TEXTURE", "borders", "crop_walls", "fill_samples",
+    "first_sample", "repeat_first", "shares_border", "shares_texture", "write",
 ]  # fmt: skip
 
 #: Whether constant mode runs as copies: the fill (around the window on large canvases, see
@@ -59,7 +60,7 @@ TEXTURE = True
 #: Whether a texture-mode batch whose samples share one bank index but have their own lattice
 #: offsets runs as crops of one rendered wall (``crop_walls``): a copy of every canvas from
 #: the wall, where the kernel computes each border pixel's lattice cell. Batches of elements up
-#: to ``STANDARD_MAX_BYTES`` wide, and images given one by one of any width (``crops_walls``).
+#: to ``STANDARD_MAX_BYTES`` wide, and images given one by one of any width (``shares_texture``).
 LATTICES = True
 #: Canvases (all of a call's together) from this many bytes, with window rows of at least
 #: ``BORDERS_MIN_ROW_BYTES``, have the constant fill or the first canvas's border written
@@ -326,12 +327,12 @@ def _as_kind(images: Sequence[Tensor], kind: torch.dtype) -> list[Tensor]:
     return [image.view(kind) for image in images]
 
 
-def crops_walls(call: PadCall, listed: bool = False) -> bool:
-    """Whether ``call``, a texture-mode batch, is served by ``crop_walls``: ``LATTICES`` on,
-    one bank index for every sample (lattice offsets any), a tile no larger than a canvas,
-    elements up to
-    ``STANDARD_MAX_BYTES`` wide unless ``listed`` (images given one by one, which the kernel
-    could only read once packed into a batch: a pass the crops do not need)."""
+def shares_texture(call: PadCall, listed: bool = False) -> bool:
+    """Whether every sample of ``call``, a texture-mode batch, reads one texture (lattice
+    offsets any), so that ``crop_walls`` serves it: ``LATTICES`` on, a tile no larger than a
+    canvas, elements up to ``STANDARD_MAX_BYTES`` wide unless ``listed`` (images given one by
+    one, which the kernel could only read once packed into a batch: a pass the crops do not
+    need)."""
     g = call.geometry
     if not (LATTICES and call.mode == "texture" and isinstance(g, PadGeometry) and g.n > 1):
         return False
@@ -350,21 +351,18 @@ def crops_walls(call: PadCall, listed: bool = False) -> bool:
 _walls: ValueCache[Tensor] = ValueCache(8)
 
 
-def _wall(texture: Tensor, stagger: int, height: int, width: int) -> Tensor:
-    """The lattice of ``texture`` (``(Ct, th, tw)``, an integer kind) at offset 0 over
-    ``(Ct, height, width)``: pixel ``(y, x)`` is ``texture[:, y mod th, (x - v*stagger) mod
-    tw]`` with ``v = y // th``, the kernel's index map (``texture_pad``'s docstring)."""
-    ct, th, tw = texture.shape
-    y = torch.arange(height)
-    x = torch.arange(width)
-    v = torch.div(y, th, rounding_mode="floor")
-    tx = torch.remainder(x[None, :] - (v * stagger)[:, None], tw)
-    index = (y - v * th)[:, None] * tw + tx
-    return texture.reshape(ct, th * tw)[:, index.reshape(-1)].view(ct, height, width)
+def _wall(call: PadCall, texture: Tensor, height: int, width: int) -> Tensor:
+    """The lattice of ``texture`` (``(Ct, th, tw)``, an integer kind; ``call``'s stagger) at
+    offset 0 over ``(Ct, height, width)``, by the torch backend's index map."""
+    at_origin = PadGeometry(1, 1, 0, 0, 0, 0, width, height)  # an empty image, all border
+    origin = dataclasses.replace(call, offset=call.offset.new_zeros(1, 2))
+    index = reference.tile_index(origin, at_origin).reshape(-1)
+    ct = texture.shape[0]
+    return texture.reshape(ct, -1)[:, index].view(ct, height, width)
 
 
 def crop_walls(call: PadCall, images: Tensor | Sequence[Tensor], canvas: Tensor) -> None:
-    """Write ``canvas`` (``crops_walls(call)``): every canvas copied from its crop of the wall
+    """Write ``canvas`` (``shares_texture(call)``): every canvas copied from its crop of the wall
     of the bank's texture, then the images into their windows. ``images``: the batch
     ``N*C*H*W`` contiguous, or its ``N`` images ``(C, H, W)`` one by one (any strides).
 
@@ -383,7 +381,7 @@ def crop_walls(call: PadCall, images: Tensor | Sequence[Tensor], canvas: Tensor)
     height, width = g.out_h + th, g.out_w + tw
     stagger = call.stagger
     wall = _walls.get(texture, (stagger, height, width),
-                      lambda: _wall(texture, stagger, height, width))  # fmt: skip
+                      lambda: _wall(call, texture, height, width))  # fmt: skip
     planes = canvas.view(kind).view(g.n, g.c, g.out_h, g.out_w)
     shape = (g.c, g.out_h, g.out_w)
     # A one-channel texture serves every channel: its crops repeat the one plane.

@@ -93,7 +93,7 @@ def pad_samples_direct(images: list[Tensor], call: PadCall) -> Tensor | None:
     Applies to an eager call (``_tracing.eager``) on the CPU whose canvases all share the first
     one's border (``copies.shares_border``: constant mode, or a texture lattice and bank index
     common to every sample, any dtype), or whose samples share a bank index (any dtype,
-    ``copies.crops_walls``). ``images``: ``call.geometry.n`` tensors ``(C, H, W)`` of
+    ``copies.shares_texture``). ``images``: ``call.geometry.n`` tensors ``(C, H, W)`` of
     the geometry's sizes, any strides, checked by the caller.
     """
     global direct_calls
@@ -103,7 +103,7 @@ def pad_samples_direct(images: list[Tensor], call: PadCall) -> Tensor | None:
     if not x.is_cpu:
         return None
     shared = copies.shares_border(call, listed=True)
-    if not (shared or copies.crops_walls(call, listed=True)):
+    if not (shared or copies.shares_texture(call, listed=True)):
         return None
     if not eager(*images, call.fill, call.texture, call.offset, call.texture_index):
         return None

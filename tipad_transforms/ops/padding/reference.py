@@ -15,11 +15,12 @@ from torch import Tensor
 
 from .geometry import PadCall, PadGeometry, fold_index
 
-__all__ = ["backward", "forward"]
+__all__ = ["backward", "forward", "tile_index"]
 
 
-def _tile_index(call: PadCall, g: PadGeometry) -> Tensor:
-    """``(N, 1, H'*W')`` flat ``ty * tw + tx`` of every canvas pixel (the texture mapping)."""
+def tile_index(call: PadCall, g: PadGeometry) -> Tensor:
+    """``(N, 1, H'*W')`` flat ``ty * tw + tx`` of every canvas pixel (the texture mapping;
+    ``copies`` draws its walls with it too)."""
     dev = call.texture.device
     th, tw = call.texture.shape[-2:]
     iy = torch.arange(g.out_h, device=dev) - g.top
@@ -122,7 +123,7 @@ def _backward(
         border = ~inside
         channel = torch.arange(g.c, device=dev) * (1 if ct == g.c else 0)  # Ct = 1: all read 0
         plane = call.texture_index.to(device=dev, dtype=torch.long)[:, None] * ct + channel
-        flat = _tile_index(call, g)[:, :, border]  # (N, 1, B)
+        flat = tile_index(call, g)[:, :, border]  # (N, 1, B)
         target = plane[:, :, None] * (th * tw) + flat  # (N, C, B)
         grad_texture.view(-1).index_add_(0, target.reshape(-1), grad[:, :, border].reshape(-1))
 

@@ -596,12 +596,12 @@ def forward(
         cpu_pool = cpu and not serial_launch(canvas)
         if (cpu_pool or (cpu and call.mode == "constant")) and copies.write(call, image, canvas):
             return
-        if cpu_pool and not copies.shares_border(call) and copies.crops_walls(call):
+        repeat = cpu_pool and copies.shares_border(call)
+        if cpu_pool and not repeat and copies.shares_texture(call):
             copies.crop_walls(call, image, canvas)
             return
         # The kernel writes the first canvas only, whose border every canvas then copies.
         full = (call, image, canvas)
-        repeat = cpu_pool and copies.shares_border(call)
         if repeat:
             call = copies.first_sample(call)
             g = call.geometry
