@@ -780,13 +780,15 @@ def test_device_loader_stream_order(monkeypatch: pytest.MonkeyPatch) -> None:
     assert log == want
 
 
-@pytest.mark.parametrize("mode", ["texture", "constant"])
+@pytest.mark.parametrize("mode", ["texture", "constant", "drawn"])
 def test_equal_images_with_targets_through_the_device_loader(
     mode: str, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     # Equal images at one placement with one border take pad_stack's list form (the first
-    # canvas copied, each image into its window): the batch, its boxes, masks and regions, and
-    # then a device-side BrickPad must be what the per-sample references say.
+    # canvas copied, each image into its window); with an offset drawn per sample (the
+    # collate's default, "drawn") every canvas is its crop of the brick wall. The batch, its
+    # boxes, masks and regions, and then a device-side BrickPad must be what the per-sample
+    # references say.
     from tipad_transforms.functional import _stack
 
     served: list[bool] = []
@@ -802,20 +804,29 @@ def test_equal_images_with_targets_through_the_device_loader(
         (random_image((3, 6, 7), torch.uint8, seed=30 + i), _boxes(i, 6, 7, n=2), _mask(i, (6, 7)))
         for i in range(4)
     ]
+    drawn = mode == "drawn"
+    mode = "texture" if drawn else mode
+    # The walls serve a brick tile no larger than the batch's canvases together.
+    size = (76, 80) if drawn else (11, 13)
     collate = PadCollate(
-        (11, 13), padding_mode=mode, fill=9, random_offset=False, mask_fill=3, return_regions=True
-    )
-    base = collate(samples)
+        size, padding_mode=mode, fill=9, random_offset=drawn, mask_fill=3,
+        return_regions=True, generator=torch.Generator().manual_seed(7),
+    )  # fmt: skip
+    params = collate.make_params([(6, 7)] * 4)
+    offsets = params["offset"].tolist()
+    assert drawn == (len(set(map(tuple, offsets))) > 1)  # the drawn offsets differ
+    base = collate(samples, params=params)
     pad = BrickPad((2, 1, 0, 3), mask_fill=5)  # left 2, top 1, right 0, bottom 3
     (got,) = DeviceLoader([base], "cpu", pad)
     assert served[0] is True  # the images (the masks' constant pad may take it too)
     images, boxes, masks, regions = base
     for i, (image, box, mask) in enumerate(samples):
         region = regions[i].tolist()
-        assert_bitwise_equal(images[i], _expected(image, region, (11, 13), mode=mode, fill=9))
+        want = _expected(image, region, size, mode=mode, fill=9, offset=tuple(offsets[i]))
+        assert_bitwise_equal(images[i], want)
         top, left = region[:2]
         assert torch.equal(boxes[i].as_subclass(torch.Tensor), box + torch.tensor([left, top] * 2))
-        want_mask = pad_ref(mask[None], _padding(region, (11, 13)), "constant", 3)[0]
+        want_mask = pad_ref(mask[None], _padding(region, size), "constant", 3)[0]
         assert_bitwise_equal(masks[i].as_subclass(torch.Tensor), want_mask)
         assert_bitwise_equal(got[0][i], F.brick_pad(images[i], [2, 1, 0, 3]))
         assert torch.equal(got[3][i], regions[i] + torch.tensor([1, 2, 0, 0]))

@@ -352,10 +352,10 @@ def test_a_wall_follows_its_texture_written_in_place(walls: list[int]) -> None:
 
 
 @pytest.mark.parametrize("copies", [True], ids=["copies"], indirect=True)
-def test_a_tile_larger_than_its_canvas_keeps_the_kernel(walls: list[int]) -> None:
+def test_a_tile_larger_than_the_batchs_canvases_keeps_the_kernel(walls: list[int]) -> None:
     # Its wall would cost more to compare and keep than the kernel's lattice arithmetic.
     x = random_image((3, 2, 4, 5), torch.uint8, seed=52)
-    tile = random_image((2, 12, 10), torch.uint8, seed=53)  # 120 pixels; canvases 8 x 9
+    tile = random_image((2, 15, 16), torch.uint8, seed=53)  # 240 pixels; canvases 3 x 8 x 9
     offset = torch.tensor([[0, 1], [2, 3], [-1, 7]])
     want = texture_pad_ref(x, (1, 2, 3, 2), tile, stagger=4, offset=offset)
     assert_bitwise_equal(F.texture_pad(x, [1, 2, 3, 2], tile, stagger=4, offset=offset), want)

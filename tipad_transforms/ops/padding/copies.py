@@ -329,18 +329,18 @@ def _as_kind(images: Sequence[Tensor], kind: torch.dtype) -> list[Tensor]:
 
 def shares_texture(call: PadCall, listed: bool = False) -> bool:
     """Whether every sample of ``call``, a texture-mode batch, reads one texture (lattice
-    offsets any), so that ``crop_walls`` serves it: ``LATTICES`` on, a tile no larger than a
-    canvas, elements up to ``STANDARD_MAX_BYTES`` wide unless ``listed`` (images given one by
-    one, which the kernel could only read once packed into a batch: a pass the crops do not
-    need)."""
+    offsets any), so that ``crop_walls`` serves it: ``LATTICES`` on, a tile no larger than the
+    batch's canvases together, elements up to ``STANDARD_MAX_BYTES`` wide unless ``listed``
+    (images given one by one, which the kernel could only read once packed into a batch: a
+    pass the crops do not need)."""
     g = call.geometry
     if not (LATTICES and call.mode == "texture" and isinstance(g, PadGeometry) and g.n > 1):
         return False
     if not listed and call.texture.element_size() > STANDARD_MAX_BYTES:
         return False
-    # The wall is cached by its texture's bytes, compared on every call: a tile larger than a
-    # canvas would cost more to compare (and to keep) than the kernel's lattice arithmetic.
-    if call.texture.shape[-2] * call.texture.shape[-1] > g.out_h * g.out_w:
+    # The wall is cached by its texture's bytes, compared on every call: a tile larger than
+    # the batch's canvases would cost more to compare (and to keep) than the kernel's work.
+    if call.texture.shape[-2] * call.texture.shape[-1] > g.n * g.out_h * g.out_w:
         return False
     index = call.texture_index
     return torch.equal(index, index[:1].expand_as(index))
