@@ -422,6 +422,65 @@ def test_fft_form_matches_the_reference(
     torch.testing.assert_close(dw.double(), dw_ref, **tol)
 
 
+@pytest.mark.parametrize("form", ["fft", "conv1d"])
+def test_cpu_torch_forms_write_views_and_each_gradient_alone(
+    form: str, gen: torch.Generator, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The FFT and ``F.conv1d`` forms hand a fresh result over to a whole output (no copy) but
+    write a view into a larger buffer in place, leaving the rest; each gradient alone is right
+    (the FFT backward computes its products in place, dw's before dk's), inputs unchanged."""
+    if os.environ.get("TIPAD_TEST_ARCH"):
+        pytest.skip("the torch forms are the CPU order's; the lane runs the GPU order")
+    monkeypatch.setattr(TAICHI, "gpu_order", False)
+    monkeypatch.setattr(timex_taichi, "FFT_MIN_TAPS", 1 if form == "fft" else None)
+    b, c, t, length = 3, 4, 37, 11
+    w, k, g = (_rand(gen, c, length), _rand(gen, b, c, t), _rand(gen, b, c, t))
+    saved = [x.clone() for x in (w, k, g)]
+    assert timex_taichi._use_fft(w, k) == (form == "fft")
+    buffer = torch.full((b + 1, c, t), float("nan"), dtype=torch.float64)
+    timex_taichi.forward(w, k, buffer[1:], 0.25)  # a view: written in place
+    torch.testing.assert_close(buffer[1:], conv_ref(w, k, 0.25), rtol=1e-12, atol=1e-12)
+    assert buffer[0].isnan().all()
+    out = torch.full((b, c, t), float("nan"), dtype=torch.float64)
+    timex_taichi.forward(w, k, out, 0.25)  # whole: may take over the result's storage
+    torch.testing.assert_close(out, conv_ref(w, k, 0.25), rtol=1e-12, atol=1e-12)
+    dw_ref, dk_ref = conv_grads_ref(w, k, g)
+    for grad_w, grad_k in [(True, False), (False, True), (True, True)]:
+        dw = torch.full((c, length), float("nan"), dtype=torch.float64)
+        dk_buffer = torch.full((b + 1, c, t), float("nan"), dtype=torch.float64)
+        timex_taichi.backward(g, w, k, dw, dk_buffer[:b], grad_w, grad_k)
+        if grad_w:
+            torch.testing.assert_close(dw, dw_ref, rtol=1e-12, atol=1e-12)
+        else:
+            assert dw.isnan().all()
+        if grad_k:
+            torch.testing.assert_close(dk_buffer[:b], dk_ref, rtol=1e-12, atol=1e-12)
+        else:
+            assert dk_buffer[:b].isnan().all()
+        assert dk_buffer[b].isnan().all()
+    for before, after in zip(saved, (w, k, g), strict=True):
+        assert torch.equal(before, after)
+
+
+def test_hand_over_takes_whole_outputs_and_copies_into_views() -> None:
+    from tipad_transforms.ops.timex.reference import hand_over
+
+    result = torch.arange(12.0).reshape(3, 4)
+    whole = torch.full((3, 4), float("nan"))
+    hand_over(result, whole)
+    assert torch.equal(whole, result) and whole.data_ptr() == result.data_ptr()
+    buffer = torch.full((4, 4), float("nan"))
+    hand_over(result, buffer[1:])
+    assert torch.equal(buffer[1:], result) and buffer[0].isnan().all()
+    assert buffer.data_ptr() != result.data_ptr()
+    columns = torch.full((3, 5), float("nan"))
+    hand_over(result, columns[:, :4])  # not contiguous
+    assert torch.equal(columns[:, :4], result) and columns[:, 4].isnan().all()
+    wider = torch.full((3, 4), float("nan"), dtype=torch.float64)
+    hand_over(result, wider)  # another dtype: converted by the copy
+    assert torch.equal(wider, result.double())
+
+
 def test_fft_form_only_for_long_finite_inputs_on_the_cpu_order(
     gen: torch.Generator, monkeypatch: pytest.MonkeyPatch
 ) -> None:

@@ -8,7 +8,7 @@ import torch.nn.functional as F
 from torch import Tensor
 from torch.nn.grad import conv1d_input, conv1d_weight
 
-__all__ = ["backward", "forward"]
+__all__ = ["backward", "forward", "hand_over"]
 
 
 def forward(w: Tensor, k: Tensor, out: Tensor, eps: float) -> None:
@@ -17,9 +17,29 @@ def forward(w: Tensor, k: Tensor, out: Tensor, eps: float) -> None:
         out.fill_(eps)
         return
     length = w.shape[-1]
-    out.copy_(F.conv1d(F.pad(k, (length - 1, 0)), w.unsqueeze(1), groups=w.shape[0]))
+    result = F.conv1d(F.pad(k, (length - 1, 0)), w.unsqueeze(1), groups=w.shape[0])
     if eps:
-        out.add_(eps)
+        result.add_(eps)
+    hand_over(result, out)
+
+
+def hand_over(result: Tensor, out: Tensor) -> None:
+    """Give ``out`` the values of ``result`` (a fresh tensor of ``out``'s shape and dtype).
+
+    Where ``out`` is a whole contiguous tensor (its storage holds just its elements, as the
+    ops' fresh outputs do), ``out`` takes over ``result``'s storage (``Tensor.set_``): no copy,
+    and the first-touch page faults of writing a fresh output are not paid twice. Anything
+    else (a view into a larger buffer, other strides or dtype) gets a copy.
+    """
+    whole = (
+        out.is_contiguous()
+        and out.storage_offset() == 0
+        and out.untyped_storage().nbytes() == out.numel() * out.element_size()
+    )
+    if whole and result.is_contiguous() and result.dtype == out.dtype and result.shape == out.shape:
+        out.set_(result.untyped_storage(), result.storage_offset(), result.shape, result.stride())
+    else:
+        out.copy_(result)
 
 
 def backward(

@@ -322,7 +322,9 @@ def backward(
     if grad_k and _use_conv1d(k) and _finite(w):
         # dk[u] = sum_s w[L-1-s] grad[u+s]: a correlation of grad, zero-padded at its end.
         pad = torch.nn.functional.pad(grad, (0, w.shape[1] - 1))
-        dk.copy_(torch.nn.functional.conv1d(pad, w.flip(-1).unsqueeze(1), groups=w.shape[0]))
+        reference.hand_over(
+            torch.nn.functional.conv1d(pad, w.flip(-1).unsqueeze(1), groups=w.shape[0]), dk
+        )
     elif grad_k:
         _window_dot(w.flip(-1).contiguous(), grad, dk, offset=0)
     if grad_w:
@@ -404,7 +406,8 @@ def _fft_forward(w: Tensor, k: Tensor, out: Tensor, eps: float) -> None:
     ``h``; tensors as ``forward``'s, finite, on the CPU."""
     length = k.shape[2]
     h, n = _fft_taps(w, length)
-    spectrum = torch.fft.rfft(k, n=n) * torch.fft.rfft(h, n=n)
+    # In place: every fresh buffer of this size costs its first-touch page faults again.
+    spectrum = torch.fft.rfft(k, n=n).mul_(torch.fft.rfft(h, n=n))
     out.copy_(torch.fft.irfft(spectrum, n=n)[..., :length])
     if eps:
         out.add_(eps)
@@ -418,10 +421,12 @@ def _fft_backward(
     length = k.shape[2]
     h, n = _fft_taps(w, length)
     g = torch.fft.rfft(grad, n=n)
-    if grad_k:
-        dk.copy_(torch.fft.irfft(g * torch.fft.rfft(h, n=n).conj(), n=n)[..., :length])
+    # The products in place, as in _fft_forward; dw's first, as dk's overwrites g.
     if grad_w:
-        cross = (g * torch.fft.rfft(k, n=n).conj()).sum(0)
+        cross = torch.fft.rfft(k, n=n).conj_physical_().mul_(g).sum(0)
         dh = torch.fft.irfft(cross, n=n)[..., : h.shape[1]]
         dw.zero_()
         dw[:, dw.shape[1] - h.shape[1] :].copy_(dh.flip(-1))
+    if grad_k:
+        g.mul_(torch.fft.rfft(h, n=n).conj())
+        dk.copy_(torch.fft.irfft(g, n=n)[..., :length])
