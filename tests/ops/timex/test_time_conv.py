@@ -14,6 +14,7 @@ from typing import Any
 import pytest
 import torch
 import torch.nn.functional as F
+from torch.utils._python_dispatch import TorchDispatchMode
 
 import tipad_transforms.ops  # noqa: F401  (registers torch.ops.tipad)
 from tipad_transforms import backends
@@ -249,9 +250,18 @@ def test_gradcheck_float64(gen: torch.Generator) -> None:
         assert torch.autograd.gradcheck(lambda w, k: time_conv(w, k, 0.3), (w, k))
 
 
-def test_opcheck(gen: torch.Generator) -> None:
+@pytest.mark.parametrize("form", ["default", "fft"])
+def test_opcheck(form: str, gen: torch.Generator, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Both ops pass opcheck on the default CPU forms and on the FFT form, whose dk once took
+    the unconjugated spectrum wherever a dispatch mode runs it (opcheck's AOT dispatch test)."""
+    if form == "fft":
+        if os.environ.get("TIPAD_TEST_ARCH"):
+            pytest.skip("the FFT form is the CPU order's; the lane runs the GPU order")
+        monkeypatch.setattr(timex_taichi, "FFT_MIN_TAPS", 1)
+        monkeypatch.setattr(TAICHI, "gpu_order", False)
     w = _rand(gen, 3, 5, dtype=torch.float32).requires_grad_()
     k = _rand(gen, 2, 3, 7, dtype=torch.float32).requires_grad_()
+    assert timex_taichi._use_fft(w, k) == (form == "fft")
     torch.library.opcheck(torch.ops.tipad.time_conv_forward, (w, k, 0.5))
     g = _rand(gen, 2, 3, 7, dtype=torch.float32)
     torch.library.opcheck(
@@ -426,9 +436,11 @@ def test_fft_form_matches_the_reference(
 def test_cpu_torch_forms_write_views_and_each_gradient_alone(
     form: str, gen: torch.Generator, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    """The FFT and ``F.conv1d`` forms hand a fresh result over to a whole output (no copy) but
-    write a view into a larger buffer in place, leaving the rest; each gradient alone is right
-    (the FFT backward computes its products in place, dw's before dk's), inputs unchanged."""
+    """The FFT and ``F.conv1d`` forms write a view into a larger buffer in place, leaving the
+    rest, and a whole output (which the ``F.conv1d`` form takes over, ``hand_over``); each
+    gradient alone and both are right, into a view and into a whole ``dk`` (the FFT backward
+    computes its products in place, dw's before dk's), inputs unchanged; the same under a
+    pass-through dispatch mode, where the Conjugate key is off."""
     if os.environ.get("TIPAD_TEST_ARCH"):
         pytest.skip("the torch forms are the CPU order's; the lane runs the GPU order")
     monkeypatch.setattr(TAICHI, "gpu_order", False)
@@ -448,18 +460,34 @@ def test_cpu_torch_forms_write_views_and_each_gradient_alone(
     for grad_w, grad_k in [(True, False), (False, True), (True, True)]:
         dw = torch.full((c, length), float("nan"), dtype=torch.float64)
         dk_buffer = torch.full((b + 1, c, t), float("nan"), dtype=torch.float64)
+        dk_whole = torch.full((b, c, t), float("nan"), dtype=torch.float64)
         timex_taichi.backward(g, w, k, dw, dk_buffer[:b], grad_w, grad_k)
+        timex_taichi.backward(g, w, k, dw.clone(), dk_whole, False, grad_k)
         if grad_w:
             torch.testing.assert_close(dw, dw_ref, rtol=1e-12, atol=1e-12)
         else:
             assert dw.isnan().all()
         if grad_k:
             torch.testing.assert_close(dk_buffer[:b], dk_ref, rtol=1e-12, atol=1e-12)
+            torch.testing.assert_close(dk_whole, dk_ref, rtol=1e-12, atol=1e-12)
         else:
-            assert dk_buffer[:b].isnan().all()
+            assert dk_buffer[:b].isnan().all() and dk_whole.isnan().all()
         assert dk_buffer[b].isnan().all()
+    with _PassThrough():  # the op's implementation, reached through Python dispatch
+        dw, dk = torch.ops.tipad.time_conv_backward(g, w, k, True, True)
+        out = torch.ops.tipad.time_conv_forward(w, k, 0.25)
+    torch.testing.assert_close(dw, dw_ref, rtol=1e-12, atol=1e-12)
+    torch.testing.assert_close(dk, dk_ref, rtol=1e-12, atol=1e-12)
+    torch.testing.assert_close(out, conv_ref(w, k, 0.25), rtol=1e-12, atol=1e-12)
     for before, after in zip(saved, (w, k, g), strict=True):
         assert torch.equal(before, after)
+
+
+class _PassThrough(TorchDispatchMode):
+    """Runs every op as it is: what a profiler or FlopCounterMode does to the kernels' calls."""
+
+    def __torch_dispatch__(self, func, types, args=(), kwargs=None):  # type: ignore[no-untyped-def]
+        return func(*args, **(kwargs or {}))
 
 
 def test_hand_over_takes_whole_outputs_and_copies_into_views() -> None:
@@ -472,7 +500,6 @@ def test_hand_over_takes_whole_outputs_and_copies_into_views() -> None:
     buffer = torch.full((4, 4), float("nan"))
     hand_over(result, buffer[1:])
     assert torch.equal(buffer[1:], result) and buffer[0].isnan().all()
-    assert buffer.data_ptr() != result.data_ptr()
     columns = torch.full((3, 5), float("nan"))
     hand_over(result, columns[:, :4])  # not contiguous
     assert torch.equal(columns[:, :4], result) and columns[:, 4].isnan().all()

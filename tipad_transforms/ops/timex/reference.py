@@ -28,8 +28,10 @@ def hand_over(result: Tensor, out: Tensor) -> None:
 
     Where ``out`` is a whole contiguous tensor (its storage holds just its elements, as the
     ops' fresh outputs do), ``out`` takes over ``result``'s storage (``Tensor.set_``): no copy,
-    and the first-touch page faults of writing a fresh output are not paid twice. Anything
-    else (a view into a larger buffer, other strides or dtype) gets a copy.
+    and an untouched fresh ``out`` never pays its first-touch page faults. Anything else (a
+    view into a larger buffer, other strides or dtype) gets a copy. Another tensor viewing
+    ``out``'s old storage (``buf.view(...)`` passed as ``out``) would not see the values: the
+    time_conv family's callers pass the op's own fresh tensors only.
     """
     whole = (
         out.is_contiguous()

@@ -300,7 +300,9 @@ def _tiled(rows: int, n_out: int) -> bool:
 
 def forward(w: Tensor, k: Tensor, out: Tensor, eps: float) -> None:
     """``out[b,c,t] = eps + sum_j w[c, L-1-j] * k[b,c,t-j]``: ``w`` ``(C, L)``, ``k`` and
-    ``out`` ``(B, C, T)``, contiguous, one float dtype."""
+    ``out`` ``(B, C, T)``, contiguous, one float dtype. ``out`` is the op's fresh output: where
+    it is a whole tensor, the ``F.conv1d`` form may rebind it to its own result
+    (``reference.hand_over``), so a caller must hold no other view of its storage."""
     _check_allowed(k)
     if _use_fft(w, k):
         _fft_forward(w, k, out, eps)
@@ -314,7 +316,8 @@ def backward(
     grad: Tensor, w: Tensor, k: Tensor, dw: Tensor, dk: Tensor, grad_w: bool, grad_k: bool
 ) -> None:
     """Write ``dk`` (if ``grad_k``) and ``dw`` (if ``grad_w``), the gradients of ``forward``
-    for the output gradient ``grad`` ``(B, C, T)``; tensors as ``forward``'s."""
+    for the output gradient ``grad`` ``(B, C, T)``; tensors as ``forward``'s (``dk`` may be
+    rebound as ``out`` is there)."""
     _check_allowed(k)
     if _use_fft(w, k, grad):
         _fft_backward(grad, w, k, dw, dk, grad_w, grad_k)
@@ -360,7 +363,7 @@ def _finite(t: Tensor) -> bool:
     vectorised pass (``isfinite().all()`` costs ten times more), is NaN or infinite wherever
     ``t`` holds a NaN or an infinity, and also where finite values overflow the sum. That last
     case answers False for finite values too, which only sends the call to the exact path."""
-    return math.isfinite(float(t.sum()))
+    return math.isfinite(float(t.detach().sum()))
 
 
 def _use_conv1d(k: Tensor) -> bool:
@@ -428,5 +431,7 @@ def _fft_backward(
         dw.zero_()
         dw[:, dw.shape[1] - h.shape[1] :].copy_(dh.flip(-1))
     if grad_k:
-        g.mul_(torch.fft.rfft(h, n=n).conj())
+        # conj_physical_, not the lazy conj(): a dispatch mode (FlopCounterMode, AOTAutograd's
+        # first call) reaches this with the Conjugate key excluded, where mul_ ignores the flag.
+        g.mul_(torch.fft.rfft(h, n=n).conj_physical_())
         dk.copy_(torch.fft.irfft(g, n=n)[..., :length])
