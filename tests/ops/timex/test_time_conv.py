@@ -508,6 +508,49 @@ def test_hand_over_takes_whole_outputs_and_copies_into_views() -> None:
     assert torch.equal(wider, result.double())
 
 
+@pytest.mark.parametrize(
+    "rows", [1, 2, 6, 1 << 20], ids=["row-blocks", "channel-blocks+tail", "samples+tail", "one"]
+)
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float64])
+def test_fft_form_by_blocks_of_rows(
+    rows: int, dtype: torch.dtype, gen: torch.Generator, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The FFT form's blocks (``_fft_chunks``): single rows, channel blocks of one sample with
+    a short last block (C = 3, 2 rows a block), two whole samples a block with a one-sample
+    tail (B = 3), one block; forward and each gradient against the float64 references, and
+    every row in exactly one block with its own channels."""
+    if os.environ.get("TIPAD_TEST_ARCH"):
+        pytest.skip("the FFT form is the CPU order's; the lane runs the GPU order")
+    monkeypatch.setattr(TAICHI, "gpu_order", False)
+    monkeypatch.setattr(timex_taichi, "FFT_MIN_TAPS", 1)
+    b, c, t, length = 3, 3, 20, 20
+    n = timex_taichi.fast_fft_length(t + length - 1)
+    itemsize = torch.finfo(dtype).bits // 8
+    monkeypatch.setattr(timex_taichi, "FFT_CHUNK_BYTES", rows * (n // 2 + 1) * 2 * itemsize)
+    blocks = list(timex_taichi._fft_chunks(b, c, n, itemsize))
+    covered = [r for r0, r1, _, _ in blocks for r in range(r0, r1)]
+    assert covered == list(range(b * c))
+    for r0, r1, c0, c1 in blocks:
+        assert [r % c for r in range(r0, r1)] == list(range(c0, c1)) * ((r1 - r0) // (c1 - c0))
+    assert len(blocks) == {1: 9, 2: 6, 6: 2, 1 << 20: 1}[rows]
+    w, k, g = (_rand(gen, c, length, dtype=dtype), _rand(gen, b, c, t, dtype=dtype),
+               _rand(gen, b, c, t, dtype=dtype))  # fmt: skip
+    tol = {"rtol": 1e-5, "atol": 1e-5} if dtype == torch.float32 else {"rtol": 1e-12, "atol": 1e-12}
+    out = torch.full((b, c, t), float("nan"), dtype=dtype)
+    timex_taichi.forward(w, k, out, 0.25)
+    torch.testing.assert_close(out.double(), conv_ref(w, k, 0.25), **tol)
+    dw_ref, dk_ref = conv_grads_ref(w, k, g)
+    for grad_w, grad_k in [(True, False), (False, True), (True, True)]:
+        dw = torch.full((c, length), float("nan"), dtype=dtype)
+        dk = torch.full((b, c, t), float("nan"), dtype=dtype)
+        timex_taichi.backward(g, w, k, dw, dk, grad_w, grad_k)
+        assert dw.isnan().all() != grad_w and dk.isnan().all() != grad_k
+        if grad_w:
+            torch.testing.assert_close(dw.double(), dw_ref, **tol)
+        if grad_k:
+            torch.testing.assert_close(dk.double(), dk_ref, **tol)
+
+
 def test_fft_form_only_for_long_finite_inputs_on_the_cpu_order(
     gen: torch.Generator, monkeypatch: pytest.MonkeyPatch
 ) -> None:

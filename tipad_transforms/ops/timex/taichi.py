@@ -25,6 +25,7 @@ that are no part of ``dk``); ``dw``, a few long dot products, stays on the kerne
 # Taichi kernels annotate arguments with calls (ti.types.ndarray(...)), which mypy cannot read,
 # and stay unannotated (Taichi would read a "-> None").
 import math
+from collections.abc import Iterator
 from typing import Any
 
 import torch
@@ -54,6 +55,8 @@ _PAD = 32
 #: Taps (``min(L, T)``) from which the CPU forward and backward take the FFT form (finite
 #: inputs); None turns the FFT form off.
 FFT_MIN_TAPS: int | None = 128
+#: The FFT form's spectra per block of rows, in bytes: a block's buffers stay in the cache.
+FFT_CHUNK_BYTES = 2 << 20
 #: Whether the CPU forward and ``dk`` take ``F.conv1d`` where the FFT form does not run; False
 #: (and ``FFT_MIN_TAPS = None``) leaves every size to the Taichi kernel, for comparison and tests.
 TORCH_CONV = True
@@ -404,14 +407,35 @@ def _fft_taps(w: Tensor, length: int) -> tuple[Tensor, int]:
     return w.flip(-1)[:, :taps], fast_fft_length(length + taps - 1)
 
 
+def _fft_chunks(batch: int, channels: int, n: int, itemsize: int) -> Iterator[tuple[int, ...]]:
+    """``(r0, r1, c0, c1)``: blocks of the ``B * C`` rows whose spectra (``n // 2 + 1`` complex
+    values a row) take about ``FFT_CHUNK_BYTES``, each whole samples (channels ``0:C``) or
+    channels ``c0:c1`` of one sample, so that a block's taps are one slice of ``h``'s."""
+    rows = max(1, FFT_CHUNK_BYTES // ((n // 2 + 1) * 2 * itemsize))
+    if rows >= channels:
+        step = rows // channels
+        for b0 in range(0, batch, step):
+            yield b0 * channels, min(batch, b0 + step) * channels, 0, channels
+        return
+    for b in range(batch):
+        for c0 in range(0, channels, rows):
+            c1 = min(channels, c0 + rows)
+            yield b * channels + c0, b * channels + c1, c0, c1
+
+
 def _fft_forward(w: Tensor, k: Tensor, out: Tensor, eps: float) -> None:
     """``forward`` as a product of spectra: the causal convolution of each row of ``k`` with
-    ``h``; tensors as ``forward``'s, finite, on the CPU."""
-    length = k.shape[2]
+    ``h``; tensors as ``forward``'s, finite, on the CPU. Block by block of rows
+    (``_fft_chunks``), products in place: a whole batch's spectra are fresh buffers far larger
+    than the cache, written and read back from memory, and each pays its page faults."""
+    batch, channels, length = k.shape
     h, n = _fft_taps(w, length)
-    # In place: every fresh buffer of this size costs its first-touch page faults again.
-    spectrum = torch.fft.rfft(k, n=n).mul_(torch.fft.rfft(h, n=n))
-    out.copy_(torch.fft.irfft(spectrum, n=n)[..., :length])
+    taps = torch.fft.rfft(h, n=n)
+    rows, out_rows = k.reshape(-1, length), out.view(-1, length)
+    for r0, r1, c0, c1 in _fft_chunks(batch, channels, n, k.element_size()):
+        spectrum = torch.fft.rfft(rows[r0:r1], n=n)
+        spectrum.view(-1, c1 - c0, spectrum.shape[-1]).mul_(taps[c0:c1])
+        out_rows[r0:r1].copy_(torch.fft.irfft(spectrum, n=n)[:, :length])
     if eps:
         out.add_(eps)
 
@@ -420,18 +444,25 @@ def _fft_backward(
     grad: Tensor, w: Tensor, k: Tensor, dw: Tensor, dk: Tensor, grad_w: bool, grad_k: bool
 ) -> None:
     """``backward`` as correlations: ``dk`` of ``grad`` with ``h``, ``dw`` (reversed) of
-    ``grad`` with ``k``, summed over the batch; taps past ``T`` meet only padding (zero)."""
-    length = k.shape[2]
+    ``grad`` with ``k``, summed over the batch; taps past ``T`` meet only padding (zero).
+    Blocks of rows as in ``_fft_forward``; ``dw``'s cross spectrum accumulates over them."""
+    batch, channels, length = k.shape
     h, n = _fft_taps(w, length)
-    g = torch.fft.rfft(grad, n=n)
-    # The products in place, as in _fft_forward; dw's first, as dk's overwrites g.
+    # conj_physical_, not the lazy conj(): a dispatch mode (FlopCounterMode, AOTAutograd's
+    # first call) reaches this with the Conjugate key excluded, where mul_ ignores the flag.
+    taps = torch.fft.rfft(h, n=n).conj_physical_()
+    cross = taps.new_zeros(taps.shape)  # (C, n // 2 + 1): small beside the rows
+    g_rows, k_rows, dk_rows = grad.reshape(-1, length), k.reshape(-1, length), dk.view(-1, length)
+    for r0, r1, c0, c1 in _fft_chunks(batch, channels, n, k.element_size()):
+        g = torch.fft.rfft(g_rows[r0:r1], n=n)
+        # dw's product first: dk's overwrites g.
+        if grad_w:
+            product = torch.fft.rfft(k_rows[r0:r1], n=n).conj_physical_().mul_(g)
+            cross[c0:c1] += product.view(-1, c1 - c0, product.shape[-1]).sum(0)
+        if grad_k:
+            g.view(-1, c1 - c0, g.shape[-1]).mul_(taps[c0:c1])
+            dk_rows[r0:r1].copy_(torch.fft.irfft(g, n=n)[:, :length])
     if grad_w:
-        cross = torch.fft.rfft(k, n=n).conj_physical_().mul_(g).sum(0)
         dh = torch.fft.irfft(cross, n=n)[..., : h.shape[1]]
         dw.zero_()
         dw[:, dw.shape[1] - h.shape[1] :].copy_(dh.flip(-1))
-    if grad_k:
-        # conj_physical_, not the lazy conj(): a dispatch mode (FlopCounterMode, AOTAutograd's
-        # first call) reaches this with the Conjugate key excluded, where mul_ ignores the flag.
-        g.mul_(torch.fft.rfft(h, n=n).conj_physical_())
-        dk.copy_(torch.fft.irfft(g, n=n)[..., :length])
