@@ -527,6 +527,7 @@ def test_fft_form_by_blocks_of_rows(
     n = timex_taichi.fast_fft_length(t + length - 1)
     itemsize = torch.finfo(dtype).bits // 8
     monkeypatch.setattr(timex_taichi, "FFT_CHUNK_BYTES", rows * (n // 2 + 1) * 2 * itemsize)
+    monkeypatch.setattr(timex_taichi, "FFT_BLOCKS_FROM", 0)
     blocks = list(timex_taichi._fft_chunks(b, c, n, itemsize))
     covered = [r for r0, r1, _, _ in blocks for r in range(r0, r1)]
     assert covered == list(range(b * c))
@@ -549,6 +550,22 @@ def test_fft_form_by_blocks_of_rows(
             torch.testing.assert_close(dw.double(), dw_ref, **tol)
         if grad_k:
             torch.testing.assert_close(dk.double(), dk_ref, **tol)
+
+
+def test_fft_blocks_only_for_batches_past_the_threshold() -> None:
+    """The default policy: one block up to FFT_BLOCKS_FROM of spectra, then blocks of at most
+    FFT_CHUNK_BYTES (whole samples while one sample fits, else channel ranges)."""
+    row = lambda n, itemsize: (n // 2 + 1) * 2 * itemsize  # noqa: E731
+    # (8, 256, 512) float32 with L = T: n = 1024, 8.4 MB of spectra, one block.
+    assert list(timex_taichi._fft_chunks(8, 256, 1024, 4)) == [(0, 2048, 0, 256)]
+    # (32, 768, 768) float32 with L = T: n = 1536, 151 MB, channel blocks of one sample.
+    blocks = list(timex_taichi._fft_chunks(32, 768, 1536, 4))
+    size = timex_taichi.FFT_CHUNK_BYTES // row(1536, 4)
+    assert len(blocks) == 32 * -(-768 // size) and blocks[0] == (0, size, 0, size)
+    assert all((r1 - r0) * row(1536, 4) <= timex_taichi.FFT_CHUNK_BYTES for r0, r1, *_ in blocks)
+    # Many samples of few channels: whole samples a block.
+    blocks = list(timex_taichi._fft_chunks(4096, 8, 1024, 8))
+    assert blocks[0][2:] == (0, 8) and blocks[0][1] % 8 == 0 and len(blocks) > 1
 
 
 def test_fft_form_only_for_long_finite_inputs_on_the_cpu_order(

@@ -55,8 +55,13 @@ _PAD = 32
 #: Taps (``min(L, T)``) from which the CPU forward and backward take the FFT form (finite
 #: inputs); None turns the FFT form off.
 FFT_MIN_TAPS: int | None = 128
-#: The FFT form's spectra per block of rows, in bytes: a block's buffers stay in the cache.
+#: The FFT form's spectra per block of rows, at most, in bytes, for batches whose spectra take
+#: more than ``FFT_BLOCKS_FROM``: a block's buffers (its spectra, its inverse transform, its
+#: rows) then stay near the cache instead of streaming a whole batch's through memory. Smaller
+#: batches run as one block: each block's few ops are parallel regions of their own, and on a
+#: busy machine every region waits for a descheduled thread, which small blocks cannot repay.
 FFT_CHUNK_BYTES = 2 << 20
+FFT_BLOCKS_FROM = 32 << 20
 #: Whether the CPU forward and ``dk`` take ``F.conv1d`` where the FFT form does not run; False
 #: (and ``FFT_MIN_TAPS = None``) leaves every size to the Taichi kernel, for comparison and tests.
 TORCH_CONV = True
@@ -409,9 +414,14 @@ def _fft_taps(w: Tensor, length: int) -> tuple[Tensor, int]:
 
 def _fft_chunks(batch: int, channels: int, n: int, itemsize: int) -> Iterator[tuple[int, ...]]:
     """``(r0, r1, c0, c1)``: blocks of the ``B * C`` rows whose spectra (``n // 2 + 1`` complex
-    values a row) take about ``FFT_CHUNK_BYTES``, each whole samples (channels ``0:C``) or
-    channels ``c0:c1`` of one sample, so that a block's taps are one slice of ``h``'s."""
-    rows = max(1, FFT_CHUNK_BYTES // ((n // 2 + 1) * 2 * itemsize))
+    values a row) take at most ``FFT_CHUNK_BYTES`` (one row at the least), each whole samples
+    (channels ``0:C``) or channels ``c0:c1`` of one sample, so that a block's taps are one
+    slice of ``h``'s; one block where the batch's spectra take ``FFT_BLOCKS_FROM`` or less."""
+    row_bytes = (n // 2 + 1) * 2 * itemsize
+    if batch * channels * row_bytes <= FFT_BLOCKS_FROM:
+        yield 0, batch * channels, 0, channels
+        return
+    rows = max(1, FFT_CHUNK_BYTES // row_bytes)
     if rows >= channels:
         step = rows // channels
         for b0 in range(0, batch, step):
@@ -451,7 +461,7 @@ def _fft_backward(
     # conj_physical_, not the lazy conj(): a dispatch mode (FlopCounterMode, AOTAutograd's
     # first call) reaches this with the Conjugate key excluded, where mul_ ignores the flag.
     taps = torch.fft.rfft(h, n=n).conj_physical_()
-    cross = taps.new_zeros(taps.shape)  # (C, n // 2 + 1): small beside the rows
+    cross = taps.new_zeros(taps.shape)  # (C, n // 2 + 1), a B-th of the batch's spectra
     g_rows, k_rows, dk_rows = grad.reshape(-1, length), k.reshape(-1, length), dk.view(-1, length)
     for r0, r1, c0, c1 in _fft_chunks(batch, channels, n, k.element_size()):
         g = torch.fft.rfft(g_rows[r0:r1], n=n)
