@@ -515,7 +515,7 @@ def test_hand_over_takes_whole_outputs_and_copies_into_views() -> None:
 def test_fft_form_by_blocks_of_rows(
     rows: int, dtype: torch.dtype, gen: torch.Generator, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    """The FFT form's blocks (``_fft_chunks``): single rows, channel blocks of one sample with
+    """The FFT form's blocks (``_fft_blocks``): single rows, channel blocks of one sample with
     a short last block (C = 3, 2 rows a block), two whole samples a block with a one-sample
     tail (B = 3), one block; forward and each gradient against the float64 references, and
     every row in exactly one block with its own channels."""
@@ -526,9 +526,9 @@ def test_fft_form_by_blocks_of_rows(
     b, c, t, length = 3, 3, 20, 20
     n = timex_taichi.fast_fft_length(t + length - 1)
     itemsize = torch.finfo(dtype).bits // 8
-    monkeypatch.setattr(timex_taichi, "FFT_CHUNK_BYTES", rows * (n // 2 + 1) * 2 * itemsize)
+    monkeypatch.setattr(timex_taichi, "FFT_BLOCK_BYTES", rows * (n // 2 + 1) * 2 * itemsize)
     monkeypatch.setattr(timex_taichi, "FFT_BLOCKS_FROM", 0)
-    blocks = list(timex_taichi._fft_chunks(b, c, n, itemsize))
+    blocks = list(timex_taichi._fft_blocks(b, c, n, itemsize))
     covered = [r for r0, r1, _, _ in blocks for r in range(r0, r1)]
     assert covered == list(range(b * c))
     for r0, r1, c0, c1 in blocks:
@@ -554,17 +554,17 @@ def test_fft_form_by_blocks_of_rows(
 
 def test_fft_blocks_only_for_batches_past_the_threshold() -> None:
     """The default policy: one block up to FFT_BLOCKS_FROM of spectra, then blocks of at most
-    FFT_CHUNK_BYTES (whole samples while one sample fits, else channel ranges)."""
+    FFT_BLOCK_BYTES (whole samples while one sample fits, else channel ranges)."""
     row = lambda n, itemsize: (n // 2 + 1) * 2 * itemsize  # noqa: E731
     # (8, 256, 512) float32 with L = T: n = 1024, 8.4 MB of spectra, one block.
-    assert list(timex_taichi._fft_chunks(8, 256, 1024, 4)) == [(0, 2048, 0, 256)]
+    assert list(timex_taichi._fft_blocks(8, 256, 1024, 4)) == [(0, 2048, 0, 256)]
     # (32, 768, 768) float32 with L = T: n = 1536, 151 MB, channel blocks of one sample.
-    blocks = list(timex_taichi._fft_chunks(32, 768, 1536, 4))
-    size = timex_taichi.FFT_CHUNK_BYTES // row(1536, 4)
+    blocks = list(timex_taichi._fft_blocks(32, 768, 1536, 4))
+    size = timex_taichi.FFT_BLOCK_BYTES // row(1536, 4)
     assert len(blocks) == 32 * -(-768 // size) and blocks[0] == (0, size, 0, size)
-    assert all((r1 - r0) * row(1536, 4) <= timex_taichi.FFT_CHUNK_BYTES for r0, r1, *_ in blocks)
+    assert all((r1 - r0) * row(1536, 4) <= timex_taichi.FFT_BLOCK_BYTES for r0, r1, *_ in blocks)
     # Many samples of few channels: whole samples a block.
-    blocks = list(timex_taichi._fft_chunks(4096, 8, 1024, 8))
+    blocks = list(timex_taichi._fft_blocks(4096, 8, 1024, 8))
     assert blocks[0][2:] == (0, 8) and blocks[0][1] % 8 == 0 and len(blocks) > 1
 
 

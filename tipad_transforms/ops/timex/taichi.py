@@ -60,7 +60,7 @@ FFT_MIN_TAPS: int | None = 128
 #: rows) then stay near the cache instead of streaming a whole batch's through memory. Smaller
 #: batches run as one block: each block's few ops are parallel regions of their own, and on a
 #: busy machine every region waits for a descheduled thread, which small blocks cannot repay.
-FFT_CHUNK_BYTES = 2 << 20
+FFT_BLOCK_BYTES = 2 << 20
 FFT_BLOCKS_FROM = 32 << 20
 #: Whether the CPU forward and ``dk`` take ``F.conv1d`` where the FFT form does not run; False
 #: (and ``FFT_MIN_TAPS = None``) leaves every size to the Taichi kernel, for comparison and tests.
@@ -412,16 +412,18 @@ def _fft_taps(w: Tensor, length: int) -> tuple[Tensor, int]:
     return w.flip(-1)[:, :taps], fast_fft_length(length + taps - 1)
 
 
-def _fft_chunks(batch: int, channels: int, n: int, itemsize: int) -> Iterator[tuple[int, ...]]:
+def _fft_blocks(
+    batch: int, channels: int, n: int, itemsize: int
+) -> Iterator[tuple[int, int, int, int]]:
     """``(r0, r1, c0, c1)``: blocks of the ``B * C`` rows whose spectra (``n // 2 + 1`` complex
-    values a row) take at most ``FFT_CHUNK_BYTES`` (one row at the least), each whole samples
+    values a row) take at most ``FFT_BLOCK_BYTES`` (one row at the least), each whole samples
     (channels ``0:C``) or channels ``c0:c1`` of one sample, so that a block's taps are one
     slice of ``h``'s; one block where the batch's spectra take ``FFT_BLOCKS_FROM`` or less."""
     row_bytes = (n // 2 + 1) * 2 * itemsize
     if batch * channels * row_bytes <= FFT_BLOCKS_FROM:
         yield 0, batch * channels, 0, channels
         return
-    rows = max(1, FFT_CHUNK_BYTES // row_bytes)
+    rows = max(1, FFT_BLOCK_BYTES // row_bytes)
     if rows >= channels:
         step = rows // channels
         for b0 in range(0, batch, step):
@@ -436,13 +438,13 @@ def _fft_chunks(batch: int, channels: int, n: int, itemsize: int) -> Iterator[tu
 def _fft_forward(w: Tensor, k: Tensor, out: Tensor, eps: float) -> None:
     """``forward`` as a product of spectra: the causal convolution of each row of ``k`` with
     ``h``; tensors as ``forward``'s, finite, on the CPU. Block by block of rows
-    (``_fft_chunks``), products in place: a whole batch's spectra are fresh buffers far larger
+    (``_fft_blocks``), products in place: a whole batch's spectra are fresh buffers far larger
     than the cache, written and read back from memory, and each pays its page faults."""
     batch, channels, length = k.shape
     h, n = _fft_taps(w, length)
     taps = torch.fft.rfft(h, n=n)
     rows, out_rows = k.reshape(-1, length), out.view(-1, length)
-    for r0, r1, c0, c1 in _fft_chunks(batch, channels, n, k.element_size()):
+    for r0, r1, c0, c1 in _fft_blocks(batch, channels, n, k.element_size()):
         spectrum = torch.fft.rfft(rows[r0:r1], n=n)
         spectrum.view(-1, c1 - c0, spectrum.shape[-1]).mul_(taps[c0:c1])
         out_rows[r0:r1].copy_(torch.fft.irfft(spectrum, n=n)[:, :length])
@@ -463,7 +465,7 @@ def _fft_backward(
     taps = torch.fft.rfft(h, n=n).conj_physical_()
     cross = taps.new_zeros(taps.shape)  # (C, n // 2 + 1), a B-th of the batch's spectra
     g_rows, k_rows, dk_rows = grad.reshape(-1, length), k.reshape(-1, length), dk.view(-1, length)
-    for r0, r1, c0, c1 in _fft_chunks(batch, channels, n, k.element_size()):
+    for r0, r1, c0, c1 in _fft_blocks(batch, channels, n, k.element_size()):
         g = torch.fft.rfft(g_rows[r0:r1], n=n)
         # dw's product first: dk's overwrites g.
         if grad_w:
