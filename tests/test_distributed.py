@@ -171,7 +171,7 @@ def test_no_gpu_gives_cpu_with_the_variable_set(
     ("visible", "local", "index", "error", "match"),
     [
         (None, "one", None, ValueError, "LOCAL_RANK must be an integer"),
-        (None, None, -1, ValueError, "index must be >= 0"),
+        (None, None, -1, ValueError, "index must be an int >= 0"),
         (None, None, 1.0, TypeError, "index must be an int"),
         (None, None, True, TypeError, "index must be an int"),
         ("0,1", "2", None, ValueError, r"local rank 2 has no GPU: CUDA_VISIBLE_DEVICES='0,1'"),

@@ -1,10 +1,8 @@
 """tipad_transforms: texture padding for PyTorch data pipelines and RWKV operators, each one
 fused Taichi kernel.
 
-The names below are imported on first use (PEP 562, as torchvision does for its optional
-parts): ``import tipad_transforms.functional`` in a DataLoader worker or a script that pads
-images does not pay for the RWKV modules or the transform classes. ``from tipad_transforms
-import BrickPad`` and ``tipad_transforms.nn`` work as before.
+The names below are imported on first use (PEP 562), so a script that only pads does not pay
+for the RWKV modules or the transform classes.
 """
 
 from __future__ import annotations

@@ -38,6 +38,7 @@ Number = int | float | bool
 #: The float dtypes the RWKV ops and layers take.
 FLOATS = (torch.float16, torch.bfloat16, torch.float32, torch.float64)
 
+#: Also one side's padding at most: what the kernel's 32-bit index arithmetic can place.
 INT32_MAX = 2**31 - 1
 INT64_MAX = 2**63 - 1
 
@@ -97,13 +98,10 @@ def check_generator(generator: Any) -> torch.Generator | None:
 
 
 def unreadable(t: Tensor) -> str | None:
-    """What makes ``t`` a tensor that cannot be read as strided memory (``"a quantized
-    torch.quint8 tensor"``, ``"a nested tensor"``, ``"a torch.sparse_coo tensor"``), else None.
-
-    Such tensors have no flat element buffer (or, quantized, one whose bytes are not the
-    values): every kernel, view and cache of the package would misread them, and a few torch
-    calls on them crash the process instead of raising.
-    """
+    """What makes ``t`` unreadable as strided memory (``"a quantized torch.quint8 tensor"``,
+    ``"a nested tensor"``, ``"a torch.sparse_coo tensor"``), else None: such tensors have no
+    flat element buffer (or one whose bytes are not the values), and a few torch calls on them
+    crash the process instead of raising."""
     if t.is_quantized:
         return f"a quantized {t.dtype} tensor"
     if t.is_nested:
@@ -133,20 +131,15 @@ def check_dense(t: Tensor, name: str, *, meta: bool = False) -> Tensor:
 
 def check_tensor(name: str, t: object) -> Tensor:
     """``t`` if it is a dense (strided) tensor, else a TypeError naming it (the public
-    functions' check): not a tensor, or quantized, nested or sparse (``_checks.unreadable``).
-    Meta tensors pass: the ops' fake implementations give their shapes, as torch's ops do."""
+    functions' check). Meta tensors pass: the ops' fake implementations give their shapes."""
     if not isinstance(t, Tensor):
         raise TypeError(f"{name} must be a torch.Tensor, got {type(t).__name__}")
-    kind = unreadable(t)
-    if kind is not None:
-        raise TypeError(f"{name} must be a dense (strided) tensor, got {kind}")
-    return t
+    return check_dense(t, name, meta=True)
 
 
 def check_float(name: str, t: object) -> Tensor:
     """``t`` if it is a float16/bfloat16/float32/float64 tensor, else a TypeError naming it."""
-    check_tensor(name, t)
-    assert isinstance(t, Tensor)
+    t = check_tensor(name, t)
     if t.dtype not in FLOATS:
         raise TypeError(f"{name} must be float16, bfloat16, float32 or float64, got {t.dtype}")
     return t
@@ -155,8 +148,6 @@ def check_float(name: str, t: object) -> Tensor:
 #: The standard padding modes (``functional.pad``), canonical names.
 PADDING_MODES = ("constant", "edge", "reflect", "symmetric", "circular")
 _ALIASES = {"replicate": "edge", "wrap": "circular"}
-# One side's padding: what the kernel's 32-bit index arithmetic can place.
-_MAX_PAD = 2**31 - 1
 # Sequences of characters or bytes: never a padding (bytes iterate as ints).
 _TEXT = (str, bytes, bytearray, memoryview)
 
@@ -182,12 +173,10 @@ def _as_int(value: Any) -> int:
 
 
 def parse_padding(padding: int | Sequence[int]) -> tuple[int, int, int, int]:
-    """Normalise torchvision's padding forms to ``(left, top, right, bottom)``.
-
-    ``p`` pads every side by ``p``; ``(lr, tb)`` pads left/right by ``lr`` and top/bottom by
-    ``tb``; ``(left, top, right, bottom)`` is taken as is. Negative values crop (torchvision's
-    and ``torch.nn.functional.pad``'s meaning). Raises ``TypeError`` for non-integers and
-    ``ValueError`` for a sequence of another length or a value beyond ``2**31 - 1`` pixels.
+    """Normalise torchvision's padding forms (``p``, ``(lr, tb)``, ``(left, top, right,
+    bottom)``) to ``(left, top, right, bottom)``; negative values crop, as in torchvision.
+    Raises ``TypeError`` for non-integers and ``ValueError`` for a sequence of another length
+    or a value beyond ``INT32_MAX`` pixels.
     """
     if isinstance(padding, (int, torch.SymInt)) and not isinstance(padding, bool):
         values: list[int] = [int(padding)] * 4
@@ -202,9 +191,9 @@ def parse_padding(padding: int | Sequence[int]) -> tuple[int, int, int, int]:
         raise TypeError(
             f"padding must be an int or a sequence of ints, got {type(padding).__name__}"
         )
-    if not all(-_MAX_PAD <= v <= _MAX_PAD for v in values):
+    if not all(-INT32_MAX <= v <= INT32_MAX for v in values):
         raise ValueError(
-            f"padding must lie in [-{_MAX_PAD}, {_MAX_PAD}] pixels per side, got {tuple(values)}"
+            f"padding must lie in [-{INT32_MAX}, {INT32_MAX}] pixels per side, got {tuple(values)}"
         )
     left, top, right, bottom = values
     return left, top, right, bottom

@@ -1,17 +1,6 @@
-"""Random draws: parameters as data, drawn per batch, different per worker and epoch.
-
-``uniform`` is the one sampler every random parameter of the package goes through (the
-transforms' lattice offsets and bank indices, ``PadCollate``'s placements and offsets): one
-draw per element of a ``high`` tensor, for a whole batch at once, returned as a tensor that the
-caller may store and replay (Kornia's parameter generators).
-
-A ``torch.Generator`` held by a transform or collate function is copied into every DataLoader
-worker with it, so each worker would replay the same stream. In a worker the draws therefore
-come from a generator derived from the user's one (its state when the worker got its copy) and
-the worker's seed, which the DataLoader draws per worker and per epoch: the draws differ between
-workers and epochs, and a run with the same seeds repeats them. Outside a worker the user's
-generator is used as it is.
-"""
+"""Random draws: parameters as data, drawn per batch (Kornia's parameter generators), different
+per DataLoader worker and epoch (``worker_generator``), and generators that pickle into spawned
+workers (``GeneratorsPickleAsBytes``)."""
 
 from __future__ import annotations
 
@@ -78,10 +67,10 @@ _MIX = 0x9E3779B97F4A7C15  # odd 64-bit constant (golden ratio): spreads consecu
 
 
 def worker_generator(generator: torch.Generator | None) -> torch.Generator | None:
-    """The generator to draw from in this process: ``generator`` itself outside a worker.
-
-    ``None`` stays ``None`` (torch's global RNG, which the DataLoader already seeds per worker).
-    """
+    """The generator to draw from in this process: ``generator`` itself outside a DataLoader
+    worker; in one, a generator derived from it and the worker's seed, which the DataLoader
+    draws per worker and epoch (each worker holds a copy of the user's generator and would
+    replay its stream). ``None`` stays ``None``: torch's global RNG, seeded per worker."""
     if generator is None:
         return None
     info = get_worker_info()
@@ -104,8 +93,8 @@ def worker_generator(generator: torch.Generator | None) -> torch.Generator | Non
 
 def uniform(generator: torch.Generator | None, high: torch.Tensor) -> torch.Tensor:
     """One uniform draw in ``[0, high)`` per element of ``high`` (an int64 tensor of values
-    >= 1), as an int64 tensor of ``high``'s shape on the generator's device (the CPU for None:
-    torch's global RNG), drawn from ``worker_generator(generator)``.
+    >= 1), as an int64 tensor of ``high``'s shape on the generator's device (the CPU for None),
+    drawn from ``worker_generator(generator)``: the one sampler of every random parameter.
 
     62-bit draws reduced modulo ``high``, so one call draws for a whole batch whatever its
     bounds: the bias is below ``high / 2**62`` (under ``2**-31`` for any canvas or tile).

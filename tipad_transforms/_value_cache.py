@@ -1,9 +1,7 @@
-"""What the package caches across calls: values derived from a tensor (a texture's dtype
-conversion, its word table), reused while the tensor holds the same bits (``ValueCache``);
-the read-only constants of a call's signature, in one cache for the whole package
-(``constant``: stand-in tensors, default lattices, converted fills, brick tiles, kernel
-metadata); and the rule that a cached tensor is never an inference tensor (``normal_tensors``).
-Nothing is read from or stored in a cache while ``_tracing.tracing()``."""
+"""What the package caches across calls: values derived from a tensor, reused while it holds
+the same bits (``ValueCache``), and the read-only constants of a call's signature in one
+package-wide cache (``constant``). Nothing is read from or stored in a cache while
+``_tracing.tracing()``, and a cached tensor is never an inference tensor (``normal_tensors``)."""
 
 from __future__ import annotations
 
@@ -14,6 +12,7 @@ from typing import Any, Generic, TypeVar
 import torch
 from torch import Tensor
 
+from ._checks import unreadable
 from ._tracing import PLAIN as _PLAIN
 from ._tracing import tracing
 
@@ -21,26 +20,12 @@ V = TypeVar("V")
 
 
 def normal_tensors() -> contextlib.AbstractContextManager[Any]:
-    """A context in which new tensors are normal ones even in inference mode: what a module's
-    cache keeps (a default lattice, fill values) may be saved for a backward by a later call,
-    and autograd refuses inference tensors. Nothing while compiling (Dynamo cannot trace the
-    mode switch; a compiled graph keeps no such cache)."""
+    """A context in which new tensors are normal ones even in inference mode: a cached value
+    may be saved for a later call's backward, and autograd refuses inference tensors. Nothing
+    while compiling (Dynamo cannot trace the mode switch; a compiled graph keeps no cache)."""
     if torch.compiler.is_compiling():
         return contextlib.nullcontext()
     return torch.inference_mode(False)
-
-
-def _cacheable(t: Tensor) -> bool:
-    """Whether ``t``'s bytes can be read as a flat uint8 view: a plain, dense, strided CPU or
-    CUDA tensor (not quantized, whose bytes view crashes the process; not sparse or nested,
-    which have no single storage; not meta or fake, which have no data)."""
-    return (
-        type(t) in _PLAIN
-        and t.layout == torch.strided
-        and not t.is_quantized
-        and not t.is_nested
-        and (t.is_cpu or t.is_cuda)
-    )
 
 
 def _bytes(t: Tensor) -> Tensor:
@@ -64,15 +49,11 @@ def _same(a: Tensor, b: Tensor) -> bool:
 
 
 class KeyedCache(Generic[V]):
-    """Values made once per key: the constants of a call's signature (a default lattice of
-    zeros, a kernel's metadata, converted fill values, a brick tile), read and never written.
+    """Values made once per key (made under ``normal_tensors``), read and never written.
 
-    At most ``size`` of them: when full it starts over, so the keys in use come back at once
-    and a process that meets many shapes holds no more than that. Values are made under
-    ``normal_tensors`` (a cached tensor may be saved for a later call's backward). While
-    ``tracing()``, values are made afresh and neither read from nor stored in the cache (a tracer
-    records the call that makes them, and a tensor made under it is fake or traced). Thread safe
-    as dict operations are (two threads may both make a value; either is kept).
+    At most ``size`` of them: when full it starts over, so the keys in use come back at once.
+    While ``tracing()``, values are made afresh and not cached. Thread safe as dict operations
+    are (two threads may both make a value; either is kept).
     """
 
     __slots__ = ("_entries", "size")
@@ -106,11 +87,10 @@ class ValueCache(Generic[V]):
 
     Keyed by the tensor's memory (storage address, offset, shape, strides, dtype, device) and
     the derivation's parameters; each entry keeps a snapshot of the tensor's bytes and serves
-    only a tensor with the same bytes (compared a word at a time: about a copy's cost). A
-    version counter would be cheaper but misses writes through ``.data`` and in inference
-    mode. Only plain CPU/CUDA tensors outside ``tracing()`` are looked up; for any other tensor
-    (a fake or functional one, a tensor subclass) and under a tracer the value is derived afresh
-    and not stored. Thread safe as dict operations are (two threads may both derive a value).
+    only a tensor with the same bytes (about a copy's cost: a version counter would be cheaper
+    but misses writes through ``.data`` and in inference mode). Only plain, readable CPU/CUDA
+    tensors outside ``tracing()`` are looked up; others get a value derived afresh. Thread safe
+    as dict operations are (two threads may both derive a value).
     """
 
     def __init__(self, size: int) -> None:
@@ -120,7 +100,12 @@ class ValueCache(Generic[V]):
 
     def get(self, t: Tensor, extra: Hashable, make: Callable[[], V]) -> V:
         """``make()`` for ``t`` as it is now (``extra``: what else the value depends on)."""
-        if not _cacheable(t) or tracing():
+        if (
+            type(t) not in _PLAIN
+            or not (t.is_cpu or t.is_cuda)
+            or unreadable(t) is not None  # a quantized tensor's bytes view crashes the process
+            or tracing()
+        ):
             return make()
         # A value made in inference mode is an inference tensor, which autograd outside the
         # mode refuses: the mode is part of the key.
@@ -141,9 +126,6 @@ class ValueCache(Generic[V]):
         value: V = entry[1]
         return value
 
-    def clear(self) -> None:
-        self._entries.clear()
-
 
 # The constants of the signatures in use: a few per padding call, one per RWKV shape.
 _CONSTANTS: KeyedCache[Any] = KeyedCache(256)
@@ -151,6 +133,6 @@ _CONSTANTS: KeyedCache[Any] = KeyedCache(256)
 
 def constant(key: Hashable, make: Callable[[], V]) -> V:
     """The read-only constant ``make()`` for ``key`` (a tuple led by a name of what it is),
-    made once (``KeyedCache``'s rules: made afresh under a tracer, started over when full)."""
+    made once (``KeyedCache``'s rules)."""
     value: V = _CONSTANTS.get(key, make)
     return value

@@ -1,21 +1,16 @@
-"""One GPU per process: bind a rank to its GPU the way Taichi can serve it.
+"""One GPU per process, and a random stream per rank.
 
-Taichi's CUDA backend runs on device 0 of the visible devices only (its context is device 0's
-primary context; no option picks another). The usual torchrun recipe, ``torch.cuda.set_device
-(local_rank)`` with every GPU visible, therefore leaves every rank but one without the kernels
-(tipad refuses ``cuda:N`` for N > 0 and takes the torch route). The fix is the one Taichi's own
-docs give: each process sees exactly one GPU, its own, so that it is ``cuda:0`` for torch, NCCL
-and Taichi alike. ``bind_device`` does that by narrowing ``CUDA_VISIBLE_DEVICES`` before CUDA
-starts in the process.
-
-``rank_generator`` gives each rank its own reproducible random stream for augmentation draws.
+Taichi's CUDA backend runs on device 0 of the visible devices only, so torchrun's usual
+``torch.cuda.set_device(local_rank)`` leaves every rank but one on the torch route. As Taichi's
+docs advise, ``bind_device`` makes each process see exactly its own GPU, as ``cuda:0`` for
+torch, NCCL and Taichi alike, by narrowing ``CUDA_VISIBLE_DEVICES`` before CUDA starts.
 """
 
 from __future__ import annotations
 
 import hashlib
 import os
-from dataclasses import dataclass
+from itertools import takewhile
 
 import torch
 
@@ -27,46 +22,37 @@ VISIBLE = "CUDA_VISIBLE_DEVICES"
 
 
 def visible_devices(value: str | None) -> list[str] | None:
-    """The entries of a ``CUDA_VISIBLE_DEVICES`` value; None when the variable is unset.
-
-    Entries are device indices or UUIDs (``GPU-...``, ``MIG-...``). As in CUDA, the list ends at
-    the first entry that is neither (``-1``, a typo, SLURM's ``NoDevFiles``): what follows it is
-    not visible. An empty value hides every device (``[]``).
-    """
+    """The entries (indices or ``GPU-``/``MIG-`` UUIDs) of a ``CUDA_VISIBLE_DEVICES`` value;
+    None when unset. As in CUDA, the list ends at the first entry that is neither (``-1``, a
+    typo, SLURM's ``NoDevFiles``); an empty value hides every device (``[]``)."""
     if value is None:
         return None
     if not isinstance(value, str):
         raise TypeError(f"value must be a str or None, got {type(value).__name__}")
-    out: list[str] = []
-    for raw in value.split(","):
-        entry = raw.strip()
-        if entry.isdigit() or entry.startswith(("GPU-", "MIG-")):
-            out.append(entry)
-        else:
-            break
-    return out
+    entries = (raw.strip() for raw in value.split(","))
+    return list(takewhile(lambda e: e.isdigit() or e.startswith(("GPU-", "MIG-")), entries))
 
 
 def local_rank(index: int | None = None) -> int:
-    """``index`` if given, else the ``LOCAL_RANK`` the launcher set (torchrun, Ray Train, or a
-    SLURM wrapper that exports it), else 0: a process started without a launcher
-    (``python script.py``) is the node's only one. ValueError/TypeError naming the argument (or
-    ``LOCAL_RANK``) when it is not an int >= 0."""
-    if index is None:
-        return _env_rank("LOCAL_RANK")
-    if isinstance(index, bool) or not isinstance(index, int):
-        raise TypeError(f"index must be an int or None, got {type(index).__name__}")
-    if index < 0:
-        raise ValueError(f"index must be >= 0, got {index}")
-    return index
+    """``index`` if given, else the ``LOCAL_RANK`` a launcher set (torchrun, Ray Train, SLURM
+    wrappers), else 0 (a process without a launcher is the node's only one). ValueError /
+    TypeError naming the argument (or ``LOCAL_RANK``) when it is not an int >= 0."""
+    return _rank(index, "index", "LOCAL_RANK")
 
 
-def _env_rank(name: str) -> int:
-    """The rank a launcher set in the environment variable ``name`` (0 where unset)."""
-    raw = os.environ.get(name, "0")
-    if not raw.strip().isdigit():
-        raise ValueError(f"{name} must be an integer >= 0, got {raw!r}")
-    return int(raw)
+def _rank(value: int | None, name: str, env: str) -> int:
+    """``value`` checked as a rank named ``name``; None: the environment variable ``env`` (0
+    where unset)."""
+    if value is None:
+        raw = os.environ.get(env, "0")
+        if not raw.strip().isdigit():
+            raise ValueError(f"{env} must be an integer >= 0, got {raw!r}")
+        return int(raw)
+    if isinstance(value, bool) or not isinstance(value, int):
+        raise TypeError(f"{name} must be an int or None, got {type(value).__name__}")
+    if value < 0:
+        raise ValueError(f"{name} must be an int >= 0, got {value}")
+    return value
 
 
 def _too_late(visible: str | None, count: int, want: str) -> RuntimeError:
@@ -80,53 +66,36 @@ def _too_late(visible: str | None, count: int, want: str) -> RuntimeError:
     )
 
 
-@dataclass(frozen=True)
-class _Binding:
-    """What the last ``bind_device`` of this process chose, to recognise a repeat."""
-
-    rank: int
-    visible: str | None  # CUDA_VISIBLE_DEVICES as that call left it
-    device: torch.device
-
-
-_bound: _Binding | None = None
+# The last bind_device's (rank, CUDA_VISIBLE_DEVICES as it left it, device): a repeat's answer.
+_bound: tuple[int, str | None, torch.device] | None = None
 
 
 def bind_device(index: int | None = None) -> torch.device:
     """Make this process see one GPU, its rank's, as ``cuda:0``; return the device to use.
 
-    Call it first thing in every process (before anything asks torch about CUDA), then use the
-    returned device everywhere (model, ``DeviceLoader``, ``GPUCollate``, NCCL) and never
-    ``torch.cuda.set_device``. The rank's GPU is entry ``index`` (default: ``LOCAL_RANK``, else
-    0) of the visible devices: of ``CUDA_VISIBLE_DEVICES`` if a scheduler narrowed it (indices or
-    UUIDs, kept as written), else of the machine's GPUs; ``os.environ[CUDA_VISIBLE_DEVICES]``
-    (inherited by child processes) is set to that one entry. A process whose
-    ``CUDA_VISIBLE_DEVICES`` names one device is bound already (a Ray actor with
-    ``num_gpus=1``, SLURM's ``--gpus-per-task=1``) and kept unless ``index`` is given. A repeat
-    for the same rank, with ``CUDA_VISIBLE_DEVICES`` as the first call left it, is a no-op.
-    Works under ``torchrun``, ``torch.multiprocessing.spawn`` (pass the process index),
-    SLURM-style launchers that export ``LOCAL_RANK``, Ray Train, and without a GPU.
+    Call it first thing in every process, then use the returned device everywhere and never
+    ``torch.cuda.set_device``. The rank's GPU is entry ``index`` (default: ``local_rank()``) of
+    ``CUDA_VISIBLE_DEVICES`` if set, else of the machine's GPUs; ``CUDA_VISIBLE_DEVICES`` is
+    set to that one entry. One visible device already (Ray ``num_gpus=1``, SLURM
+    ``--gpus-per-task=1``) is kept unless ``index`` is given; a repeat is a no-op. The rule per
+    launcher is in docs/distributed.md.
 
-    Returns:
-        ``torch.device("cuda", 0)`` when CUDA sees the bound GPU, else ``torch.device("cpu")``
-        (no GPU, no driver, or a CPU build of torch).
+    Returns ``cuda:0`` when CUDA sees the bound GPU, else ``cpu``.
 
     Raises:
         TypeError / ValueError: ``index`` (or ``LOCAL_RANK``) negative, not an int, or beyond
-            the visible devices (the message names them).
-        RuntimeError: CUDA already started in this process with other devices visible: torch
-            initialised CUDA, or a device query started the CUDA runtime (which reads
-            ``CUDA_VISIBLE_DEVICES`` once): ``torch.cuda.is_available()`` does, unless
-            ``PYTORCH_NVML_BASED_CUDA_CHECK=1``. The message says what to do instead.
+            the visible devices.
+        RuntimeError: CUDA already started with other devices visible (``torch.cuda`` calls,
+            even ``is_available()`` unless ``PYTORCH_NVML_BASED_CUDA_CHECK=1``); it says the fix.
     """
     global _bound
     explicit = index is not None
     rank = local_rank(index)
     before = os.environ.get(VISIBLE)
-    if _bound is not None and _bound.rank == rank and _bound.visible == before:
-        return _bound.device  # a repeat: this process is bound to this rank's GPU already
+    if _bound is not None and _bound[:2] == (rank, before):
+        return _bound[2]  # a repeat: this process is bound to this rank's GPU already
     device = _bind(rank, explicit, before)
-    _bound = _Binding(rank, os.environ.get(VISIBLE), device)
+    _bound = (rank, os.environ.get(VISIBLE), device)
     return device
 
 
@@ -170,16 +139,11 @@ def _bind(rank: int, explicit: bool, before: str | None) -> torch.device:
 
 
 def rank_generator(seed: int, rank: int | None = None) -> torch.Generator:
-    """A CPU ``torch.Generator`` of its own for ``rank`` (default: this process's rank).
-
-    The seed is a hash of ``(seed, rank)``, so ranks draw different augmentation parameters and
-    a run with the same ``seed`` draws them again. Give one to ``PadCollate(generator=...)``,
-    ``BrickPad(generator=...)`` and ``DataLoader(generator=...)`` (each its own: pass
-    ``rank_generator(seed + k)`` for the ``k``-th). ``rank`` defaults to
-    ``torch.distributed.get_rank()`` when a process group is up, else ``RANK``, else 0.
-
-    The generator pickles as any ``torch.Generator``; ``PadCollate`` sends it to ``spawn`` and
-    ``forkserver`` DataLoader workers as its state's bytes.
+    """A CPU ``torch.Generator`` seeded from a hash of ``(seed, rank)``: ranks draw different
+    augmentation parameters, and the same ``seed`` draws them again. Give each user its own
+    (``rank_generator(seed + k)`` for the ``k``-th: ``PadCollate``, ``BrickPad``,
+    ``DataLoader``). ``rank`` defaults to ``torch.distributed.get_rank()`` when a process group
+    is up, else ``RANK``, else 0.
 
     Raises:
         TypeError: ``seed`` not an int, ``rank`` not an int or None.
@@ -187,14 +151,8 @@ def rank_generator(seed: int, rank: int | None = None) -> torch.Generator:
     """
     if isinstance(seed, bool) or not isinstance(seed, int):
         raise TypeError(f"seed must be an int, got {type(seed).__name__}")
-    if rank is None:
-        if torch.distributed.is_available() and torch.distributed.is_initialized():
-            rank = torch.distributed.get_rank()
-        else:
-            rank = _env_rank("RANK")
-    if isinstance(rank, bool) or not isinstance(rank, int):
-        raise TypeError(f"rank must be an int or None, got {type(rank).__name__}")
-    if rank < 0:
-        raise ValueError(f"rank must be an int >= 0, got {rank!r}")
+    if rank is None and torch.distributed.is_available() and torch.distributed.is_initialized():
+        rank = torch.distributed.get_rank()
+    rank = _rank(rank, "rank", "RANK")
     digest = hashlib.blake2b(f"{seed}/{rank}".encode(), digest_size=8).digest()
     return torch.Generator().manual_seed(int.from_bytes(digest, "little") >> 1)

@@ -1,13 +1,9 @@
 """torchvision v2 transforms over the padding functionals: ``Pad``, ``TexturePad``, ``BrickPad``.
 
-Thin ``torchvision.transforms.v2.Transform`` subclasses, as torchvision writes its own:
-``__init__`` checks and stores the arguments, ``make_params`` draws the randomness (a plain dict
-that ``transform(inpt, params)`` replays exactly, on any input: Kornia-style explicit
-parameters, drawn by ``_seeding.uniform``), and ``transform`` is one call of the functional,
-which picks the kernel for the input's type (``functional.register_kernel``). So a transform and
-its functional cannot disagree: images padded, masks given a constant border, boxes and
-keypoints shifted, other tv_tensors passed through; plain tensors follow torchvision's rule (with
-an explicit image or video in the sample they pass through, otherwise the first is the image).
+Thin ``v2.Transform`` subclasses, as torchvision writes its own: ``__init__`` checks the arguments,
+``make_params`` draws the randomness (a plain dict that ``transform(inpt, params)`` replays
+exactly, on any input) and ``transform`` is one call of the functional, which picks the kernel
+for the input's type; so a transform and its functional cannot disagree.
 """
 
 from __future__ import annotations
@@ -34,8 +30,8 @@ from ._checks import (
     parse_padding,
 )
 from ._seeding import GeneratorsPickleAsBytes, uniform
-from .functional._brick import brick_options
-from .functional._convert import Fill, as_bank
+from .functional._brick import brick_options, brick_tile_size
+from .functional._convert import Fill, as_bank, is_numbers
 
 __all__ = ["BrickPad", "Pad", "TexturePad"]
 
@@ -83,16 +79,7 @@ def _fill_for(fill: Any, inpt: Any) -> Any:
 def _check_fill(fill: Any) -> Any:
     values = fill.values() if isinstance(fill, Mapping) else [fill]
     for value in values:
-        ok = (
-            value is None
-            or isinstance(value, (int, float, bool))
-            or (
-                isinstance(value, Sequence)
-                and not isinstance(value, str)
-                and all(isinstance(v, (int, float, bool)) for v in value)
-            )
-        )
-        if not ok:
+        if not (value is None or isinstance(value, (int, float, bool)) or is_numbers(value)):
             raise TypeError(
                 "fill must be a number, a sequence of numbers, None or a dict of those per "
                 f"input type, got {fill!r}"
@@ -103,18 +90,15 @@ def _check_fill(fill: Any) -> Any:
 class Pad(_Transform):
     """Pad images, videos and masks with a standard mode; shift boxes and keypoints.
 
-    ``torchvision.transforms.v2.Pad`` on tipad's engine (``functional.pad``): the same
-    arguments and results, plus ``"circular"`` and padding larger than the image in every mode,
-    integer images padded exactly (torchvision casts them through float32 for reflect/edge).
+    ``torchvision.transforms.v2.Pad`` on ``functional.pad``: the same arguments and results,
+    plus what ``functional.pad`` adds to torchvision's.
 
     Args:
         padding: ``p``, ``(lr, tb)`` or ``(left, top, right, bottom)`` pixels (negative values
             crop).
-        fill: constant mode's value: a number, one per channel, or a dict per input type
-            (``{tv_tensors.Image: 127, tv_tensors.Mask: 255}``, ``"others"`` as the default),
-            converted to each input's dtype as torchvision converts it.
-        padding_mode: ``"constant"``, ``"edge"``, ``"reflect"``, ``"symmetric"`` or
-            ``"circular"`` (aliases ``"replicate"``, ``"wrap"``).
+        fill: as ``functional.pad``'s, or a dict per input type (``{tv_tensors.Image: 127,
+            tv_tensors.Mask: 255}``, ``"others"`` as the default).
+        padding_mode: as ``functional.pad``'s.
 
     Raises:
         TypeError / ValueError: naming the argument, at construction.
@@ -216,10 +200,9 @@ class _TexturedPad(GeneratorsPickleAsBytes, _Transform):
         """Draw this call's parameters: ``{"offset": (oy, ox) tuple or int64 tensor (*S, 2)}``.
 
         ``S`` is the leading (batch) shape of the call's images (``()`` for one image; clips for
-        a video); with ``random_offset`` each sample gets its own ``(oy, ox)`` in ``[0, th) x
-        [0, tw)``, drawn from ``generator`` or torch's global RNG (``transform`` pads them all in
-        one launch); with ``same_on_batch`` one ``(2,)`` draw serves every sample. Nothing is
-        drawn otherwise.
+        a video; ``()`` with ``same_on_batch``); with ``random_offset`` each sample gets its own
+        ``(oy, ox)`` in ``[0, th) x [0, tw)``, from ``generator`` or torch's global RNG; nothing
+        is drawn otherwise.
         """
         offset = self._draw(flat_inputs, self.tile_size) if self.random_offset else self.offset
         return {"offset": offset}
@@ -247,11 +230,9 @@ class TexturePad(_TexturedPad):
     Args:
         padding: ``p``, ``(lr, tb)`` or ``(left, top, right, bottom)`` pixels (negative
             values crop).
-        texture: a tile ``(th, tw)`` (broadcast to every channel) or ``(C, th, tw)``, or a bank
-            ``(K, C, th, tw)`` of same-size tiles; any real dtype and device. Stored by reference
-            (a learned texture keeps its gradient), converted per call to the image's dtype and
-            device with torchvision's scaling (a float texture for an integer image holds
-            ``[0, 1]``), the conversion cached while the texture is unchanged.
+        texture: a tile ``(th, tw)`` or ``(C, th, tw)``, or a bank ``(K, C, th, tw)``, as
+            ``functional.texture_pad`` takes it. Stored by reference (a learned texture keeps
+            its gradient); its conversion to the image's dtype is cached while it is unchanged.
         stagger: horizontal shift, in pixels, of each successive row of tiles.
         offset: fixed ``(oy, ox)`` shift of the tile lattice (an int shifts both).
         random_offset: draw an ``(oy, ox)`` in ``[0, th) x [0, tw)`` for every sample (every
@@ -262,31 +243,21 @@ class TexturePad(_TexturedPad):
         same_on_batch: one draw (offset, random texture index) for the whole call instead of
             one per sample, as Kornia's flag.
         fill: the border of what the texture does not pad (masks, and types whose kernel reads
-            it), as ``v2.Pad`` takes it: a number, one per channel, or a dict per input type
-            (``{tv_tensors.Mask: 255}``, ``"others"`` the default), converted to each input's
-            dtype as ``functional.pad`` converts it.
+            it), as ``Pad`` takes it (e.g. ``{tv_tensors.Mask: 255}``).
         mask_fill: the older spelling of ``fill={tv_tensors.Mask: value}``, kept as an alias
             (no warning): where given, masks get it whatever ``fill`` says.
         generator: ``torch.Generator`` for the draws (default: torch's global RNG). In a
             DataLoader worker they come from a generator derived from it and the worker's seed:
             workers and epochs differ, the same seeds repeat them.
 
-    Shapes: images ``(..., C, H, W)`` or ``(H, W)`` become ``(..., C, H + top + bottom, W +
-    left + right)``, same dtype and device, the image bit-exact in the middle; the texture
-    mapping is ``tipad_transforms.functional.texture_pad``'s.
-
-    Params (``make_params``): ``{"offset": int64 tensor, "texture_index": int64 tensor, int or
-    None}``. ``offset`` is ``(2,)`` (fixed) or ``(*S, 2)`` with ``S`` the leading shape of the
-    call's images (``random_offset``; ``S = ()`` with ``same_on_batch``); ``texture_index`` is
-    ``(*S,)`` when ``"random"``. All inputs of one call share one draw; ``transform(inpt,
-    params)`` with stored params replays it exactly, on any input.
+    Shapes, dtypes and the texture mapping: as ``functional.texture_pad``. Params
+    (``make_params``): ``{"offset", "texture_index"}``, shared by all inputs of one call;
+    ``transform(inpt, params)`` with stored params replays them exactly, on any input.
 
     Raises:
         TypeError / ValueError: at construction, naming the argument (``random_offset`` with
-            a non-zero ``offset``, ``texture_index`` outside the bank or ``"random"`` without
-            one included); at call time the functional's (a channel mismatch, a value the
-            image's dtype cannot hold) and images of different batch shapes under
-            ``random_offset``.
+            a non-zero ``offset`` included); at call time the functional's, and images of
+            different batch shapes under ``random_offset``.
 
     Examples:
         >>> import torch
@@ -341,7 +312,8 @@ class TexturePad(_TexturedPad):
         return int(self.texture.shape[-2]), int(self.texture.shape[-1])
 
     def make_params(self, flat_inputs: list[Any]) -> dict[str, Any]:
-        """As ``_TexturedPad.make_params``, plus ``"texture_index"`` (drawn after the offset)."""
+        """As ``_TexturedPad.make_params``, plus ``"texture_index"`` (``(*S,)`` when drawn,
+        after the offset)."""
         params = super().make_params(flat_inputs)
         index = self.texture_index
         params["texture_index"] = (
@@ -370,10 +342,6 @@ class TexturePad(_TexturedPad):
         return ", ".join(parts)
 
 
-def _shape(tile: torch.Tensor) -> tuple[int, int]:
-    return int(tile.shape[-2]), int(tile.shape[-1])
-
-
 _BRICK_PAD_ARGS = ("padding", "stagger", "offset", "random_offset", "same_on_batch", "fill",
                    "mask_fill", "generator")  # fmt: skip
 
@@ -381,24 +349,17 @@ _BRICK_PAD_ARGS = ("padding", "stagger", "offset", "random_offset", "same_on_bat
 class BrickPad(_TexturedPad):
     """Pad images with a procedural brick wall; shift boxes and keypoints; pad masks.
 
-    ``TexturePad`` with the tile of ``functional.make_brick_texture(**brick)``: the output
-    equals ``functional.brick_pad(x, padding, **brick)``, which the transform calls (tiles
-    rendered and converted once per options, dtype and device; one launch per call). The tile's
-    channels follow ``functional.brick_channels`` unless ``brick`` sets ``channels``.
+    ``TexturePad`` with the tile of ``functional.make_brick_texture(**brick)``: the transform
+    calls ``functional.brick_pad(x, padding, **brick)``. The tile's channels follow
+    ``functional.brick_channels`` unless ``brick`` sets ``channels``. ``offset``,
+    ``random_offset`` (offsets drawn in the brick tile, ``tile_size``), ``same_on_batch``,
+    ``fill``, ``mask_fill`` and ``generator`` are as in ``TexturePad``.
 
     Args:
         padding: ``p``, ``(lr, tb)`` or ``(left, top, right, bottom)`` pixels (negative values
             crop).
         stagger: horizontal shift of each successive row of tiles; default
             ``running_bond_stagger(**brick)``, which continues the tile's running bond.
-        offset: as in ``TexturePad``.
-        random_offset: as in ``TexturePad`` (random offsets lie in ``[0, th) x [0, tw)`` of the
-            brick tile, see ``tile_size``).
-        same_on_batch: as in ``TexturePad``.
-        fill: as in ``TexturePad`` (masks' border; a number or a dict per input type, as
-            ``v2.Pad`` takes it).
-        mask_fill: as in ``TexturePad`` (the alias of ``fill`` for masks).
-        generator: as in ``TexturePad``.
         **brick: ``make_brick_texture``'s options (``brick_size``, ``mortar``,
             ``bricks_per_tile``, ``courses``, colours, ``seed``, ...), checked at construction
             (an unknown one: TypeError listing them).
@@ -430,23 +391,17 @@ class BrickPad(_TexturedPad):
         **brick: Any,
     ) -> None:
         brick_options(brick, "BrickPad", _BRICK_PAD_ARGS)
-        tile = F.make_brick_texture(**brick)  # bad options fail now
+        F.make_brick_texture(**brick)  # bad options fail now
         if stagger is None:
             stagger = F.running_bond_stagger(**brick)
         super().__init__(
             padding, stagger, offset, random_offset, same_on_batch, fill, mask_fill, generator
         )
         self.brick_options: dict[str, Any] = dict(brick)
-        # Read by every random_offset draw: kept with the options it was measured for.
-        self._tile: tuple[dict[str, Any], tuple[int, int]] = (dict(brick), _shape(tile))
 
     @property
     def tile_size(self) -> tuple[int, int]:
-        options, size = self._tile
-        if options != self.brick_options:  # brick_options changed after construction
-            size = _shape(F.make_brick_texture(**self.brick_options))
-            self._tile = (dict(self.brick_options), size)
-        return size
+        return brick_tile_size(**self.brick_options)  # arithmetic: no tile rendered
 
     def transform(self, inpt: Any, params: dict[str, Any]) -> Any:
         """Pad one input with ``params`` (from ``make_params`` or stored from an earlier call)."""

@@ -16,6 +16,7 @@ from typing import Any
 
 import pytest
 
+from tipad_transforms._compat.cpython import seed_getmodule_cache
 from tipad_transforms.backends import taichi as taichi_backend
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -107,7 +108,7 @@ def test_seeded_frozen_frames_answer_the_same_without_rescans(
         namespace["count_scans"](log)
         before = [inspect.getframeinfo(f) for f in frames]
         unseeded_scans = len(log)
-        taichi_backend.seed_frozen_frames()
+        seed_getmodule_cache(taichi_backend.FROZEN_FILES)
         del log[:]
         after = [inspect.getframeinfo(f) for f in frames]
         # What Taichi's _inside_class reads: no source lines either way, so "not in a class".
@@ -125,7 +126,7 @@ def test_seeded_frozen_frames_answer_the_same_without_rescans(
 def test_seeding_keeps_an_existing_entry(monkeypatch: pytest.MonkeyPatch) -> None:
     name = taichi_backend.FROZEN_FILES[0]
     monkeypatch.setitem(inspect.modulesbyfile, name, "someone_elses")
-    taichi_backend.seed_frozen_frames()
+    seed_getmodule_cache(taichi_backend.FROZEN_FILES)
     assert inspect.modulesbyfile[name] == "someone_elses"
 
 

@@ -217,7 +217,7 @@ CASES: dict[str, tuple[Callable[[], Any], type[Exception], str]] = {
     "ray-complex": (
         lambda: RayPadBatch()({"image": [np.zeros((3, 3, 3), np.complex64)], "path": ["a"]}),
         TypeError,
-        "image 'a': pixels must be real numbers",
+        "image 'a': a numpy image must hold real numbers",
     ),
     "ray-keys-str": (
         lambda: RayPadBatch().make_params("ab", [(1, 2), (2, 2)]),
@@ -226,7 +226,7 @@ CASES: dict[str, tuple[Callable[[], Any], type[Exception], str]] = {
     ),
     # distributed
     "local_rank-str": (lambda: local_rank("1"), TypeError, "index must be an int"),  # type: ignore[arg-type]
-    "local_rank-negative": (lambda: local_rank(-1), ValueError, "index must be >= 0"),
+    "local_rank-negative": (lambda: local_rank(-1), ValueError, "index must be an int >= 0"),
     "rank_generator-seed": (lambda: rank_generator(1.0), TypeError, "seed must be an int"),  # type: ignore[arg-type]
     "rank_generator-rank": (lambda: rank_generator(1, "0"), TypeError, "rank must be an int"),  # type: ignore[arg-type]
     "rank_generator-negative": (lambda: rank_generator(1, -2), ValueError, "rank must be"),

@@ -3,12 +3,10 @@
 from __future__ import annotations
 
 import sys
-import types
 from typing import Any
 
 __all__ = [
     "MISSING",
-    "caller_frame",
     "import_main_path",
     "main_path",
     "seed_getmodule_cache",
@@ -21,18 +19,6 @@ MISSING: list[str] = []
 _getframe = getattr(sys, "_getframe", None)
 if _getframe is None:
     MISSING.append("sys._getframe")
-
-
-def caller_frame(depth: int) -> types.FrameType | None:
-    """The frame ``depth`` levels above the caller of this function (0: that caller), or
-    None where frames cannot be read (default: None; a warning then points at its own line)."""
-    if _getframe is None:
-        return None
-    try:
-        frame: types.FrameType = _getframe(depth + 1)
-        return frame
-    except ValueError:  # not that deep
-        return None
 
 
 def warn_at_caller(
@@ -48,7 +34,12 @@ def warn_at_caller(
     """
     import warnings
 
-    frame = caller_frame(1)  # the caller's caller: where the walk starts
+    frame: Any = None
+    if _getframe is not None:
+        try:
+            frame = _getframe(1)  # the caller's: where the walk starts (stacklevel 2)
+        except ValueError:  # not that deep
+            pass
     level, fallback = 2, None
     while frame is not None:
         name = frame.f_code.co_filename
@@ -80,10 +71,9 @@ def seed_getmodule_cache(filenames: tuple[str, ...]) -> None:
 
 def import_main_path(path: str) -> None:
     """Import the script at ``path`` as ``__mp_main__``, as a forkserver server imports
-    ``"__main__"`` for its workers: with ``multiprocessing``'s private ``_inheriting`` flag of
-    the current process set meanwhile, so that a worker's ``prepare`` finds the main module in
-    place and does not run it again (where a Python reads the flag no more, the worker imports
-    the module again: slower, same result)."""
+    ``"__main__"`` for its workers: with ``multiprocessing``'s private ``_inheriting`` flag set
+    meanwhile, so that a worker's ``prepare`` does not run it again (default, where the flag is
+    read no more: each worker imports it again, slower, same result)."""
     from multiprocessing import process, spawn
 
     current: Any = process.current_process()
@@ -95,10 +85,9 @@ def import_main_path(path: str) -> None:
 
 
 def main_path() -> str | None:
-    """The main module's path exactly as a spawned or forkserver worker's ``prepare`` will
-    compare it (absolute, normalised; ``multiprocessing.spawn.get_preparation_data``, an
-    undocumented function), or None for an interactive parent (default: None, and each worker
-    imports the main module itself)."""
+    """The main module's path exactly as a spawned or forkserver worker's ``prepare`` compares
+    it (``multiprocessing.spawn.get_preparation_data``, undocumented), or None for an
+    interactive parent (default: None, and each worker imports the main module itself)."""
     from multiprocessing import spawn
 
     prepare = getattr(spawn, "get_preparation_data", None)

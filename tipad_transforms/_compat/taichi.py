@@ -1,31 +1,27 @@
 """Taichi's private APIs, each behind a function with a safe default (see ``_compat``), and
 the lean launcher, which is made of them.
 
-What the Taichi backend reads of a Taichi module ``ti`` (upstream ``taichi`` or the
-``taichi_forge`` fork, which shares these): whether a runtime is initialised and on which arch
-(``ti.lang.impl.get_runtime().prog``, ``current_cfg().arch``), its default integer type
-(``current_cfg().default_ip``) and which objects are kernels (``_is_wrapped_kernel``).
+Read of a Taichi module ``ti`` (upstream ``taichi`` or the ``taichi_forge`` fork, which shares
+these): whether a runtime is initialised and on which arch, its default integer type, its CPU
+threads, and which objects are kernels.
 
-The lean launcher: Taichi 1.7.4's public call (``Kernel.__call__``) redoes on every launch
-what only depends on the argument *types*: a template key from every argument, a lookup of the
-compiled kernel, ``recursive_set_args`` through isinstance chains, ``compile_kernel`` (a cache
-lookup), then the launch. For a small image that Python costs more than the kernel.
-``LeanKernel`` wraps one kernel: the first call of a signature (template values, each tensor's
-dtype and ndim) goes through the public call (which compiles) and records the compiled kernel,
-its code and each slot's setter; later calls build the launch context directly. It relies on
-the internals of the versions in ``KNOWN`` (``tests/backends/test_compat_taichi.py`` fails
-loudly when one moves): ``Kernel.arguments``/``ensure_compiled``/``compiled_kernels``/
-``return_type``/``has_print``, ``make_launch_context`` and its ``set_arg_*`` setters, the
-program's ``compile_kernel``/``launch_kernel``, the runtime's ``target_tape``/
-``fwd_mode_manager``. Any other Taichi, a kernel or argument it does not know (a tensor with
-``requires_grad``, a non-contiguous one), an autodiff tape, or ``TIPAD_LEAN_LAUNCH=0``: the
-public call, always correct. Callers hold the Taichi backend's lock, as for the public call.
+The lean launcher (``LeanKernel``): Taichi 1.7.4's public ``Kernel.__call__`` redoes on every
+launch what depends only on the argument *types* (template key, compiled-kernel lookup,
+``recursive_set_args``, ``compile_kernel``), which for a small image costs more than the
+kernel. The first call of a signature goes through the public call and records the compiled
+kernel, its code and each slot's setter; later calls build the launch context directly. It
+relies on the internals of the versions in ``KNOWN`` (``Kernel.arguments``/``ensure_compiled``/
+``compiled_kernels``, ``make_launch_context`` and its setters, the program's
+``compile_kernel``/``launch_kernel``, the runtime's ``target_tape``/``fwd_mode_manager``;
+``tests/backends/test_compat_taichi.py`` fails loudly when one moves). Any other Taichi, an
+argument it does not know (``requires_grad``, non-contiguous), an autodiff tape, or
+``TIPAD_LEAN_LAUNCH=0``: the public call. Callers hold the Taichi backend's lock.
 """
 
 from __future__ import annotations
 
 import os
-from typing import Any
+from typing import Any, NamedTuple
 
 from torch import Tensor
 
@@ -117,15 +113,12 @@ def lean_supported(ti: Any) -> bool:
     return runtime_arch(ti) in (None, "cpu", "cuda")
 
 
-class _Plan:
+class _Plan(NamedTuple):
     """One signature's compiled kernel and compiled code, and the program they belong to."""
 
-    __slots__ = ("code", "kernel", "prog")
-
-    def __init__(self, prog: Any, kernel: Any, code: Any) -> None:
-        self.prog = prog
-        self.kernel = kernel
-        self.code = code
+    prog: Any
+    kernel: Any
+    code: Any
 
 
 def _runnable(plan: _Plan, runtime: Any) -> bool:
@@ -141,22 +134,18 @@ def _runnable(plan: _Plan, runtime: Any) -> bool:
 
 class LeanKernel:
     """``LeanKernel(ti, kernel)(*args)`` runs ``kernel(*args)`` as the public call does, with
-    less per-call work: positional arguments only, torch tensors (contiguous,
-    ``requires_grad=False``, on the runtime's device) for ndarray slots, Python ints/floats for
-    scalar slots, hashable values for template slots."""
+    less per-call work for positional arguments: contiguous tensors without ``requires_grad``
+    for ndarray slots, Python ints/floats for scalars, hashable template values."""
 
     def __init__(self, ti: Any, kernel: Any) -> None:
         self.public = kernel
         self._ti = ti
         self._plans: dict[tuple[Any, ...], _Plan] = {}
-        self._kinds: tuple[int, ...] = ()
-        # Per slot: the element dims of a vector-typed ndarray (stripped from its shape).
-        self._edims: tuple[int, ...] = ()
         slots = self._slot_kinds(ti, kernel) if lean_supported(ti) else None
         self.enabled = slots is not None
-        if slots is not None:
-            self._kinds = tuple(kind for kind, _ in slots)
-            self._edims = tuple(edim for _, edim in slots)
+        self._kinds = tuple(kind for kind, _ in slots or ())
+        # Per slot: the element dims of a vector-typed ndarray (stripped from its shape).
+        self._edims = tuple(edim for _, edim in slots or ())
 
     @staticmethod
     def _slot_kinds(ti: Any, kernel: Any) -> list[tuple[int, int]] | None:
@@ -210,15 +199,6 @@ class LeanKernel:
                 return None
         return tuple(key)
 
-    def _plan(self, args: tuple[Any, ...]) -> _Plan:
-        """Compile (the public call already did) and record this signature's launch plan."""
-        primal = self.public._primal
-        prog = self._ti.lang.impl.get_runtime().prog
-        kernel = primal.compiled_kernels[primal.ensure_compiled(*args)]
-        return _Plan(
-            prog, kernel, prog.compile_kernel(prog.config(), prog.get_device_caps(), kernel)
-        )
-
     def __call__(self, *args: Any) -> None:
         if not self.enabled:
             self.public(*args)
@@ -227,9 +207,13 @@ class LeanKernel:
         key = self._key(args)
         plan = self._plans.get(key) if key is not None else None
         if plan is None or not _runnable(plan, runtime):
-            self.public(*args)
+            self.public(*args)  # compiles this signature, which is then recorded
             if key is not None and runtime.target_tape is None:
-                self._plans[key] = self._plan(args)
+                primal = self.public._primal
+                prog = self._ti.lang.impl.get_runtime().prog
+                kernel = primal.compiled_kernels[primal.ensure_compiled(*args)]
+                code = prog.compile_kernel(prog.config(), prog.get_device_caps(), kernel)
+                self._plans[key] = _Plan(prog, kernel, code)
             return
         ctx = plan.kernel.make_launch_context()
         slot = 0
@@ -259,23 +243,18 @@ class LeanKernel:
 
 
 class Bound:
-    """One signature of a ``LeanKernel`` without scalar slots: ``launch`` sets each ndarray
-    slot from ``(data_ptr, nbytes, shape)`` (a vector-typed slot's shape without its vector
-    dims) and launches, so the caller makes no tensor views and no signature is extracted. The
-    caller keeps the arrays' dtypes, ndims and template values those it was bound with.
-
-    On the CPU, where a launch runs to its end before it returns, one launch context serves
-    every launch and a slot is set only when its array differs from the last launch's (a
-    kernel's constants, a model's parameters, outputs the allocator hands out again at the same
-    address). On CUDA every launch gets a fresh context.
+    """One signature of a ``LeanKernel`` without scalar slots, launched from raw arrays
+    ``(data_ptr, nbytes, shape)`` (no tensor views, no signature extracted); the caller keeps
+    the dtypes, ndims and template values it was bound with. On the CPU, where a launch ends
+    before it returns, one launch context serves every launch and a slot is set only when its
+    array changed (constants, parameters, reused outputs); on CUDA each gets a fresh context.
     """
 
-    __slots__ = ("_arrays", "_ctx", "_kernel", "_last", "_plan")
+    __slots__ = ("_ctx", "_kernel", "_last", "_plan")
 
     def __init__(self, kernel: LeanKernel, plan: _Plan, arrays: int) -> None:
         self._kernel = kernel
         self._plan = plan
-        self._arrays = arrays
         self._ctx: Any = None
         # The array each slot of the reused context holds (None: unset); None on CUDA.
         self._last: list[tuple[int, int, tuple[int, ...]] | None] | None = None
@@ -331,13 +310,10 @@ class Step:
 
 
 class Steps(dict[tuple[Any, ...], Step]):
-    """The ``Step``s of a family's recent signatures (at most ``size``, first in first out):
-    ``steps.get(key)`` is the one recorded for ``key``; after a call through the kernel,
-    ``record`` keeps one when the kernel binds."""
+    """The ``Step``s of a family's recent signatures (at most ``size``, first in first out),
+    by key; ``record`` keeps one after a call through the kernel."""
 
-    def __init__(self, size: int = 64) -> None:
-        super().__init__()
-        self.size = size
+    size = 64
 
     def record(self, key: tuple[Any, ...], kernel: Any, args: tuple[Any, ...], n: int) -> None:
         """After ``kernel(*args)``: keep a ``Step`` for ``key`` when the kernel binds one."""

@@ -1,12 +1,10 @@
-"""torch's private APIs, each behind a function with a safe default (see ``_compat``).
-
-The safe default of each answers so that the caller takes its general path: "yes, something
-is tracing" sends a padding call through the dispatcher, "yes, hooks are set" sends a layer
-through ``nn.Module.__call__``, "the version changed" rebuilds a cached copy.
-"""
+"""torch's private APIs, each behind a function with a safe default (see ``_compat``): one
+that sends the caller down its general path (through the dispatcher, through
+``nn.Module.__call__``, rebuilding a cached copy)."""
 
 from __future__ import annotations
 
+import itertools
 import warnings
 from typing import Any
 
@@ -78,10 +76,9 @@ def mode_depth() -> int:
 
 
 def cuda_device_count() -> int:
-    """The devices the CUDA runtime of this process sees, starting the runtime if it has not
-    started but not caching the count as ``torch.cuda.device_count`` does (so a count after
-    ``CUDA_VISIBLE_DEVICES`` changed is the runtime's own). 0 without CUDA (default:
-    ``torch.cuda.device_count()``)."""
+    """The devices the CUDA runtime of this process sees (starting it), not cached as
+    ``torch.cuda.device_count`` is, so it follows a changed ``CUDA_VISIBLE_DEVICES``. 0 without
+    CUDA (default: ``torch.cuda.device_count()``)."""
     if not torch.backends.cuda.is_built():
         return 0
     if _device_count is None:
@@ -120,15 +117,11 @@ def module_hooks(m: torch.nn.Module) -> bool:
 
 
 def tensor_version(t: torch.Tensor) -> int:
-    """``t``'s in-place version counter, the one autograd checks to refuse a saved tensor
-    modified in place: every in-place op bumps it (optimizer steps, ``load_state_dict``,
-    edits under ``no_grad``); writes through ``.data`` escape it, as they escape autograd's
-    check (default: a new number on every call, so a cache keyed by it is never reused)."""
+    """``t``'s in-place version counter (autograd's: every in-place op bumps it, writes through
+    ``.data`` escape it), default: a new number on every call, so a cache keyed by it is never
+    reused."""
     version = getattr(t, "_version", None)
-    if version is None:
-        _tensor_version_fallback[0] += 1
-        return -_tensor_version_fallback[0]
-    return int(version)
+    return next(_fallback_versions) if version is None else int(version)
 
 
-_tensor_version_fallback = [0]
+_fallback_versions = itertools.count(-1, -1)

@@ -1,21 +1,17 @@
 """Where a kernel family's operation runs: the backends, the family registry, THE policy.
 
-A **backend** runs the families' operations: ``TAICHI`` (``taichi.py``: the Taichi kernels)
-and ``TORCH`` (``torch.py``: each family's plain-torch ``reference.py``). A **family**
-(``ops/<family>/``) registers once with ``family(...)``; each of its operations is then an
-``Operation``, a callable that finds its implementation in the family's ``taichi.py`` and
-``reference.py`` (a function of the operation's name in each) and runs it by one rule:
+A **backend** (``TAICHI``: the Taichi kernels; ``TORCH``: each family's plain-torch
+``reference.py``) implements every operation of a **family** (``ops/<family>/``, registered once
+with ``family(...)``) as a function of the operation's name in its module. An ``Operation`` runs
+by one rule:
 
 1. the backends in order (``TAICHI``, then ``TORCH``); one that cannot serve the call raises
-   ``Refused`` (a forked worker, ``cuda:1``, more elements than one launch indexes, ...);
-2. a refusal warns once per (operation, reason), at the user's line, and the next backend
-   runs; nothing was written by the refusing one;
-3. an exact operation (padding's forward, whose torch route gives the kernel's bits) prefers
-   ``TORCH`` while this process has not started Taichi and its warm-up budget is not spent
-   (``warmup.py``, ``set_warmup``).
+   ``Refused`` (a forked worker, ``cuda:1``, too many elements), having written nothing;
+2. a refusal warns once per (operation, reason), at the user's line, and the next backend runs;
+3. an exact operation (padding's forward: the torch route gives the kernel's bits) prefers
+   ``TORCH`` while Taichi has not started and the warm-up budget is not spent (``warmup.py``).
 
-Every implementation of an operation takes the same arguments and writes its outputs into
-tensors it is given. Tests choose backends through ``use``, ``forbid`` and ``record``.
+Tests choose backends through ``use``, ``forbid`` and ``record``.
 """
 
 from __future__ import annotations
@@ -58,18 +54,15 @@ class Forbidden(RuntimeError):
 
 
 class Backend:
-    """A way to run the families' operations.
-
-    ``name`` names it (``"taichi"``, ``"torch"``); ``module`` is the file of a family folder
-    that holds its implementations (``ops/<family>/<module>.py``, a function per operation).
-    """
+    """A way to run the families' operations: ``name`` (``"taichi"``, ``"torch"``) and the
+    file of a family folder holding its implementations (``ops/<family>/<module>.py``)."""
 
     name = ""
     module = ""
 
     def refusal(self, device: torch.device) -> str | None:
-        """Why this backend cannot run on ``device`` in this process, or None (cheap: starts
-        nothing). A launch may still raise ``Refused`` for reasons of its own (its size)."""
+        """Why this backend cannot run on ``device`` in this process, or None (starts nothing;
+        a launch may still raise ``Refused``, for its size)."""
         return None
 
 
@@ -112,13 +105,8 @@ def warn_once(reason: str, what: str) -> None:
 
 
 class Operation:
-    """One operation of a family (``pad.forward``, ``wkv7.backward``, ...), run by the policy
-    of this module: ``op(*args)`` runs it and returns the name of the backend that did.
-
-    ``what`` names it in the refusal warning (``"padding"``); ``exact`` is the position of the
-    output among the arguments for an operation whose torch route gives the kernel's bits (the
-    warm-up may then serve it), None for the others.
-    """
+    """One operation of a family (``pad.forward``, ...): ``op(*args)`` runs it by this
+    module's policy and returns the name of the backend that did (``family``'s arguments)."""
 
     __slots__ = ("_chain", "exact", "family", "name", "package", "what")
 
@@ -131,9 +119,8 @@ class Operation:
         self._chain: tuple[tuple[Backend, ModuleType], ...] = ()
 
     def _resolve(self) -> tuple[tuple[Backend, ModuleType], ...]:
-        """(backend, the family's module of it) in the order of use, imported now: a process
-        that only pads never imports the RWKV kernels. The implementation is read from the
-        module at each call (a test may replace it)."""
+        """(backend, the family's module of it) in the order of use, imported at the first call
+        (a process that only pads never imports the RWKV kernels)."""
         self._chain = tuple(
             (b, importlib.import_module(f"{self.package}.{b.module}")) for b in _order
         )
@@ -176,12 +163,11 @@ def family(
     operations: tuple[str, ...],
     exact: dict[str, int] | None = None,
 ) -> Any:
-    """Register the kernel family ``name`` (the folder ``package``) and its ``operations``.
-
-    Each backend's implementation of an operation is the function of that name in
-    ``<package>.<backend.module>``, imported at the operation's first call. ``what`` names the
-    family's work in the refusal warning (``"computing wkv7"``); ``exact`` maps the operations
-    whose torch route gives the kernel's bits to the position of their output argument.
+    """Register the kernel family ``name`` (the folder ``package``) and its ``operations``
+    (each backend's is the function of that name in ``<package>.<backend.module>``, read at
+    each call, so a test may replace it). ``what`` names the family's work in the refusal
+    warning (``"computing wkv7"``); ``exact`` maps the operations whose torch route gives the
+    kernel's bits to the position of their output argument (the warm-up may serve them).
     """
     ops = {op: Operation(name, op, package, what, (exact or {}).get(op)) for op in operations}
     _operations.extend(ops.values())

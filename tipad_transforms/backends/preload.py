@@ -1,15 +1,8 @@
-"""Imported by a ``forkserver`` server (``tipad_transforms.data.worker_context``): everything a
-DataLoader worker that pads needs, imported once, so every worker forked from the server
-starts with it.
-
-- The user's main module (as ``__mp_main__``, what a spawned or forkserver worker imports
-  anyway). ``multiprocessing.set_forkserver_preload(["__main__", ...])`` is meant to do this,
-  but CPython before the fix of gh-126631 (3.11, 3.12, early 3.13) never hands the server the
-  main path, so every worker re-ran the main module (seconds per worker). ``worker_context``
-  passes the path in ``FORKSERVER_MAIN_ENV``.
-- torch, torchvision, this package's padding modules and Taichi, not initialised: importing
-  is fork safe, initialising is not (a process forked after ``ti.init`` hangs). Each worker
-  initialises Taichi on its first launch; Taichi's offline cache spares it the compilation.
+"""Imported by a ``forkserver`` server (``data.worker_context``): what a DataLoader worker that
+pads needs, imported once for every worker forked from it. That is the user's main module (as
+``__mp_main__``: CPython before gh-126631 never hands the server its path, passed here in
+``FORKSERVER_MAIN_ENV``, so each worker re-ran it), torch, torchvision, the padding modules and
+Taichi, imported but not initialised (a process forked after ``ti.init`` hangs).
 """
 
 import importlib

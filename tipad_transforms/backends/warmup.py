@@ -1,13 +1,6 @@
-"""The warm-up: an exact operation prefers the torch backend until this process's budget is spent.
-
-Starting Taichi costs a new process its import, ``ti.init`` and the per-process compile of the
-kernel (about a second on a small machine): more than a notebook's few calls or a short-lived
-DataLoader worker (every epoch's, unless ``persistent_workers=True``) spends padding on the
-torch route. So padding's forward, whose torch route gives the kernel's bits, runs there while
-Taichi does not run in this process, until that has cost the process its budget
-(``set_warmup``; default 0.5 s); then Taichi starts and serves every call. It never pays more
-than about twice what the better choice in hindsight would have (the ski-rental bound).
-"""
+"""The warm-up: an exact operation prefers the torch backend until this process's budget is
+spent (``set_warmup``). It never pays more than about twice what the better choice in hindsight
+would have (the ski-rental bound)."""
 
 from __future__ import annotations
 
@@ -65,11 +58,11 @@ def set_warmup(seconds: float | None) -> None:
     Taichi: ``0`` starts Taichi at the next padding call, ``None`` goes back to the environment
     (``TIPAD_WARMUP``; in DataLoader workers ``TIPAD_WORKER_WARMUP`` first) or the default, 0.5.
 
-    Starting Taichi costs a process about a second (import, ``ti.init``, turning the kernel's
-    cached LLVM IR into machine code). So a CPU padding call in a process that has not started
-    it takes the torch route, which gives the kernel's bits, until that route has cost the
-    process this budget; the next call starts Taichi and launches from then on. Set 0 before
-    timing the kernel or where a run should pay the start at once (a server's start-up); a
+    Starting Taichi costs a process about a second (import, ``ti.init``, the kernel's compile):
+    more than a notebook's few calls or a short-lived DataLoader worker spend padding. So a CPU
+    padding call in a process that has not started it takes the torch route, which gives the
+    kernel's bits, until that route has cost the process this budget; the next call starts
+    Taichi. Set 0 before timing the kernel or where a run should pay the start at once; a
     budget spent already is spent. Per process: DataLoader workers (forked or spawned) read the
     environment, or call this in their ``worker_init_fn``.
 
@@ -133,9 +126,8 @@ def spend(seconds: float) -> None:
 
 
 def prefers_torch(out: Tensor) -> bool:
-    """Whether an exact operation writing ``out`` should run on the torch backend to spare this
-    process Taichi's start: a CPU output of at most ``MAX_BYTES``, in a process where Taichi
-    does not run yet (neither ours nor the user's), while the budget is not spent, and where
+    """Whether an exact operation writing ``out`` should run on the torch backend: a CPU output
+    of at most ``MAX_BYTES``, Taichi not running (ours or the user's), the budget not spent, and
     Taichi would serve the launch (a refused one keeps its warning)."""
     return (
         not TAICHI.running()

@@ -1,11 +1,5 @@
-"""The ``tipad`` command line (also ``python -m tipad_transforms``): :func:`main`.
-
-One module per part: ``arguments`` (the parser, the exit statuses, ``UsageError``), ``signals``,
-the commands ``pad`` and ``demo``, and for ``tipad pad`` its ``inputs`` (files, folders and
-patterns to jobs), ``painter`` (one file checked, then padded, with ``borders``), ``writing``
-(atomic writes), ``workers`` and ``progress``; ``timing`` is the demo's table. Every error is
-one ``tipad: error: ...`` line, no traceback (``-v`` adds one to an unexpected error).
-"""
+"""The ``tipad`` command line (also ``python -m tipad_transforms``): :func:`main`, one module
+per part. Every error is one ``tipad: error: ...`` line (``-v``: with the traceback)."""
 
 from __future__ import annotations
 

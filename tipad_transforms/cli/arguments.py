@@ -113,11 +113,6 @@ def build_parser() -> argparse.ArgumentParser:
         "Without --keep-going, an input that cannot be padded stops the run before anything is "
         "written, and a failure while writing stops it after the files in progress. " + EXIT_CODES,
     )
-    _add_pad_arguments(pad)
-    return parser
-
-
-def _add_pad_arguments(pad: argparse.ArgumentParser) -> None:
     pad.add_argument(
         "inputs", nargs="+", metavar="IN", help="image files, folders or glob patterns"
     )
@@ -210,3 +205,4 @@ def _add_pad_arguments(pad: argparse.ArgumentParser) -> None:
         action="store_true",
         help="one line per file written (and the traceback of an unexpected error)",
     )
+    return parser

@@ -1,12 +1,6 @@
-"""Padded PIL images built from PIL's own copies (crop, flip, paste), for ``tipad pad``.
-
-Each function returns exactly what ``functional.pad`` / ``texture_pad`` return for the image
-(pixels, mode, palette, kept metadata; ``tests/cli/test_borders.py`` compares them mode by
-mode) without the round trip through a tensor, which costs a small image more than the whole
-padding: a mirrored or wrapped border is a few flipped strips of the image, and a border that
-does not depend on the image (a constant, or a texture in a mode whose tile conversion reads
-no pixel) is a crop of a "wall" padded once per mode, with the image pasted into it.
-"""
+"""Padded PIL images built from PIL's own copies (crop, flip, paste), for ``tipad pad``: exactly
+what ``functional.pad`` / ``texture_pad`` return (``tests/cli/test_borders.py`` compares them
+mode by mode), without the tensor round trip that costs a small image more than the padding."""
 
 from __future__ import annotations
 
@@ -59,10 +53,9 @@ def mirror_pad(
     img: PIL.Image.Image, padding: tuple[int, int, int, int], mode: str
 ) -> PIL.Image.Image | None:
     """``img`` padded by ``(left, top, right, bottom)`` in ``mode`` (edge, reflect, symmetric
-    or circular) from strips of the image; None for an image without pixels, or one pixel
-    wide or high in reflect mode. A side wider than one strip of the image comes from the
-    image's period (the image and its mirror image, or the image alone) tiled, as
-    ``numpy.pad`` (and so ``functional.pad``) repeats the reflection or the wrap."""
+    or circular); None for an image without pixels, or one pixel wide or high in reflect mode.
+    A side wider than the image tiles its period (the image and its mirror image, or the image
+    alone), as ``numpy.pad`` (and so ``functional.pad``) repeats the reflection or the wrap."""
     short = 1 if mode == "reflect" else 0  # a reflected strip leaves out the edge pixel
     w, h = img.size
     if min(w, h) <= short:
@@ -121,12 +114,11 @@ def _pad_once(
 def on_wall(
     img: PIL.Image.Image, padding: tuple[int, int, int, int], wall: PIL.Image.Image
 ) -> PIL.Image.Image:
-    """``img`` pasted into the top-left crop of ``wall`` that has the padded size.
+    """``img`` pasted at ``(left, top)`` into the top-left crop of ``wall`` of the padded size.
 
-    ``wall`` is the padding of a 1x1 image of ``img``'s mode by ``(left, top, right', bottom')``
-    with ``right'`` and ``bottom'`` as large as any output needs: where the border does not
-    depend on the image, every padded image is that crop with the image at ``(left, top)``
-    (the 1x1 image's own pixel lies under it).
+    For a border that does not depend on the image (a constant, or a texture whose conversion
+    reads no pixel): ``wall`` is a 1x1 image of ``img``'s mode padded by ``(left, top)`` and at
+    least the right and bottom padding any output needs.
     """
     left, top, right, bottom = padding
     out = wall.crop((0, 0, img.width + left + right, img.height + top + bottom))

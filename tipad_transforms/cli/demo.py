@@ -1,9 +1,5 @@
-"""``tipad demo``: the bundled samples padded every way, in one labelled gallery PNG, then the
-timing table (:mod:`.timing`).
-
-:func:`render_gallery` draws the gallery; :func:`demo_columns` says what each column does and
-:func:`stripes` is the tile of the TexturePad column (the timing table times the same tile).
-"""
+"""``tipad demo``: the bundled samples padded every way in one labelled gallery PNG, then the
+timing table (:mod:`.timing`)."""
 
 from __future__ import annotations
 
@@ -74,7 +70,7 @@ def stripes(period: int = 16) -> PIL.Image.Image:
 
 
 def demo_columns(padding: int) -> list[Column]:
-    from ..functional import brick_channels
+    from ..functional import brick_channels, pad
     from ..functional._pil import pil_texture
     from ..transforms import BrickPad, TexturePad
 
@@ -93,8 +89,6 @@ def demo_columns(padding: int) -> list[Column]:
         return out
 
     def standard(mode: str) -> Callable[[PIL.Image.Image], PIL.Image.Image]:
-        from ..functional import pad  # lazily: the command line starts without torch
-
         return lambda img: pad(img, padding, padding_mode=mode)
 
     return [
@@ -120,8 +114,7 @@ def _font(size: int) -> Any:
 _BG = (250, 250, 248)
 _INK = (28, 30, 34)
 _MUTED = (110, 114, 122)
-_DASH_DARK = (0, 0, 0)
-_DASH_LIGHT = (255, 255, 255)
+_KINDS = {"RGB": "RGB photo", "RGBA": "RGBA clip art", "L": "grayscale (L)"}
 
 
 def _checkerboard(size: tuple[int, int], cell: int = 8) -> PIL.Image.Image:
@@ -143,29 +136,18 @@ def _displayable(img: PIL.Image.Image) -> PIL.Image.Image:
 
 
 def _dashed_rect(draw: Any, box: tuple[int, int, int, int], dash: int = 5) -> None:
-    """A 2-px outline just outside ``box`` (x0, y0, x1, y1 exclusive): black dashes on white.
-
-    Two tones because one colour vanishes somewhere: a light dash on the mortar of a brick wall,
-    a dark one on a navy stripe. One of the two always contrasts with the border under it.
-    """
+    """A 2-px outline just outside ``box`` (x0, y0, x1, y1 exclusive): black dashes on white,
+    since one colour alone vanishes somewhere (white on mortar, black on a navy stripe)."""
     x0, y0, x1, y1 = box[0] - 2, box[1] - 2, box[2] + 1, box[3] + 1  # inclusive outer corners
-    draw.rectangle([x0, y0, x1, y1], outline=_DASH_LIGHT, width=2)
+    draw.rectangle([x0, y0, x1, y1], outline=(255, 255, 255), width=2)
     for x in range(x0, x1 + 1, 2 * dash):
         xe = min(x + dash - 1, x1)
-        draw.rectangle([x, y0, xe, y0 + 1], fill=_DASH_DARK)
-        draw.rectangle([x, y1 - 1, xe, y1], fill=_DASH_DARK)
+        draw.rectangle([x, y0, xe, y0 + 1], fill=(0, 0, 0))
+        draw.rectangle([x, y1 - 1, xe, y1], fill=(0, 0, 0))
     for y in range(y0, y1 + 1, 2 * dash):
         ye = min(y + dash - 1, y1)
-        draw.rectangle([x0, y, x0 + 1, ye], fill=_DASH_DARK)
-        draw.rectangle([x1 - 1, y, x1, ye], fill=_DASH_DARK)
-
-
-_KINDS = {"RGB": "RGB photo", "RGBA": "RGBA clip art", "L": "grayscale (L)"}
-
-
-def _caption(name: str, img: PIL.Image.Image) -> list[str]:
-    kind = _KINDS.get(img.mode, f"mode {img.mode}")
-    return [kind, name, f"{img.width}x{img.height} px"]
+        draw.rectangle([x0, y, x0 + 1, ye], fill=(0, 0, 0))
+        draw.rectangle([x1 - 1, y, x1, ye], fill=(0, 0, 0))
 
 
 def render_gallery(
@@ -186,7 +168,10 @@ def render_gallery(
 
     title_f, head_f, sub_f, label_f = _font(30), _font(18), _font(14), _font(16)
     gap, margin = 14, 24
-    captions = [_caption(name, img) for name, img in samples]
+    captions = [
+        [_KINDS.get(img.mode, f"mode {img.mode}"), name, f"{img.width}x{img.height} px"]
+        for name, img in samples
+    ]
     measure = ImageDraw.Draw(PIL.Image.new("RGB", (1, 1)))
     label_w = 24 + max(
         int(measure.textlength(text, font=label_f if i == 0 else sub_f))

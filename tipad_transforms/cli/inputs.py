@@ -1,17 +1,9 @@
 """What ``tipad pad`` reads and where it writes: files, folders and glob patterns mapped onto a
-mirrored tree under the output folder.
+mirrored tree under the output folder (:func:`find_inputs`, then :func:`plan_jobs`).
 
-Explicit files are taken whatever their name; folders (``recursive``: with their subfolders)
-and glob patterns (``**`` spans folders) take the regular files whose suffix Pillow registers
-for a format it reads, so a ``README.txt`` (or a FIFO named ``x.png``) beside the images is
-skipped. A file found through a folder keeps its path relative to that folder, one found
-through a pattern its path relative to the pattern's fixed leading folders, an explicit file
-its name. Recursion never enters a symbolically linked folder, so a tree with a link loop ends.
-
-:func:`plan_jobs` decides where each output goes and refuses, before anything is written, an
-output that is one of the inputs (same device and inode: hard links and symbolic links
-included) or that would land outside the output folder (``..`` in a pattern, a symbolic link
-to a folder elsewhere).
+Folders and patterns take only regular files with a suffix Pillow reads (so a ``README.txt``
+or a FIFO named ``x.png`` is skipped); recursion never enters a symbolically linked folder, so
+a tree with a link loop ends.
 """
 
 from __future__ import annotations
@@ -37,9 +29,8 @@ _SUFFIX = {"JPEG": ".jpg", "PNG": ".png", "TIFF": ".tif", "WEBP": ".webp", "BMP"
 
 @dataclass(frozen=True)
 class FileJob:
-    """One image to pad: read ``source``, write ``target`` (in ``fmt``, or the input's format
-    when ``fmt`` is None). ``root`` is the output folder, resolved: the writer checks again,
-    just before it writes, that the target's folder lies inside it."""
+    """One image to pad: read ``source``, write ``target`` in ``fmt`` (None: the input's).
+    ``root`` is the output folder, resolved, which the writer checks again."""
 
     source: Path
     target: Path
@@ -69,8 +60,7 @@ def _resolve(path: Path) -> Path:
 
 
 def _resolver() -> Callable[[Path], Path]:
-    """``_resolve`` for one pass over many files: each folder is resolved once, a file below it
-    is that and its name (a file that is itself a symbolic link is resolved whole)."""
+    """``_resolve`` for many files, each folder resolved once (a symbolic link: whole)."""
     folders: dict[Path, Path] = {}
 
     def resolve(path: Path) -> Path:
@@ -84,9 +74,8 @@ def _resolver() -> Callable[[Path], Path]:
 
 
 def describe_non_regular(path: Path) -> str | None:
-    """What ``path`` is when it exists but is neither a regular file nor a folder (``"a FIFO
-    (named pipe)"``, ``"a broken symbolic link to 'x'"``, ...); None when it is one of those
-    or does not exist."""
+    """What ``path`` is (``"a FIFO (named pipe)"``, ``"a broken symbolic link to 'x'"``, ...)
+    when it exists but is neither a regular file nor a folder; else None."""
     try:
         mode = os.stat(path).st_mode
     except FileNotFoundError:
@@ -126,9 +115,8 @@ def _names(folder: str) -> list[str]:
 
 
 def _folders(top: str, hidden: bool) -> Iterator[str]:
-    """``top`` and every folder below it (``hidden``: those named with a leading dot too),
-    never entering a symbolically linked folder nor one already seen (a bind mount of an
-    ancestor), so that a tree with a link loop ends."""
+    """``top`` and every folder below it (``hidden``: dot-folders too), never entering a
+    symbolically linked folder nor one already seen (a bind mount of an ancestor)."""
     seen: set[tuple[int, int]] = set()
     stack = [top]
     while stack:
@@ -151,11 +139,7 @@ def _folders(top: str, hidden: bool) -> Iterator[str]:
 
 
 def _expand(prefix: str, parts: Sequence[str]) -> Iterator[str]:
-    """The paths below ``prefix`` matching the pattern components ``parts``."""
-    if not parts:
-        if prefix:
-            yield prefix
-        return
+    """The paths below ``prefix`` matching the pattern components ``parts`` (at least one)."""
     part, rest = parts[0], parts[1:]
     if part == "**":  # zero or more folders
         for folder in _folders(prefix, hidden=False):
@@ -163,18 +147,13 @@ def _expand(prefix: str, parts: Sequence[str]) -> Iterator[str]:
                 yield from _expand(folder, rest)
             else:  # a trailing "**": every entry below
                 yield from (os.path.join(folder, n) for n in _names(folder) if n[:1] != ".")
-    elif _GLOB_CHARS & set(part):
-        for name in _names(prefix):
-            if name.startswith(".") and not part.startswith("."):
-                continue  # as glob: a wildcard does not match a hidden name
-            if fnmatch.fnmatch(name, part):
-                path = os.path.join(prefix, name)
-                if not rest:
-                    yield path
-                elif os.path.isdir(path):
-                    yield from _expand(path, rest)
-    else:
-        path = os.path.join(prefix, part)
+        return
+    names = [part]
+    if _GLOB_CHARS & set(part):  # as glob: a wildcard does not match a hidden name
+        hidden = part[:1] == "."
+        names = [n for n in _names(prefix) if (hidden or n[:1] != ".") and fnmatch.fnmatch(n, part)]
+    for name in names:
+        path = os.path.join(prefix, name)
         if not rest:
             if os.path.lexists(path):
                 yield path
@@ -183,10 +162,8 @@ def _expand(prefix: str, parts: Sequence[str]) -> Iterator[str]:
 
 
 def _glob(pattern: str) -> Iterator[str]:
-    """The paths matching ``pattern`` as ``glob.glob(pattern, recursive=True)`` finds them
-    (``*`` skips names starting with a dot, ``**`` spans zero or more folders), except that
-    ``**`` never enters a symbolically linked folder, so that it ends on a tree with a link
-    loop (where ``glob.glob`` runs until memory runs out)."""
+    """``glob.glob(pattern, recursive=True)``, except that ``**`` never enters a symbolically
+    linked folder: on a tree with a link loop it ends (``glob.glob`` runs out of memory)."""
     parts = Path(pattern).parts
     if os.path.isabs(pattern):
         return _expand(parts[0], parts[1:])
@@ -212,17 +189,18 @@ def find_inputs(
     skip: Path | None = None,
     problems: list[str] | None = None,
 ) -> list[tuple[Path, Path]]:
-    """``(source, relative output path)`` for every image that ``specs`` name, in order.
+    """``(source, output path relative to the output folder)`` for every image ``specs`` name,
+    in order: a folder's files relative to it, a pattern's to its fixed leading folders, a file
+    by its name.
 
-    ``skip`` is a folder whose files are never inputs (the output folder, so that padding ``.``
-    into ``./padded`` twice does not pad the padded images); a folder input that is ``skip``
-    or lies inside it is a UsageError. A spec that names nothing (a missing path, a FIFO or
-    other non-regular file, an empty folder, a pattern without matches) is a UsageError, or,
-    when ``problems`` is a list, a line appended to it (``--keep-going``).
+    ``skip`` (the output folder) holds no inputs, so that padding ``.`` into ``./padded`` twice
+    does not pad the padded images; a folder input inside it is a UsageError. A spec that names
+    nothing (missing, not a regular file, an empty folder, no match) is a UsageError, or, when
+    ``problems`` is a list, a line appended to it (``--keep-going``).
     """
     suffixes = _image_suffixes()
     skip = _resolve(skip) if skip is not None else None
-    skipped_folders: dict[str, bool] = {}  # a folder (as named) -> it lies in skip
+    real = _resolver()
     found: list[tuple[Path, Path]] = []
 
     def problem(message: str) -> None:
@@ -233,12 +211,8 @@ def find_inputs(
     def in_skip(path: str) -> bool:
         if skip is None:
             return False
-        if os.path.islink(path):
-            return inside(_resolve(Path(path)), skip)
-        folder = os.path.dirname(path)
-        if folder not in skipped_folders:  # each folder resolved once: the files in it follow
-            skipped_folders[folder] = inside(_resolve(Path(folder or os.curdir)), skip)
-        return skipped_folders[folder]
+        resolved = real(Path(path))  # a file in its folder (resolved once), or a link's target
+        return inside(resolved if os.path.islink(path) else resolved.parent, skip)
 
     def images(paths: Iterable[str]) -> tuple[list[str], int]:
         """The image files among ``paths``, and how many of them lie in ``skip``."""
@@ -289,8 +263,8 @@ def find_inputs(
 
 
 def output_format(name: str) -> str:
-    """Pillow's name of the format ``name`` (``png``, ``jpg``, ``JPEG``, ``.tif``...) if Pillow
-    can write it, else UsageError listing the choices."""
+    """Pillow's name of the format ``name`` (``png``, ``jpg``, ``.tif``...); UsageError listing
+    the choices if Pillow cannot write it."""
     PIL.Image.init()
     key = name.upper().lstrip(".")
     fmt = PIL.Image.registered_extensions().get("." + key.lower(), key)
@@ -325,11 +299,10 @@ def plan_jobs(
 ) -> list[FileJob]:
     """One job per found image, writing under ``out_dir`` (suffix changed to ``fmt``'s).
 
-    Raises UsageError, before anything is written, when two inputs would write the same file,
-    when an output path already names an input or a ``protect`` file (the same device and
-    inode, so a hard link or a symbolic link to it counts), or when an output would land
-    outside ``out_dir`` (a relative path with ``..``, or a symbolic link on the way to a folder
-    elsewhere).
+    Raises UsageError, before anything is written, when two inputs would write one file, when
+    an output path names an input or a ``protect`` file (same device and inode: a hard or
+    symbolic link counts), or when an output would land outside ``out_dir`` (``..``, or a
+    symbolic link on the way to a folder elsewhere).
     """
     if out_dir.exists() and not out_dir.is_dir():
         raise UsageError(f"output {str(out_dir)!r} exists and is not a folder")

@@ -85,13 +85,12 @@ def run(args: argparse.Namespace) -> int:
 
     plans: list[tuple[int, Outcome]] = []
     done: list[tuple[int, Outcome]] = []
-    not_written = 0  # inputs that failed while being padded or written
     stopped = False
     with contextlib.ExitStack() as stack:
         pool = stack.enter_context(Workers(spec, todo, workers)) if todo else None
         progress = Progress(sys.stderr, len(todo), "checking", enabled=show and bool(todo))
         bad: list[str] = []
-        for i, result in pool.check(range(len(todo))) if pool else ():
+        for i, result in pool.run("check", range(len(todo))) if pool else ():
             if isinstance(result, str):
                 bad.append(result)
             else:
@@ -119,10 +118,9 @@ def run(args: argparse.Namespace) -> int:
                 print(f"removed {stale}, left by a run that was killed", file=sys.stderr)
         progress = Progress(sys.stderr, len(plans), "padding", enabled=show and bool(plans))
         start = time.perf_counter()
-        for i, result in pool.pad([i for i, _ in plans]) if pool else ():
+        for i, result in pool.run("pad", [i for i, _ in plans]) if pool else ():
             if isinstance(result, str):
                 failed.append(result)
-                not_written += 1
                 print(f"tipad: error: {result}", file=sys.stderr)
                 if not keep_going and not stopped and pool is not None:
                     stopped = True
@@ -138,16 +136,14 @@ def run(args: argparse.Namespace) -> int:
             [o for _, o in done], spec.quality, seconds=time.perf_counter() - start, out_dir=out_dir
         )
     )
+    _report(skipped, [] if stopped else failed, out_dir)
     if stopped:
-        _report(skipped, [], out_dir)
-        left = len(plans) - len(done) - not_written
+        left = len(plans) - len(done) - len(failed)  # failed: all in this pad (else no stop)
         print(
             f"tipad: stopped at the first failure: {plural(left, 'other input')} not padded "
             "(--keep-going pads them; --skip-existing resumes)",
             file=sys.stderr,
         )
-        return 1
-    _report(skipped, failed, out_dir)
     return 1 if failed else 0
 
 

@@ -1,14 +1,6 @@
-"""One image file for ``tipad pad``: checked without decoding it, then decoded, padded and
-written.
-
-:class:`PadSpec` is the command's options (small and picklable: it travels to the worker
-processes); :class:`Painter` is built from it once per process and does the work.
-:meth:`Painter.check` reads only the header and runs the whole pad-and-encode path on a tiny
-stand-in image of the same mode (palette transparency included), so a fill with the wrong
-number of bands, a mode the output format cannot store or an option that does not apply fails
-here, for every input, before any file is written. :meth:`Painter.pad_file` decodes, pads and
-writes (:func:`~.writing.write_atomically`).
-"""
+"""One image file for ``tipad pad``: :meth:`Painter.check` reads only its header and pads and
+encodes a tiny stand-in of its mode, so that every option that does not suit an input fails
+before any file is written; :meth:`Painter.pad_file` decodes, pads and writes it."""
 
 from __future__ import annotations
 
@@ -45,9 +37,8 @@ _PIXEL_TILES = frozenset({"P", "PA", "I", "F"})
 
 
 def max_output_pixels() -> int:
-    """The largest output tipad writes, in pixels: twice ``PIL.Image.MAX_IMAGE_PIXELS``, where
-    Pillow refuses to open an image as a decompression bomb (178,956,970 by default), so every
-    output can be read back. A larger canvas would also be gigabytes of memory."""
+    """The largest output tipad writes, in pixels: twice ``PIL.Image.MAX_IMAGE_PIXELS``, past
+    which Pillow refuses to open an image as a decompression bomb, so every output reads back."""
     limit = PIL.Image.MAX_IMAGE_PIXELS
     return 2 * int(limit) if limit else 2 * 89_478_485
 
@@ -60,7 +51,8 @@ def is_lossy(fmt: str, mode: str) -> bool:
 
 @dataclass(frozen=True)
 class PadSpec:
-    """The options of one ``tipad pad`` run (see ``tipad pad --help``)."""
+    """The options of one ``tipad pad`` run (see ``tipad pad --help``); picklable, for the
+    worker processes."""
 
     padding: tuple[int, int, int, int]  # left, top, right, bottom
     mode: str | None = None  # a standard mode; None: a texture (``texture`` or the brick wall)
@@ -85,7 +77,7 @@ class Outcome(NamedTuple):
 
 
 class Painter:
-    """Pads images the way ``spec`` says; one per process (it holds the decoded tile)."""
+    """Pads images the way ``spec`` says; one per process (it holds the tile and caches)."""
 
     def __init__(self, spec: PadSpec) -> None:
         from ..functional import running_bond_stagger
@@ -108,39 +100,30 @@ class Painter:
         """Close the output folders this painter holds open."""
         self._folders.close()
 
-    # -- the padding itself ------------------------------------------------------------------
-
     def pad(
         self, img: PIL.Image.Image, padding: tuple[int, int, int, int] | None = None
     ) -> PIL.Image.Image:
-        """``img`` padded by ``padding`` (default the spec's): what the functional API returns
-        for it, built from PIL's own copies where they give exactly that (:mod:`.borders`).
-
-        Raises TypeError/ValueError from the functional API (a fill that does not suit the
-        mode, ...).
-        """
+        """``img`` padded by ``padding`` (default the spec's), as the functional API pads it
+        (from PIL's own copies where they give exactly that: :mod:`.borders`). Raises its
+        TypeError/ValueError (a fill that does not suit the mode, ...)."""
         padding = self.spec.padding if padding is None else padding
         mode = self.spec.mode
-        if img.mode not in MODES:
-            return self._pad_tensor(img, padding)
-        if mode is not None and mode != "constant":
-            out = mirror_pad(img, padding, mode)
-            return out if out is not None else self._pad_tensor(img, padding)
-        if mode == "constant" or img.mode not in _PIXEL_TILES:
-            left, top, right, bottom = padding
-            size = (img.width + left + right, img.height + top + bottom)
-            return on_wall(img, padding, self._wall(img.mode, padding, size))
+        if img.mode in MODES:
+            if mode is not None and mode != "constant":
+                out = mirror_pad(img, padding, mode)
+                if out is not None:
+                    return out
+            elif mode == "constant" or img.mode not in _PIXEL_TILES:
+                return on_wall(img, padding, self._wall(img, padding))
         return self._pad_tensor(img, padding)
 
-    def _wall(
-        self, mode: str, padding: tuple[int, int, int, int], size: tuple[int, int]
-    ) -> PIL.Image.Image:
-        """The border of a 1x1 ``mode`` image padded to at least ``size`` (see ``on_wall``),
-        grown when an image needs more."""
+    def _wall(self, img: PIL.Image.Image, padding: tuple[int, int, int, int]) -> PIL.Image.Image:
+        """The ``wall`` of :func:`~.borders.on_wall` for ``img``, grown as images need."""
+        mode, (left, top, right, bottom) = img.mode, padding
+        size = (img.width + left + right, img.height + top + bottom)
         wall = self._walls.get((mode, padding))
         if wall is None or wall.width < size[0] or wall.height < size[1]:
             w, h = size if wall is None else (max(size[0], wall.width), max(size[1], wall.height))
-            left, top = padding[:2]
             if self.spec.mode == "constant":  # the fill's pixel, copied everywhere
                 from ..backends import use  # lazily, as _pad_tensor's imports
 
@@ -181,8 +164,6 @@ class Painter:
     def _save_options(self, fmt: str) -> dict[str, Any]:
         quality = self.spec.quality if self.spec.quality is not None else _DEFAULT_QUALITY.get(fmt)
         return {} if quality is None else {"quality": quality}
-
-    # -- check: header only -----------------------------------------------------------------
 
     def check(self, job: FileJob) -> Outcome | str:
         """The outcome ``job`` would have, or a one-line reason why it would fail."""
@@ -251,8 +232,6 @@ class Painter:
         except (OSError, ValueError, KeyError, TypeError) as e:
             return f"cannot write it as {fmt}: {e}"
         return None
-
-    # -- the real thing ----------------------------------------------------------------------
 
     def pad_file(self, job: FileJob) -> Outcome | str:
         """Decode, pad and write ``job``; the outcome, or a one-line reason it failed."""

@@ -32,8 +32,8 @@ class Progress:
         self._last_draw = -1.0
         self._width = 0
 
-    def advance(self, n: int = 1) -> None:
-        self.done += n
+    def advance(self) -> None:
+        self.done += 1
         now = time.perf_counter()
         if self.enabled and (now - self._last_draw >= 0.1 or self.done == self.total):
             self._last_draw = now

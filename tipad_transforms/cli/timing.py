@@ -1,10 +1,5 @@
-"""The ``tipad demo`` timing table: every padding beside the peer a user would pick for it.
-
-:func:`time_paddings` measures (median wall times, a batch and one image), :func:`timing_table`
-formats the rows as the plain-text table the demo prints: tipad's rows, then the peers
-(``torch.nn.functional.pad``'s modes, torchvision v2's ``pad``) and a same-bytes ``copy_``,
-the machine's floor for writing the canvas.
-"""
+"""The ``tipad demo`` timing table: every padding beside the peers a user would pick instead
+(``torch.nn.functional.pad``, torchvision v2's ``pad``) and a same-bytes ``copy_``."""
 
 from __future__ import annotations
 
@@ -12,6 +7,7 @@ import statistics
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
+from functools import partial
 from typing import TYPE_CHECKING, Any
 
 from .arguments import STANDARD_MODES
@@ -24,11 +20,10 @@ if TYPE_CHECKING:  # imported lazily: `tipad --help` stays instant
 
 #: The label of the same-bytes copy row: a canvas-sized ``copy_`` into a preallocated tensor.
 COPY = "same-bytes copy_"
-# F.pad's modes, in the order of tipad's (edge is F.pad's replicate, circular its circular).
-TORCH_MODES = ("constant", "replicate", "reflect", "circular")
-#: Each tipad row's peers: what a user would call for that mode instead (torch's own ``F.pad``
-#: and torchvision v2's ``pad``); the texture rows have none, and stand beside the cheapest
-#: padding of the same bytes, ``F.pad`` constant.
+TORCH_MODES = ("constant", "replicate", "reflect", "circular")  # F.pad's, in tipad's order
+V2_MODES = ("edge", "reflect", "symmetric")  # torchvision v2 pad's, timed too
+#: Each tipad row's peers; the texture rows stand beside the cheapest padding of the same
+#: bytes, ``F.pad`` constant.
 PEERS: dict[str, tuple[str, ...]] = {
     "BrickPad": ("torch F.pad constant",),
     "TexturePad (stripes)": ("torch F.pad constant",),
@@ -69,20 +64,17 @@ def _median_ms(fn: Callable[[], Any], runs: int, sync: Callable[[], None]) -> fl
 
 
 def time_paddings(padding: int, runs: int, batch_size: int, device: str) -> list[Timing]:
-    """Median times of every tipad padding, then its peers and the same-bytes copy (last), on
-    random uint8 images.
-
-    Each row times a ``(batch_size, 3, 224, 224)`` batch and one ``(3, 224, 224)`` image on
-    ``device``, padded by ``padding`` px on every side, at least ``runs`` times each after
-    three warm-up calls, on the Taichi kernel (not the torch route a fresh process pads on first).
-    Raises ValueError when ``device`` cannot hold a tensor here.
-    """
+    """Median times of every tipad padding, then the peers and the copy (last): a random uint8
+    ``(batch_size, 3, 224, 224)`` batch and one ``(3, 224, 224)`` image on ``device``, padded by
+    ``padding`` px a side, on the Taichi kernel (the warm-up's torch route is off).
+    Raises ValueError when ``device`` cannot hold a tensor here."""
     import numpy as np
     import torch
     import torch.nn.functional as nnF
     import torchvision.transforms.v2.functional as tvF
 
     from ..backends.warmup import no_warmup
+    from ..functional import pad
     from ..transforms import BrickPad, TexturePad
 
     try:
@@ -101,19 +93,7 @@ def time_paddings(padding: int, runs: int, batch_size: int, device: str) -> list
     tile = torch.from_numpy(np.array(stripes())).permute(2, 0, 1).to(dev)
     brick_t, texture_t = BrickPad(padding), TexturePad(padding, tile.contiguous())
 
-    def standard(mode: str) -> Callable[[torch.Tensor], Any]:
-        from ..functional import pad  # lazily: the command line starts without torch
-
-        return lambda x: pad(x, padding, padding_mode=mode)
-
-    def torch_pad(mode: str) -> Callable[[torch.Tensor], Any]:
-        return lambda x: nnF.pad(x, [padding] * 4, mode=mode)
-
-    def v2_pad(mode: str) -> Callable[[torch.Tensor], Any]:
-        return lambda x: tvF.pad(x, [padding], padding_mode=mode)
-
-    # The copy writes a canvas's bytes from another canvas-sized tensor: the floor for any
-    # padding that writes the canvas once (buffers made once per input, outside the timing).
+    # The floor for writing the canvas once (its buffers made outside the timing).
     buffers: dict[int, tuple[torch.Tensor, torch.Tensor]] = {}
 
     def same_bytes_copy(x: torch.Tensor) -> Any:
@@ -126,9 +106,9 @@ def time_paddings(padding: int, runs: int, batch_size: int, device: str) -> list
     cases: list[tuple[str, Callable[[torch.Tensor], Any]]] = [
         ("BrickPad", brick_t),
         ("TexturePad (stripes)", texture_t),
-        *((f"pad {m}", standard(m)) for m in STANDARD_MODES),
-        *((f"torch F.pad {m}", torch_pad(m)) for m in TORCH_MODES),
-        *((f"v2 pad {m}", v2_pad(m)) for m in ("edge", "reflect", "symmetric")),
+        *((f"pad {m}", partial(pad, padding=padding, padding_mode=m)) for m in STANDARD_MODES),
+        *((f"torch F.pad {m}", partial(nnF.pad, pad=[padding] * 4, mode=m)) for m in TORCH_MODES),
+        *((f"v2 pad {m}", partial(tvF.pad, padding=[padding], padding_mode=m)) for m in V2_MODES),
         (COPY, same_bytes_copy),
     ]
     rows = []
@@ -141,10 +121,9 @@ def time_paddings(padding: int, runs: int, batch_size: int, device: str) -> list
 
 
 def timing_table(rows: list[Timing], padding: int, runs: int, batch: int, device: str) -> str:
-    """``rows`` (from :func:`time_paddings`: tipad's, then the peers, the copy last) as a
-    plain-text table: throughput, the time relative to the same-bytes copy and, for tipad's
-    rows, to the faster of its peers (named in the last column); the other arguments are the
-    ones the rows were timed with and appear in the heading."""
+    """``rows`` (as :func:`time_paddings` orders them) as a plain-text table: throughput, time
+    relative to the copy and, for tipad's rows, to the faster peer (named in the last column);
+    the other arguments are those the rows were timed with, for the heading."""
     import torch
 
     by_label = {r.label: r for r in rows}

@@ -1,17 +1,12 @@
-"""Worker processes for ``tipad pad``: every core decodes, pads and encodes its own files.
+"""Worker processes for ``tipad pad``: each decodes, pads and encodes whole files (Pillow holds
+the GIL for much of it); the parent sends index ranges of the job list each worker got at its
+start. The parent never launches a kernel, so on Linux the workers are forked, unless Taichi
+or CUDA already run here (a process forked after them would hang) or fork is missing.
 
-Decoding and encoding are most of the work and Pillow holds the GIL for much of it, so each
-worker process runs the whole path for a file (:class:`~.painter.Painter`); the parent hands out
-index ranges of the job list (which every worker got once, at its start) and counts the
-results. The parent never launches a kernel, so on Linux the workers can be forked (a process
-forked after Taichi started would hang, see ``backends``); where Taichi or CUDA already run in
-this process, or ``fork`` does not exist, they are spawned instead (each imports torch).
-
-A worker never outlives the run: SIGTERM (from the parent, which sends it when the run is
-interrupted or fails) removes the file the worker is writing and ends it at once; SIGINT and
-SIGHUP are the parent's to handle (Ctrl-C reaches the whole process group); and a thread in
-each worker ends it, the same way, when its parent is gone (killed with SIGKILL: nothing else
-would tell it).
+A worker never outlives the run: SIGTERM (sent by the parent when the run is interrupted or
+fails) removes the file it is writing and ends it; SIGINT and SIGHUP are left to the parent
+(Ctrl-C reaches the whole process group); a thread ends it the same way when the parent is
+gone (killed with SIGKILL, it could not tell its workers).
 """
 
 from __future__ import annotations
@@ -22,7 +17,7 @@ import signal
 import sys
 import threading
 import time
-from collections.abc import Iterator, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from concurrent.futures import ProcessPoolExecutor
 from multiprocessing.process import BaseProcess
 from multiprocessing.synchronize import Event
@@ -74,9 +69,7 @@ def _end_worker(signum: int, frame: FrameType | None = None) -> None:
 
 
 def _watch_parent(parent: int) -> None:
-    """End this worker when its parent process ``parent`` is gone (its children are handed to
-    another process: the parent id changes). A parent killed with SIGKILL cannot end its
-    workers itself, and a worker waiting for its next file would otherwise wait forever."""
+    """End this worker when its parent process ``parent`` is gone (the parent id changes)."""
     while os.getppid() == parent:
         time.sleep(_PARENT_POLL_S)
     _end_worker(signal.SIGTERM)
@@ -102,27 +95,33 @@ def _init_worker(spec: PadSpec, jobs: Sequence[FileJob], parent: int, stopping: 
     _painter = Painter(spec)
 
 
-def _run_chunk(phase: str, indices: Sequence[int]) -> list[Result]:
-    """Check (``phase`` "check") or pad the jobs at ``indices``; a pad stops early once the run
-    is stopped (the files not started are left out)."""
-    assert _painter is not None and _stopping is not None
-    if phase == "check":
-        return [(i, _painter.check(_jobs[i])) for i in indices]
-    results: list[Result] = []
+def _work(
+    painter: Painter,
+    jobs: Sequence[FileJob],
+    phase: str,
+    indices: Sequence[int],
+    stopped: Callable[[], bool],
+) -> Iterator[Result]:
+    """Check (``phase`` "check") or pad the jobs at ``indices``, until ``stopped()`` (the files
+    not started are left out)."""
+    work = painter.check if phase == "check" else painter.pad_file
     for i in indices:
-        if _stopping.is_set():
-            break
-        results.append((i, _painter.pad_file(_jobs[i])))
-    return results
+        if stopped():
+            return
+        yield i, work(jobs[i])
+
+
+def _run_chunk(phase: str, indices: Sequence[int]) -> list[Result]:
+    """:func:`_work` in a worker process."""
+    assert _painter is not None and _stopping is not None
+    return list(_work(_painter, _jobs, phase, indices, _stopping.is_set))
 
 
 class Workers:
     """``workers`` processes (0 or 1: this process) that check and pad ``jobs`` for ``spec``.
 
-    Use as a context manager; :meth:`check` and :meth:`pad` yield ``(index, result)`` for the
-    jobs at the given indices, in order; :meth:`stop` ends a :meth:`pad` early. Leaving the
-    context on an exception (an interrupting signal, a broken pipe, an error) ends the worker
-    processes at once (:meth:`terminate`); leaving it normally waits for them.
+    A context manager: leaving it on an exception (a stop signal, a broken pipe, an error) ends
+    the worker processes at once (:meth:`terminate`), leaving it normally waits for them.
     """
 
     def __init__(self, spec: PadSpec, jobs: Sequence[FileJob], workers: int) -> None:
@@ -193,28 +192,18 @@ class Workers:
                 p.join()
 
     def stop(self) -> None:
-        """Start no more files: the :meth:`pad` under way yields the results of the files
-        already in progress (each completely written or not at all), then ends."""
+        """Start no more files: the pad under way yields the results of the files already in
+        progress (each completely written or not at all), then ends."""
         self._stopped = True
         if self._stopping is not None:
             self._stopping.set()
 
-    def check(self, indices: Sequence[int]) -> Iterator[Result]:
-        """:meth:`Painter.check` of the jobs at ``indices``."""
-        return self._map("check", indices)
-
-    def pad(self, indices: Sequence[int]) -> Iterator[Result]:
-        """:meth:`Painter.pad_file` of the jobs at ``indices``."""
-        return self._map("pad", indices)
-
-    def _map(self, phase: str, indices: Sequence[int]) -> Iterator[Result]:
+    def run(self, phase: str, indices: Sequence[int]) -> Iterator[Result]:
+        """``(index, result)`` of :meth:`Painter.check` (``phase`` "check") or
+        :meth:`Painter.pad_file` ("pad") for the jobs at ``indices``, in order."""
         self._stopped = False
         if self._painter is not None:
-            run = self._painter.check if phase == "check" else self._painter.pad_file
-            for i in indices:
-                if self._stopped:
-                    return
-                yield i, run(self.jobs[i])
+            yield from _work(self._painter, self.jobs, phase, indices, lambda: self._stopped)
             return
         assert self._pool is not None
         # Chunks large enough that the round trips between processes do not count, small

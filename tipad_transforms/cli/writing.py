@@ -1,17 +1,8 @@
-"""Atomic writes for the command line: a temporary file beside the target, renamed into place.
-
-:func:`write_atomically` saves into ``.NAME.tipad-PID-XXXXXXXX.tmp`` beside the target and
-renames it over the target (``os.replace``), so a reader (or a later run) sees the old file or
-the complete new one, never a part, whatever stops the process. The rename replaces the
-directory entry: a symbolic link at the target is replaced, its target never opened; a hard
-link is broken, the other name keeps its data. The folder is opened from the output root one
-component at a time without following a symbolic link (:class:`OutputFolders`), so a link put
-on the way, even while the run writes, cannot lead outside it. With ``fsync`` the file is
-flushed to disk before the rename and the folder after it: the output then survives a power
-cut too; a file that replaces an earlier one is flushed before its rename in any case.
-:func:`discard_temporary` is what a worker's signal handler calls to remove the file
-being written before the process ends; :func:`remove_stale_temporaries` removes those that a
-process killed outright (SIGKILL) left.
+"""Atomic writes for the command line (:func:`write_atomically`): a reader or a later run sees
+the old file or the complete new one, never a part, whatever stops the process; a symbolic link
+at the target is replaced, never followed, and no link on the way leads outside the output
+folder. :func:`discard_temporary` (a worker's signal handler) and
+:func:`remove_stale_temporaries` (after SIGKILL) remove the temporary files left behind.
 """
 
 from __future__ import annotations
@@ -95,14 +86,15 @@ def write_atomically(
     folders: OutputFolders | None = None,
     fsync: bool = False,
 ) -> None:
-    """Save ``img`` as ``fmt`` at ``target`` through a temporary file renamed into place.
+    """Save ``img`` as ``fmt`` at ``target``: into ``.NAME.tipad-PID-XXXXXXXX.tmp`` beside it,
+    then ``os.replace`` over the directory entry (a symbolic link there is replaced, a hard link
+    broken).
 
     ``target``'s folder (opened through ``folders``, else for this call) is created if missing
     and must lie inside ``root`` (resolved). ``fsync``: flush the file, then its folder, to
-    disk; a file that replaces an earlier one is flushed before the rename in any case.
-    Raises OSError (disk full, no permission, a folder where the file should be, ...) and
-    whatever ``img.save`` raises; on any error or interruption the temporary file is removed
-    and an earlier file at ``target`` is untouched.
+    disk (a power cut then keeps it); a file that replaces an earlier one is flushed before the
+    rename in any case. Raises OSError (disk full, no permission, ...) and whatever
+    ``img.save`` raises; then the temporary file is removed and ``target`` is untouched.
     """
     global _writing
     own = folders is None

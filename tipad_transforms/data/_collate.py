@@ -1,9 +1,5 @@
-"""``PadCollate`` and ``GPUCollate``: collate samples of different sizes onto one padded canvas.
-
-The images of a batch are padded to one canvas size at a per-sample placement, with a texture
-(the brick wall by default) or a standard mode, by ``functional.pad_stack`` (one kernel launch
-for the whole batch); targets follow their own sample's placement (``_targets``).
-"""
+"""``PadCollate`` and ``GPUCollate``: collate samples of different sizes onto one padded canvas
+(``functional.pad_stack``, one launch); targets follow their own sample's placement."""
 
 from __future__ import annotations
 
@@ -34,8 +30,6 @@ from ._sampler import CanvasSampler, check_params, generator_draw
 from ._samples import REGION_KEY, read_samples
 from ._targets import Canvas, collate_field
 
-__all__ = ["GPUCollate", "PadCollate"]
-
 
 def _check_fill(fill: Any) -> Fill:
     numbers = (int, float, bool)
@@ -60,74 +54,52 @@ def _check_texture(texture: Any) -> None:
 class PadCollate(GeneratorsPickleAsBytes):
     """``collate_fn`` for images of different sizes: pad each onto one canvas size, then stack.
 
-    The border is a texture (the brick wall of ``BrickPad`` by default) or a standard mode, never
-    bare zeros; all the batch's images are padded in one kernel launch. Use it as
-    ``DataLoader(dataset, batch_size, collate_fn=PadCollate(...))``; it runs in worker processes
-    (CPU batches; fork workers after the parent used Taichi pad with the torch route and warn
-    once) and works with ``pin_memory=True``.
+    The border is a texture (``BrickPad``'s brick wall by default) or a standard mode; the whole
+    batch is padded in one kernel launch. Works in DataLoader workers (CPU batches) and with
+    ``pin_memory=True``; docs/data-loading.md shows it in use.
 
     Args:
-        size: canvas ``(H, W)`` (an int is square), every sample must fit (ValueError naming the
-            sample's index otherwise); ``None``: the batch's largest height and width.
-        multiple: with ``size=None``, round the canvas up to a multiple of this (an int or
-            ``(mh, mw)``), e.g. 32 for detectors.
-        placement: where each image lies in its canvas: ``"top_left"``, ``"center"`` (the extra
-            pixel of an odd margin goes right/bottom) or ``"random"`` (uniform per sample).
-        texture: the tile for ``padding_mode="texture"``: ``(th, tw)``, ``(C, th, tw)`` or a
-            one-texture bank ``(1, C, th, tw)``, converted to the images' dtype as
-            ``functional.texture_pad`` does. ``None``: ``functional.brick_pad``'s brick wall
-            (tile chosen per dtype and channel count, running-bond stagger).
-        padding_mode: ``"texture"`` or a standard mode of ``functional.pad`` (``"constant"``
-            with ``fill``, ``"edge"``, ``"reflect"``, ``"symmetric"``, ``"circular"``).
-        stagger: the texture's row stagger; default the brick wall's running bond, or 0 for a
-            given ``texture``. Texture mode only.
+        size: canvas ``(H, W)`` (an int is square) every sample must fit; ``None``: the batch's
+            largest height and width.
+        multiple: with ``size=None``, round the canvas up to a multiple of this (int or pair).
+        placement: ``"top_left"``, ``"center"`` (an odd margin's extra pixel goes right/bottom)
+            or ``"random"`` (uniform per sample).
+        texture: the tile for ``padding_mode="texture"``: ``(th, tw)``, ``(C, th, tw)`` or
+            ``(1, C, th, tw)``, converted as ``functional.texture_pad`` does; ``None``: the brick
+            wall of ``functional.brick_pad`` (tile per dtype and channel count).
+        padding_mode: ``"texture"`` or a standard mode of ``functional.pad``.
+        stagger: the texture's row stagger (texture mode only); default the brick wall's running
+            bond, or 0 for a given ``texture``.
         fill: constant mode's value (a number, or one per channel).
         mask_fill: border value of ``tv_tensors.Mask`` targets (e.g. 255 for "ignore").
-        random_offset: texture mode: draw a lattice offset ``(oy, ox)`` in ``[0, th) x [0, tw)``
-            per sample, as ``BrickPad(random_offset=True)`` does. Ignored by standard modes.
-        return_regions: also return where each real image lies (see below).
-        generator: ``torch.Generator`` for the draws (placement, offsets); default torch's
-            global RNG. In a DataLoader worker they come from a generator derived from it and
-            the worker's seed: workers and epochs differ, the same seeds repeat them, with every
-            start method (the generator reaches ``spawn`` workers as its state's bytes).
+        random_offset: texture mode: draw a lattice offset in ``[0, th) x [0, tw)`` per sample.
+        return_regions: also return where each real image lies (a ``Regions``).
+        generator: ``torch.Generator`` for the draws (default torch's global RNG). In a worker,
+            a generator derived from it and the worker's seed draws, so workers and epochs
+            differ and the same seeds repeat them, with every start method.
 
-    Samples and what comes back (``B`` samples, canvas ``(H, W)``): each sample is an image
-    (tensor ``(C, h, w)``, or ``(h, w)`` for all samples, becoming ``C = 1``; ``tv_tensors.Image``;
-    PIL image, converted to a uint8 ``(C, h, w)`` tensor as ``v2.PILToTensor``; numpy array
-    ``(h, w, C)`` or ``(h, w)`` as cv2 and Albumentations give them, read as ``v2.ToImage``
-    reads them: ``(C, h, w)``, dtype kept, copied) or a tuple, list or dict holding one (the
-    image is the first ``tv_tensors.Image`` or PIL image, else the ``"image"`` key of a dict,
-    else the first plain tensor or numpy array). The result has
-    ``torch.utils.data.default_collate``'s structure with:
+    Samples (``B`` of them) are images (tensor ``(C, h, w)`` or ``(h, w)``, ``tv_tensors.Image``,
+    PIL image, numpy ``(h, w, C)`` or ``(h, w)`` read as ``v2.ToImage`` reads them) or tuples,
+    lists or dicts holding one (the first ``tv_tensors.Image`` or PIL image, else a dict's
+    ``"image"``, else the first plain tensor or array). The result has ``default_collate``'s
+    structure, except:
 
-    * the image replaced by the padded batch ``(B, C, H, W)`` (a ``tv_tensors.Image`` if the
-      samples held ``tv_tensors.Image``), same dtype and device as the images;
-    * tv_tensors with a ``canvas_size`` (``BoundingBoxes``, ``KeyPoints``, ``Regions``, any
-      type with a ``functional.pad`` kernel): a list per sample, each moved by its kernel by
-      its own sample's ``(left, top)`` onto ``canvas_size`` ``(H, W)``;
-    * ``tv_tensors.Mask``: padded with ``mask_fill`` at its sample's placement and stacked; a
-      dict holding boxes or keypoints (torchvision's detection target) stays a list of
-      per-sample dicts, its masks padded but not stacked;
-    * anything else: ``default_collate`` (a plain tensor or array of another size per sample
-      is refused with a ``ValueError``; where it has its image's size, the message says to
-      give masks as ``tv_tensors.Mask``).
+    * the image: the padded batch ``(B, C, H, W)`` (``tv_tensors.Image`` if the samples held
+      them), in the images' dtype and device;
+    * tv_tensors with a ``canvas_size`` (``BoundingBoxes``, ``KeyPoints``, ``Regions``, any type
+      with a ``functional.pad`` kernel): a list per sample, each moved by its sample's padding;
+    * ``tv_tensors.Mask``: padded with ``mask_fill`` and stacked; a dict holding boxes or
+      keypoints (a detection target) stays a list of per-sample dicts.
 
-    With ``return_regions=True`` the batch also says where each real image lies in its canvas:
-    a ``Regions`` ``(B, 4)`` int64 tensor of ``(top, left, h, w)`` with ``canvas_size`` ``(H,
-    W)`` (``images[i, :, top:top+h, left:left+w]`` is image ``i``), so a loss can mask the
-    padding. Bare images give ``(images, regions)``; tuples/lists get it appended; dicts get it
-    under the key ``"region"``. ``Regions`` follow every geometric transform applied later
-    (``DeviceLoader``, ``GPUCollate`` transforms, ``v2.Compose``) as boxes do.
-
-    ``make_params(sizes)`` draws a batch's parameters (``sampler``, shared with
-    ``RayPadBatch``); ``collate(samples, params=...)`` replays them exactly.
+    With ``return_regions=True``, a ``Regions`` ``(B, 4)`` int64 of ``(top, left, h, w)`` on
+    canvas ``(H, W)`` is appended (bare images: ``(images, regions)``; dicts: key ``"region"``).
+    ``make_params(sizes)`` draws a batch's parameters; ``collate(samples, params=...)`` replays.
 
     Raises:
         TypeError / ValueError: at construction, naming the argument; at call time, naming the
-            sample: an empty batch, samples of different structure, images of another rank,
-            channel count, dtype or device than ``samples[0]``'s, larger than a fixed
-            ``size``, or not images; targets whose ``canvas_size`` or size is not their
-            image's; fields that ``default_collate`` cannot stack.
+            sample: an empty batch, samples of different structure, images unlike
+            ``samples[0]``'s (rank, channels, dtype, device), larger than ``size``, or not
+            images; targets not on their image's size; fields ``default_collate`` cannot stack.
 
     Examples:
         >>> import torch
@@ -159,24 +131,20 @@ class PadCollate(GeneratorsPickleAsBytes):
         generator: torch.Generator | None = None,
     ) -> None:
         self.padding_mode = "texture" if padding_mode == "texture" else check_mode(padding_mode)
-        if texture is not None:
-            if self.padding_mode != "texture":
+        textured = self.padding_mode == "texture"
+        for name, value in (("texture", texture), ("stagger", stagger)):
+            if value is not None and not textured:
                 raise ValueError(
-                    f"texture is for padding_mode='texture', got padding_mode={padding_mode!r}"
+                    f"{name} is for padding_mode='texture', got padding_mode={padding_mode!r}"
                 )
+        if texture is not None:
             _check_texture(texture)
-            bank = as_bank(texture)
-            if bank.shape[0] != 1:
+            if as_bank(texture).shape[0] != 1:
                 raise ValueError(
                     "texture must be one tile (th, tw), (C, th, tw) or (1, C, th, tw), got a bank "
                     f"of shape {tuple(texture.shape)}"
                 )
         self.texture = texture
-        textured = self.padding_mode == "texture"
-        if stagger is not None and not textured:
-            raise ValueError(
-                f"stagger is for padding_mode='texture', got padding_mode={padding_mode!r}"
-            )
         if stagger is None:
             stagger = F.running_bond_stagger() if texture is None and textured else 0
         self.stagger = check_int(stagger, "stagger")
@@ -191,7 +159,6 @@ class PadCollate(GeneratorsPickleAsBytes):
             else (int(texture.shape[-2]), int(texture.shape[-1]))
         )
         drawn = self.tile_size if textured and self.random_offset else None
-        #: The batch's parameter sampler (canvas, placements, lattice offsets).
         self.sampler = CanvasSampler(size, multiple, placement, drawn)
         # Where the batch is built: None keeps the samples' device (GPUCollate sets its own).
         self._device: torch.device | None = None
@@ -201,31 +168,16 @@ class PadCollate(GeneratorsPickleAsBytes):
     placement = property(attrgetter("sampler.placement"))
 
     def canvas_size(self, sizes: Sequence[tuple[int, int]]) -> tuple[int, int]:
-        """The canvas ``(H, W)`` for images of ``sizes`` ``[(h, w), ...]``.
-
-        Raises ValueError naming the first sample larger than a fixed ``size``; TypeError /
-        ValueError naming ``sizes`` when it is not a non-empty list of ``(h, w)`` int pairs.
-        """
+        """The canvas ``(H, W)`` for images of ``sizes`` (see ``CanvasSampler.canvas_size``)."""
         return self.sampler.canvas_size(sizes)
 
     def make_params(self, sizes: Sequence[tuple[int, int]]) -> dict[str, Any]:
-        """Draw one batch's parameters for images of ``sizes`` ``[(h, w), ...]``.
-
-        Returns ``{"size": (H, W), "placement": int64 (B, 2) (top, left), "offset": int64
-        (B, 2) (oy, ox)}``, on the CPU. Draws, in this order: the placements (``"random"``),
-        then the lattice offsets (texture mode with ``random_offset``).
-        """
+        """Draw one batch's parameters for images of ``sizes`` ``[(h, w), ...]``: see
+        ``CanvasSampler.sample``."""
         return self.sampler.sample(sizes, generator_draw(self.generator))
-
-    # -- collation ------------------------------------------------------------------------
 
     def __call__(self, samples: Sequence[Any], *, params: dict[str, Any] | None = None) -> Any:
         """Collate ``samples`` (see the class docstring); ``params`` replays ``make_params``."""
-        return self._collate(samples, params)
-
-    def _collate(self, samples: Sequence[Any], params: dict[str, Any] | None) -> Any:
-        """The batch in ``default_collate``'s structure, the regions added (last, or under
-        ``"region"``) when they were asked for."""
         read = read_samples(samples)
         sizes = read.sizes
         if params is None:
@@ -263,8 +215,7 @@ class PadCollate(GeneratorsPickleAsBytes):
         return [*fields.values(), *extra]
 
     def _texture_for(self, image: torch.Tensor) -> torch.Tensor:
-        """The texture for ``image``'s batch: the given one (``pad_stack`` converts it, cached)
-        or ``brick_pad``'s brick tile for the image's dtype, device and channels."""
+        """The given texture (``pad_stack`` converts it) or the brick tile for ``image``."""
         if self.texture is not None:
             return self.texture.detach()
         channels = F.brick_channels(int(image.shape[0]))
@@ -278,12 +229,9 @@ class PadCollate(GeneratorsPickleAsBytes):
         ]
         if self.padding_mode == "texture":
             t = self.texture
-            parts.append(
-                "texture=brick"
-                if t is None
-                else f"texture=Tensor(shape={list(t.shape)}, dtype={t.dtype})"
-            )
-            parts += [f"stagger={self.stagger}", f"random_offset={self.random_offset}"]
+            shown = "brick" if t is None else f"Tensor(shape={list(t.shape)}, dtype={t.dtype})"
+            parts += [f"texture={shown}", f"stagger={self.stagger}"]
+            parts.append(f"random_offset={self.random_offset}")
         elif self.padding_mode == "constant":
             parts.append(f"fill={self.fill!r}")
         if self.mask_fill != 0:
@@ -301,19 +249,14 @@ class PadCollate(GeneratorsPickleAsBytes):
 class GPUCollate(PadCollate):
     """``PadCollate`` that builds the batch on a CUDA device, for ``num_workers=0`` loaders.
 
-    Each sample's image goes to ``device`` in one host-to-device copy (targets too); the padding
-    (one launch) and ``transforms`` then run there. Called in a DataLoader worker (where a
-    forked process cannot start CUDA), it raises RuntimeError naming the fix: ``PadCollate`` in
-    the workers plus ``DeviceLoader``, or ``num_workers=0``. Do not combine with
-    ``pin_memory=True`` (the batch is already on the device). ``device="cpu"`` runs the same
-    code on the CPU (and then also in workers), so one script serves both.
+    Each sample goes to ``device`` in one copy; the padding and ``transforms`` run there. In a
+    DataLoader worker (CUDA cannot start there) it raises RuntimeError naming the fix. Do not
+    combine with ``pin_memory=True``. ``device="cpu"`` runs the same code on the CPU.
 
     Args:
         device: where to build the batch (``"cuda"``: the current CUDA device).
-        transforms: a callable or a sequence of callables applied in order to the padded
-            batch on the device, e.g. ``BrickPad(8, random_offset=True)`` (one draw per sample,
-            one launch), ``v2.RandomResizedCrop`` (targets and regions follow) or
-            ``v2.Normalize``; see ``DeviceLoader`` for how a transform sees the batch.
+        transforms: a callable or a sequence of callables applied in order to the padded batch,
+            as ``DeviceLoader`` applies them.
         **kwargs: ``PadCollate``'s arguments.
 
     Returns: as ``PadCollate``, every tensor on ``device``.
@@ -333,7 +276,7 @@ class GPUCollate(PadCollate):
     def __call__(self, samples: Sequence[Any], *, params: dict[str, Any] | None = None) -> Any:
         cuda_guard(self.device, type(self).__name__)
         # Transforms run on the assembled batch, so a padding transform's targets follow it.
-        return apply_transforms(self._collate(samples, params), self.transforms)
+        return apply_transforms(super().__call__(samples, params=params), self.transforms)
 
     def _repr_parts(self) -> list[str]:
         parts = [f"device={str(self.device)!r}", *super()._repr_parts()]

@@ -25,15 +25,6 @@ from ._tree import (
     replace,
 )
 
-__all__ = [
-    "PerSample",
-    "Transforms",
-    "apply_transforms",
-    "check_device",
-    "check_transforms",
-    "cuda_guard",
-]
-
 Transforms = Callable[[Any], Any] | Sequence[Callable[[Any], Any]] | None
 
 
@@ -72,17 +63,9 @@ def check_transforms(transforms: Transforms) -> tuple[Callable[[Any], Any], ...]
 
 
 def apply_transforms(batch: Any, transforms: tuple[Callable[[Any], Any], ...]) -> Any:
-    """``batch`` with ``transforms`` applied in order.
-
-    A torchvision v2 transform (tipad's included) gets the whole batch structure, with the
-    image batch (``_tree``'s rule) as a ``tv_tensors.Image``: each element then gets what the
-    transform does to its type, so after a pad the ``Regions``, boxes, keypoints and masks of a
-    ``PadCollate`` batch follow the grown canvas, and plain tensors (labels) pass through. The
-    image comes back in its own type. Any other callable gets the image batch alone.
-
-    Raises ValueError naming the regions where a batch that holds ``Regions`` meets a transform
-    that moves pixels by its own code, past the per-type kernels (``UNFOLLOWABLE``).
-    """
+    """``batch`` with ``transforms`` applied in order, as ``DeviceLoader`` describes (a plain
+    image batch is wrapped as ``tv_tensors.Image`` for a v2 transform and unwrapped after).
+    ValueError naming the regions where a batch holding ``Regions`` meets ``UNFOLLOWABLE``."""
     for t in transforms:
         if isinstance(t, v2.Transform):
             if any(isinstance(x, Regions) for x in iter_tensors(batch)):
@@ -107,46 +90,38 @@ UNFOLLOWABLE: tuple[type[v2.Transform], ...] = (
 )
 
 
-def _nested(t: Any) -> list[Any]:
-    """``t`` and the transforms it holds (``v2.Compose``, ``RandomApply``, ``RandomChoice``,
-    ``RandomOrder`` keep theirs in a plain ``transforms`` list)."""
-    found, stack = [], [t]
+def check_followable(t: Any) -> None:
+    """ValueError naming the regions if ``t`` is or holds (``Compose``, ``RandomApply``, ...
+    keep theirs in ``transforms``, ``PerSample`` in ``inner``) a transform they cannot follow."""
+    stack = [t]
     while stack:
         current = stack.pop()
-        found.append(current)
+        if isinstance(current, UNFOLLOWABLE):
+            name = type(current).__name__
+            raise ValueError(
+                f"the batch holds Regions, which {name} cannot move: it changes the images' "
+                "pixels by its own code (torchvision refuses BoundingBoxes and masks there for "
+                "the same reason), so the regions would describe pixels that are no longer where "
+                f"they say. Apply {name} to a batch without regions "
+                "(PadCollate(return_regions=False)), or use transforms that move them: flips, "
+                "resizes, crops, pads, translate/scale affines"
+            )
         inner = getattr(current, "transforms", None)
         if isinstance(inner, (Sequence, torch.nn.ModuleList)) and not isinstance(inner, str):
             stack.extend(inner)
         if isinstance(current, PerSample):
             stack.append(current.inner)
-    return found
-
-
-def check_followable(t: Any) -> None:
-    """ValueError naming the regions if ``t`` holds a transform they cannot follow."""
-    for inner in _nested(t):
-        if isinstance(inner, UNFOLLOWABLE):
-            raise ValueError(
-                f"the batch holds Regions, which {type(inner).__name__} cannot move: it changes "
-                "the images' pixels by its own code (torchvision refuses BoundingBoxes and masks "
-                "there for the same reason), so the regions would describe pixels that are no "
-                f"longer where they say. Apply {type(inner).__name__} to a batch without regions "
-                "(PadCollate(return_regions=False)), or use transforms that move them: flips, "
-                "resizes, crops, pads, translate/scale affines"
-            )
 
 
 def _transform_structure(batch: Any, t: v2.Transform) -> Any:
-    plain = is_plain_tensor(batch)
-    if plain or not is_container(batch):
-        images = tv_tensors.Image(batch) if plain else batch
-        out = t(images)
-        return _unwrap(out) if plain else out
-    slot = find_image(batch)
-    image = batch[slot]
-    wrapped = is_plain_tensor(image)
-    out = t(replace(batch, slot, tv_tensors.Image(image) if wrapped else image))
-    return replace(out, slot, _unwrap(out[slot])) if wrapped else out
+    slot = find_image(batch) if is_container(batch) else None
+    image = batch if slot is None else batch[slot]
+    if not is_plain_tensor(image):
+        return t(batch)
+    if slot is None:
+        return _unwrap(t(tv_tensors.Image(image)))
+    out = t(replace(batch, slot, tv_tensors.Image(image)))
+    return replace(out, slot, _unwrap(out[slot]))
 
 
 def _unwrap(value: Any) -> Any:
@@ -160,13 +135,9 @@ def _unwrap(value: Any) -> Any:
 
 
 def cuda_guard(device: torch.device, who: str) -> None:
-    """Raise RuntimeError, naming the fix, where ``who`` must not build CUDA batches.
-
-    Inside a DataLoader worker CUDA either cannot start at all (a forked worker: "Cannot
-    re-initialize CUDA in forked subprocess") or would hand CUDA tensors across processes, which
-    breaks ``pin_memory`` and leaks device memory; a process forked after CUDA started in its
-    parent cannot use it either.
-    """
+    """Raise RuntimeError, naming the fix, where ``who`` must not build CUDA batches: in a
+    DataLoader worker (a forked one cannot start CUDA; CUDA tensors crossing processes break
+    ``pin_memory`` and leak memory) or a process forked after CUDA started in its parent."""
     if device.type != "cuda":
         return
     forked = ctorch.in_bad_fork()
@@ -186,38 +157,26 @@ def cuda_guard(device: torch.device, who: str) -> None:
     )
 
 
-# -- per-sample draws -------------------------------------------------------------------------
-
-
 class PerSample(v2.Transform):
     """Apply ``transform`` to each sample of a batch on its own: one random draw per sample.
 
-    A torchvision v2 transform draws its random parameters once per call, so on a batch
-    ``(B, C, H, W)`` every image flips, or none does. Wrapped in ``PerSample`` it is called once
-    per sample (Kornia's default, ``same_on_batch=False``), anywhere a v2 transform goes
-    (``DeviceLoader``, ``GPUCollate``, ``v2.Compose``), at one call of ``transform`` per sample.
-    tipad's ``BrickPad`` and ``TexturePad`` draw per sample already, in one launch.
+    A v2 transform draws once per call, so on a batch every image flips or none does; wrapped in
+    ``PerSample`` it is called once per sample (Kornia's ``same_on_batch=False``), anywhere a v2
+    transform goes. (``BrickPad`` and ``TexturePad`` draw per sample already, in one launch.)
 
-    How the batch is split (``B``: the image batch's first size; the image found by the rule of
-    ``DeviceLoader``): the images ``(B, C, H, W)``, masks ``(B, ...)``, labels and any tensor of
-    first size ``B`` into their rows, ``Regions`` into one-row regions (their ``canvas_size``
-    kept); a list or tuple of ``B`` per-sample values (``PadCollate``'s boxes, keypoints and
-    target dicts) into its elements; a list or tuple of tensors (a collated tuple field) and a
-    dict element by element. Each sample then goes through ``transform`` as a v2 transform sees
-    a sample (or, for a plain callable, its image alone), and the results are stacked back into
-    the batch's structure.
+    The batch (``B``: its image's first size) is split: tensors of first size ``B`` (images,
+    masks, labels) and ``Regions`` into rows, lists or tuples of ``B`` per-sample values
+    (``PadCollate``'s boxes and target dicts) into elements, other tuples, lists and dicts
+    element by element; the transformed samples are stacked back into the batch's structure.
 
     Args:
-        transform: a v2 transform (or any callable on an image) to apply to each sample; kept
-            as ``inner``.
+        transform: a v2 transform (or any callable on an image); kept as ``inner``.
 
     Raises:
         TypeError: ``transform`` not callable.
         ValueError: at call time, naming the element: a batch without a ``(B, C, H, W)`` image;
-            an element that does not split into ``B`` samples (a ``BoundingBoxes`` tensor of
-            the whole batch, a tensor of another first size, a number); samples that come back
-            with different shapes or canvases (end the per-sample transforms with one that
-            gives one size, e.g. ``v2.RandomResizedCrop(size)``, ``v2.Resize((h, w))``).
+            an element that does not split into ``B`` samples; samples that come back with
+            different shapes or canvases.
     """
 
     def __init__(self, transform: Callable[..., Any]) -> None:
@@ -229,10 +188,8 @@ class PerSample(v2.Transform):
 
     def forward(self, *inputs: Any) -> Any:
         batch = inputs if len(inputs) > 1 else inputs[0]
-        image = batch if isinstance(batch, torch.Tensor) else None
-        if image is None and is_container(batch):
-            slot = image_slot(batch)
-            image = batch[slot] if slot is not None else None
+        slot = image_slot(batch) if is_container(batch) else None
+        image = batch if slot is None else batch[slot]
         if not isinstance(image, torch.Tensor) or image.dim() != 4:
             shape = tuple(image.shape) if isinstance(image, torch.Tensor) else None
             raise ValueError(
@@ -242,30 +199,25 @@ class PerSample(v2.Transform):
         n = int(image.shape[0])
         if n == 0:
             return batch  # no sample, no draw
-        plan, samples = _split(batch, n, "batch", top=True)
-        outs = [apply_transforms(sample, (self.inner,)) for sample in samples]
-        return _join(plan, outs, "batch", self.inner)
+        outs = [apply_transforms(s, (self.inner,)) for s in _split(batch, n, "batch", top=True)]
+        return _join(batch, outs, "batch", self.inner, top=True)
 
     def extra_repr(self) -> str:
         return "" if isinstance(self.inner, torch.nn.Module) else repr(self.inner)
 
 
-# How one element of a batch was split: rows of a tensor, the elements of a per-sample list,
-# or a container split element by element.
-_Plan = tuple[str, Any, list[Any]]
-
-
-def _is_per_sample_list(value: Sequence[Any], n: int) -> bool:
+def _is_per_sample_list(value: Sequence[Any], n: int, top: bool) -> bool:
     # A collated tuple field holds tensors of the whole batch; PadCollate's per-sample lists
-    # hold boxes, keypoints, dicts (or strings, numbers).
-    return len(value) == n and not all(
-        isinstance(v, torch.Tensor) and not on_canvas(v) for v in value
+    # hold boxes, keypoints, dicts (or strings, numbers). The batch itself never is one.
+    return (
+        not top
+        and len(value) == n
+        and not all(isinstance(v, torch.Tensor) and not on_canvas(v) for v in value)
     )
 
 
-def _split(value: Any, n: int, path: str, *, top: bool = False) -> tuple[_Plan, list[Any]]:
-    """``value`` as ``n`` per-sample values, and how to put them back (``_join``). The batch
-    itself (``top``) is always a container of fields, whatever its length."""
+def _split(value: Any, n: int, path: str, *, top: bool = False) -> list[Any]:
+    """``value`` (found at ``path``) as ``n`` per-sample values; ``_join`` puts them back."""
     if on_canvas(value) and not isinstance(value, Regions):
         raise ValueError(
             f"PerSample cannot split {path}: a {type(value).__name__} tensor holds one image's "
@@ -278,44 +230,35 @@ def _split(value: Any, n: int, path: str, *, top: bool = False) -> tuple[_Plan, 
                 f"{n} samples: its first size must be {n}"
             )
         plain = value.as_subclass(torch.Tensor)
-        rows: list[Any]
         if isinstance(value, Regions):
-            rows = [Regions.wrap(plain[i : i + 1], like=value) for i in range(n)]
-        elif isinstance(value, tv_tensors.TVTensor):
-            rows = [tv_tensors.wrap(plain[i], like=value) for i in range(n)]
-        else:
-            rows = list(plain.unbind(0))
-        return ("rows", None, []), rows
+            return [Regions.wrap(plain[i : i + 1], like=value) for i in range(n)]
+        if isinstance(value, tv_tensors.TVTensor):
+            return [tv_tensors.wrap(plain[i], like=value) for i in range(n)]
+        return list(plain.unbind(0))
     if isinstance(value, Mapping):
         parts = {k: _split(v, n, f"{path}[{k!r}]") for k, v in value.items()}
-        samples = [{k: parts[k][1][i] for k in value} for i in range(n)]
-        return ("map", list(value), [parts[k][0] for k in value]), samples
+        return [{k: parts[k][i] for k in value} for i in range(n)]
     if isinstance(value, (tuple, list)):
-        if not top and _is_per_sample_list(value, n):
-            return ("items", value, []), list(value)
-        parts_list = [_split(v, n, f"{path}[{j}]") for j, v in enumerate(value)]
-        samples = [rebuild(value, [p[1][i] for p in parts_list]) for i in range(n)]
-        return ("seq", value, [p[0] for p in parts_list]), samples
+        if _is_per_sample_list(value, n, top):
+            return list(value)
+        columns = [_split(v, n, f"{path}[{j}]") for j, v in enumerate(value)]
+        return [rebuild(value, [c[i] for c in columns]) for i in range(n)]
     raise ValueError(
         f"PerSample cannot split {path} ({type(value).__name__}) into the batch's {n} samples: "
         "give tensors of first size B, lists of B values, or tuples/lists/dicts of those"
     )
 
 
-def _join(plan: _Plan, values: list[Any], path: str, t: Any) -> Any:
-    """The per-sample ``values`` (one per sample) put back as ``plan`` says."""
-    kind, like, inner = plan
-    if kind == "items":
-        return rebuild(like, values)
-    if kind == "map":
-        return {
-            k: _join(p, [v[k] for v in values], f"{path}[{k!r}]", t)
-            for k, p in zip(like, inner, strict=True)
-        }
-    if kind == "seq":
+def _join(like: Any, values: list[Any], path: str, t: Any, *, top: bool = False) -> Any:
+    """The per-sample ``values`` put back into the structure of ``like`` (what ``_split``
+    split)."""
+    if isinstance(like, Mapping):
+        return {k: _join(v, [s[k] for s in values], f"{path}[{k!r}]", t) for k, v in like.items()}
+    if isinstance(like, (tuple, list)):
+        if _is_per_sample_list(like, len(values), top):
+            return rebuild(like, values)
         return rebuild(
-            like,
-            [_join(p, [v[j] for v in values], f"{path}[{j}]", t) for j, p in enumerate(inner)],
+            like, [_join(v, [s[j] for s in values], f"{path}[{j}]", t) for j, v in enumerate(like)]
         )
     first = values[0]
     if not all(isinstance(v, torch.Tensor) for v in values):

@@ -1,11 +1,5 @@
-"""``DeviceLoader``: move a DataLoader's batches to the device ahead of use, then augment them.
-
-The device stage of a pipeline (timm's ``PrefetchLoader``, Lightning's
-``on_after_batch_transfer``): the workers build CPU batches (``PadCollate``), the main process
-copies each to the GPU on a side stream while the previous one is in use, and batch transforms
-(``BrickPad``/``TexturePad`` with per-sample parameters in one launch, ``v2.Normalize``,
-torchvision's geometry with the targets and regions following) run there.
-"""
+"""``DeviceLoader`` (timm's ``PrefetchLoader``, Lightning's ``on_after_batch_transfer``) and
+``worker_context``: the device stage of a pipeline, and workers that run the kernels."""
 
 from __future__ import annotations
 
@@ -22,27 +16,20 @@ from .._compat.cpython import main_path
 from ._device import Transforms, apply_transforms, check_device, check_transforms
 from ._tree import iter_tensors, to_device
 
-__all__ = ["DeviceLoader", "worker_context"]
-
 _PRELOAD = "tipad_transforms.backends.preload"
 
 
 def worker_context(method: str = "forkserver") -> BaseContext:
     """A ``multiprocessing_context`` for DataLoader workers that run the Taichi kernels.
 
-    ``"forkserver"``: the server process imports your main module (a script's, as a worker
-    would), torch, torchvision, this package's padding modules and Taichi (not initialised:
-    that is fork safe), once; every worker forked from it skips those imports and, once its
-    torch-route warm-up is spent (``TIPAD_WORKER_WARMUP`` or ``TIPAD_WARMUP`` seconds, default
-    0.5; see docs/data-loading.md), initialises Taichi and loads the kernels from Taichi's offline
-    cache. This sets the forkserver's preload list for the whole process (``["__main__"]``
-    plus this package's preload module, which imports the main module itself: CPython before
-    the gh-126631 fix never gives the server its path) and the ``TIPAD_FORKSERVER_MAIN``
-    environment variable (that path), so call it before the first forkserver worker starts.
-    ``"spawn"``: the plain spawn context (a spawned worker imports everything itself). Pair
-    either with ``persistent_workers=True`` to start workers (and Taichi in them) once, not
-    every epoch. Raises ``ValueError`` for another method (``fork`` workers of a process that
-    already ran a kernel cannot run it: see docs/data-loading.md).
+    ``"forkserver"``: the server imports your main module, torch, torchvision, the padding
+    modules and Taichi (uninitialised: fork safe) once, and every worker forked from it skips
+    those imports. This sets the process's forkserver preload list (``"__main__"`` and this
+    package's preload module, which imports the main module itself: CPython before the gh-126631
+    fix never gives the server its path) and ``TIPAD_FORKSERVER_MAIN``, so call it before the
+    first forkserver worker starts. ``"spawn"``: the plain spawn context. Pair either with
+    ``persistent_workers=True``. ValueError for another method (``fork`` workers of a process
+    that ran a kernel cannot run it); docs/data-loading.md has the details.
     """
     if method == "forkserver":
         from ..backends.taichi import FORKSERVER_MAIN_ENV
@@ -67,35 +54,28 @@ def _record(tensor: torch.Tensor, stream: torch.cuda.Stream) -> None:
 class DeviceLoader:
     """Wrap a DataLoader: yield its batches on ``device``, with ``transforms`` applied there.
 
-    Each batch has every tensor moved to ``device`` (through tuples, lists and dicts; tv_tensors
-    keep their type and metadata), then ``transforms`` applied in order. A v2 transform
-    (torchvision's or tipad's) gets the whole batch with the image batch (the batch itself if it
-    is a tensor, else the first ``tv_tensors.Image``, a dict's ``"image"`` key, the first plain
-    tensor) as a ``tv_tensors.Image``, so everything in it follows as torchvision moves it: boxes
-    and keypoints (with their ``canvas_size``), masks, and ``Regions`` (a rotation or shear that
-    leaves no rectangle raises ``ValueError`` naming them); labels pass through. Any other
-    callable gets the image batch alone. A v2 transform draws once per call, so once per batch;
-    ``PerSample(t)`` draws per sample.
+    Every tensor of a batch is moved to ``device`` (through tuples, lists and dicts; tv_tensors
+    keep their metadata), then the transforms run in order. A v2 transform gets the whole batch
+    with the image batch (the batch itself, else the first ``tv_tensors.Image``, a dict's
+    ``"image"``, the first plain tensor) as a ``tv_tensors.Image``, so boxes, keypoints, masks
+    and ``Regions`` follow as torchvision moves them and labels pass through; any other callable
+    gets the image batch alone. A v2 transform draws once per batch; ``PerSample(t)`` per sample.
 
-    On CUDA with ``prefetch=True``, batch ``k + 1`` is copied on a side stream
-    (``non_blocking=True``, which overlaps with compute when the DataLoader pins memory:
-    ``pin_memory=True``) before batch ``k`` is handed out; the consumer's current stream waits
-    for the copy, and every yielded tensor is recorded on that stream so its memory is not
-    reused early. The transforms run on the consumer's current stream. On the CPU (or with
-    ``prefetch=False``) the batches are moved and transformed one at a time, so the same
-    training script runs on a CPU-only machine.
+    On CUDA with ``prefetch=True``, batch ``k + 1`` is copied on a side stream (asynchronous
+    with ``pin_memory=True``) before batch ``k`` is handed out; the consumer's current stream
+    waits for the copy and records every yielded tensor, and the transforms run on it. On the
+    CPU (or ``prefetch=False``) batches are moved and transformed one at a time.
 
     Args:
         loader: any iterable of batches, usually a ``torch.utils.data.DataLoader``.
         device: where the batches go (``"cuda"``, ``"cuda:0"``, ``"cpu"``, a torch.device).
-        transforms: None, a callable or a sequence of callables (v2 transforms get the whole
-            batch, other callables the image batch).
+        transforms: None, a callable or a sequence of callables.
         prefetch: copy the next batch while the current one is used (CUDA only).
 
-    Behaviour: ``len()`` is the loader's; every ``iter()`` is a new epoch (the loader's own
-    re-iteration, persistent workers included); ``set_epoch(e)`` reaches the sampler (e.g. a
-    ``DistributedSampler``); leaving the loop early (``break``, an exception) drops the loader's
-    iterator at once, which stops its (non-persistent) worker processes.
+    ``len()``, ``dataset``, ``sampler`` and ``batch_size`` are the loader's; every ``iter()`` is
+    a new epoch; ``set_epoch(e)`` reaches the sampler (a ``DistributedSampler``); leaving the
+    loop early (``break``, an exception) drops the loader's iterator at once, which stops its
+    (non-persistent) workers.
 
     Raises:
         TypeError / ValueError: naming the argument. While iterating: what the transforms
@@ -139,23 +119,19 @@ class DeviceLoader:
 
     @property
     def dataset(self) -> Any:
-        """The wrapped loader's dataset."""
         return getattr(self.loader, "dataset", None)
 
     @property
     def sampler(self) -> Any:
-        """The wrapped loader's sampler."""
         return getattr(self.loader, "sampler", None)
 
     @property
     def batch_size(self) -> Any:
-        """The wrapped loader's batch size."""
         return getattr(self.loader, "batch_size", None)
 
     def set_epoch(self, epoch: int) -> None:
-        """Pass ``epoch`` on to the loader (if it has ``set_epoch``) or else to its sampler and
-        batch sampler (``DistributedSampler`` reshuffles per epoch); no-op where none has one.
-        TypeError if ``epoch`` is not an int, ValueError if it is negative."""
+        """Pass ``epoch`` to the loader's ``set_epoch``, or else to its sampler and batch sampler
+        (no-op where none has one); TypeError / ValueError for a non-int or negative epoch."""
         check_int(epoch, "epoch", minimum=0)
         own = getattr(self.loader, "set_epoch", None)
         if callable(own):
@@ -163,11 +139,9 @@ class DeviceLoader:
             return
         batch_sampler = getattr(self.loader, "batch_sampler", None)
         targets = (self.sampler, batch_sampler, getattr(batch_sampler, "sampler", None))
-        seen: list[Any] = []
-        for target in targets:
+        for target in {id(t): t for t in targets}.values():  # each sampler once
             set_epoch = getattr(target, "set_epoch", None)
-            if callable(set_epoch) and not any(target is s for s in seen):
-                seen.append(target)
+            if callable(set_epoch):
                 set_epoch(epoch)
 
     def __iter__(self) -> Iterator[Any]:
@@ -175,14 +149,12 @@ class DeviceLoader:
             return self._prefetched()
         return self._plain()
 
-    def _finish(self, batch: Any) -> Any:
-        return apply_transforms(batch, self.transforms)
-
     def _plain(self) -> Iterator[Any]:
         batches = iter(self.loader)
         try:
             for batch in batches:
-                yield self._finish(to_device(batch, self.device, non_blocking=True))
+                batch = to_device(batch, self.device, non_blocking=True)
+                yield apply_transforms(batch, self.transforms)
         finally:
             # Drop the iterator now (not when this generator is collected): a DataLoader's
             # iterator shuts its worker processes down when it goes away.
@@ -202,7 +174,7 @@ class DeviceLoader:
                     _record(t, current)
                 batch, pending = pending, None
                 pending = self._copy(next(batches, _END), stream)
-                yield self._finish(batch)
+                yield apply_transforms(batch, self.transforms)
         finally:
             del batches
 

@@ -1,12 +1,5 @@
 """``RayPadBatch``: ``PadCollate`` as a batch callable for ``ray.data.Dataset.map_batches``.
-
-Ray Data hands a callable class a dict of numpy columns per batch; this one pads the batch's
-variable-size images onto one canvas (one kernel launch) exactly as ``PadCollate`` would, and
-returns the padded batch and the regions as columns. Random draws (placement, lattice offset)
-come from a hash of ``seed`` and each row's key (its path), never from the actor's state, so a
-restarted or rescheduled actor, or another batching of the same rows (with a fixed ``size``),
-gives the same pixels. Importing this module does not import Ray.
-"""
+Importing this module does not import Ray."""
 
 from __future__ import annotations
 
@@ -24,8 +17,7 @@ from ..distributed import visible_devices
 from ._collate import GPUCollate, PadCollate
 from ._device import check_device
 from ._sampler import keyed_draw
-
-__all__ = ["RayPadBatch"]
+from ._samples import check_array
 
 _SAMPLE = re.compile(r"samples\[(\d+)\]")
 # PadCollate's arguments that a Ray batch has no use for, and why.
@@ -40,15 +32,8 @@ _COLLATE_ARGS = [p for p in inspect.signature(PadCollate).parameters if p not in
 class RayPadBatch:
     """Pad a Ray Data batch of variable-size images onto one canvas: ``PadCollate`` for Ray.
 
-    Use with ``ray.data.Dataset.map_batches`` as a callable class (Ray builds one per actor):
-
-    >>> ds = ray.data.read_images(folder, mode="RGB", include_paths=True)  # doctest: +SKIP
-    >>> padded = ds.map_batches(                                          # doctest: +SKIP
-    ...     RayPadBatch, fn_constructor_kwargs={"size": 256, "placement": "random"},
-    ...     batch_size=32, concurrency=2)               # CPU actors; on GPUs add num_gpus=1
-    ...                                                 # and "device": "cuda"
-
-    What each call does to a batch (a dict of numpy columns, as Ray hands it over):
+    Use as a callable class, ``ds.map_batches(RayPadBatch, fn_constructor_kwargs={"size": 256},
+    ...)`` (docs/distributed.md has the recipe). Each call pads a dict of numpy columns:
 
     >>> import numpy as np
     >>> pad = RayPadBatch(size=16, placement="center", random_offset=False)
@@ -58,42 +43,34 @@ class RayPadBatch:
     >>> out["image"].shape, out["region"].tolist()
     ((2, 3, 16, 16), [[3, 2, 10, 12], [0, 4, 16, 8]])
 
-    Each call pads the batch's images in one launch with the ``PadCollate`` it holds
-    (``collate``, built from ``size`` and ``**collate``): the canvas is ``size``, or the batch's
-    largest image rounded up to ``multiple``; the border is the brick wall, ``texture`` or a
-    standard mode. Both draw their parameters with one sampler (``PadCollate.sampler``), so the
-    pixels equal ``PadCollate``'s output for the same samples and parameters (``make_params``),
-    bit for bit.
+    It pads with the ``PadCollate`` it holds (``collate``), in one launch: the pixels equal
+    ``PadCollate``'s for the same samples and parameters (``make_params``), bit for bit.
 
     Args:
         size: as in ``PadCollate``.
-        seed: a row's random placement and lattice offset are drawn from a hash of ``seed``
-            and its key, whatever the actor, its history or the row's batch (with
-            ``size=None`` the canvas, so the placement in it, is the batch's).
-        image_column: the column of images: ``(h, w, C)`` (``channels_last=True``, what
-            ``read_images`` gives), ``(C, h, w)`` (``channels_last=False``) or ``(h, w)``
-            arrays, one dtype and channel count per batch.
+        seed: a row's random placement and lattice offset come from a hash of ``seed`` and its
+            key, never the actor's state: a restarted actor or another batching of the rows
+            gives the same pixels (with ``size=None`` the canvas is the batch's).
+        image_column: the column of ``(h, w, C)`` (``channels_last=True``, what
+            ``read_images`` gives), ``(C, h, w)`` or ``(h, w)`` arrays, one dtype and channel
+            count per batch.
         key_column: the column that identifies a row (``read_images(..., include_paths=True)``
             gives ``"path"``); needed for random draws, and names the row in errors.
         region_column: the column added for the regions.
-        device: ``"cpu"``, or ``"cuda"`` in a GPU actor (``map_batches(..., num_gpus=1)``: Ray
-            narrows ``CUDA_VISIBLE_DEVICES`` to the actor's GPU, ``cuda:0``, Taichi's).
+        device: ``"cpu"``, or ``"cuda"`` in a GPU actor (``num_gpus=1``: its GPU is ``cuda:0``).
         channels_last: layout of the input images (see ``image_column``).
-        **collate: ``PadCollate``'s other arguments (``multiple``, ``placement``, ``texture``,
-            ``padding_mode``, ``stagger``, ``fill``, ``random_offset``); not ``generator``,
-            ``mask_fill`` or ``return_regions`` (TypeError).
+        **collate: ``PadCollate``'s other arguments; not ``generator``, ``mask_fill`` or
+            ``return_regions`` (TypeError).
 
-    Returns (per call): the batch's columns, with ``image_column`` replaced by the padded images
-    ``(B, C, H, W)`` (numpy, the input dtype, channels first as torch wants them) and
-    ``region_column`` ``(B, 4)`` int64 ``(top, left, h, w)``: where each image lies.
+    Returns (per call): the batch's columns, ``image_column`` replaced by the padded images
+    ``(B, C, H, W)`` (numpy, the input dtype) and ``region_column`` ``(B, 4)`` int64 ``(top,
+    left, h, w)``.
 
     Raises:
-        TypeError / ValueError at construction, naming the argument (``PadCollate``'s; a device
-        other than cpu or cuda; a region or key column that is the image column); RuntimeError for
+        TypeError / ValueError at construction, naming the argument; RuntimeError for
         ``device="cuda"`` in a process that sees no GPU or several. At call time, ValueError /
-        TypeError naming the row's key (its path): an image of another rank, channel count or
-        dtype than the batch's first, larger than ``size``, empty, or not an array; naming the
-        column: an empty batch, an image column that is no list or array.
+        TypeError naming the row's key (an image unlike the batch's first, larger than
+        ``size``, empty, or not an array) or the column (an empty batch, no list or array).
     """
 
     def __init__(
@@ -168,19 +145,14 @@ class RayPadBatch:
             )
         return torch.device("cuda", 0)
 
-    # -- parameters -----------------------------------------------------------------------
-
     def make_params(self, keys: Sequence[str], sizes: Sequence[tuple[int, int]]) -> dict[str, Any]:
-        """The parameters for rows ``keys`` with images of ``sizes`` ``[(h, w), ...]``, in
-        ``PadCollate.make_params``'s format: ``{"size", "placement", "offset"}``. Replays:
-        ``PadCollate(...)(samples, params=...)`` gives the same pixels."""
+        """The parameters for rows ``keys`` with images of ``sizes``, in ``PadCollate``'s
+        ``make_params`` format (``PadCollate(...)(samples, params=...)`` replays them)."""
         if isinstance(keys, (str, bytes)) or not isinstance(keys, Sequence):
             raise TypeError(f"keys must be a sequence of row keys, got {type(keys).__name__}")
         if len(keys) == 0 or len(keys) != len(sizes):
             raise ValueError(f"need one key per size, got {len(keys)} keys and {len(sizes)} sizes")
         return self.collate.sampler.sample(sizes, keyed_draw(self.seed, keys))
-
-    # -- the batch ------------------------------------------------------------------------
 
     def __call__(self, batch: Mapping[str, Any]) -> dict[str, Any]:
         """Pad one batch (a dict of columns, ``batch_format="numpy"``); see the class."""
@@ -233,16 +205,7 @@ class RayPadBatch:
         """One row's image as a ``(C, h, w)`` (or ``(h, w)``) tensor, sharing its memory."""
         if not isinstance(value, np.ndarray):
             raise TypeError(f"image {key!r}: expected a numpy array, got {type(value).__name__}")
-        if value.ndim not in (2, 3):
-            raise ValueError(
-                f"image {key!r}: expected (h, w) or (h, w, C) pixels, got shape {value.shape}"
-            )
-        if value.dtype == np.object_ or value.dtype.kind not in "biuf":
-            raise TypeError(
-                f"image {key!r}: pixels must be real numbers (bool, int, uint, float), got "
-                f"dtype {value.dtype}"
-            )
-        image = torch.from_numpy(np.ascontiguousarray(value))
+        image = torch.from_numpy(np.ascontiguousarray(check_array(value, f"image {key!r}")))
         if image.dim() == 3 and self.channels_last:
             image = image.permute(2, 0, 1)
         return image

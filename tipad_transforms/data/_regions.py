@@ -1,20 +1,10 @@
 """``Regions``: where each real image lies in its canvas, a tv_tensor that follows geometry.
 
-``PadCollate(return_regions=True)`` returns one ``(B, 4)`` int64 row ``(top, left, height,
-width)`` per sample, with the batch's ``canvas_size`` ``(H, W)``. Every geometric functional of
-torchvision's v2 (flips, resize, crops, pad, affine, rotate, perspective, elastic, five and ten
-crops) and tipad's padding functionals have a kernel for it here, so any transform built on
-them (``v2.RandomResizedCrop``, ``v2.RandomAffine``, ``BrickPad``, ...) moves the regions as it
-moves the pixels, in a ``DeviceLoader``, a ``GPUCollate`` or a plain ``v2.Compose``.
-
-Each kernel treats the regions as ``tv_tensors.BoundingBoxes`` (float64 ``XYXY`` boxes on the
-same canvas) and runs torchvision's own box kernel for the functional, then rounds the box's
-edges to the nearest pixel boundary (halves up): a region is where torchvision would move a box
-around the image. Where the image's pixels stop being an axis-aligned rectangle (a rotation by
-other than a multiple of 90 degrees, a shear, a perspective, an elastic displacement), no
-``(top, left, height, width)`` row can say where they lie: the kernel raises ``ValueError``
-naming the regions instead of returning the enclosing box. This file is the whole of the type:
-a new input type is one file of registrations like it.
+Every geometric functional of torchvision's v2 and tipad's padding functionals get a kernel
+here: the regions go through torchvision's box kernel as float64 ``XYXY`` boxes, each edge then
+rounded to the nearest pixel boundary (halves up). Where the image stops being an axis-aligned
+rectangle (rotation by other than 90 degrees, shear, perspective, elastic) the kernel raises
+``ValueError`` instead of returning the enclosing box. A new input type is one file like this.
 """
 
 from __future__ import annotations
@@ -28,37 +18,26 @@ from torchvision.transforms.v2 import functional as tvF
 
 from .. import functional as F
 from .._checks import INT32_MAX, is_int, parse_padding
-from ._sampler import check_pair
-
-__all__ = ["Regions"]
+from ._sampler import check_pair, is_int_dtype
 
 Canvas = tuple[int, int]
 
 
-def _check_canvas(canvas_size: Any) -> Canvas | None:
-    if canvas_size is None:
-        return None
-    try:
-        return check_pair(canvas_size, "canvas_size")
-    except ValueError:
-        raise ValueError(f"canvas_size must lie in [0, {INT32_MAX}], got {canvas_size!r}") from None
-
-
 class Regions(tv_tensors.TVTensor):
     """``(B, 4)`` integer rows ``(top, left, height, width)`` on a canvas ``(H, W)``:
-    ``images[i, :, top:top + height, left:left + width]`` is sample ``i``'s real image.
+    ``images[i, :, top:top + height, left:left + width]`` is sample ``i``'s real image
+    (``PadCollate(return_regions=True)`` returns them). Every geometric v2 transform moves them
+    as it moves the pixels.
 
     Args:
         data: anything ``torch.as_tensor`` takes, of shape ``(B, 4)``.
-        canvas_size: ``(H, W)`` of the images the rows refer to, as ``BoundingBoxes`` has it;
-            every transform but a pad needs it (a flip must know the width). ``None``: unknown
+        canvas_size: ``(H, W)`` of the images, as ``BoundingBoxes`` has it; ``None``: unknown
             (pads still move the rows; other geometric transforms raise ``ValueError``).
         dtype: an integer dtype (default int64); float data must hold whole numbers.
         device, requires_grad: as for any tv_tensor.
 
-    A plain tensor otherwise: indexing and arithmetic return plain tensors, as for every
-    tv_tensor; ``.to()``, ``.clone()``, ``.detach()`` and pickling keep the type and the
-    ``canvas_size``.
+    As for every tv_tensor, indexing and arithmetic return plain tensors; ``.to()``,
+    ``.clone()``, ``.detach()`` and pickling keep the type and ``canvas_size``.
 
     Raises:
         ValueError: not ``(B, 4)``; a negative height or width, a negative top or left, or a
@@ -85,13 +64,13 @@ class Regions(tv_tensors.TVTensor):
         device: torch.device | str | int | None = None,
         requires_grad: bool | None = None,
     ) -> Regions:
-        canvas = _check_canvas(canvas_size)
-        if dtype is not None and (
-            not isinstance(dtype, torch.dtype)
-            or dtype == torch.bool
-            or dtype.is_floating_point
-            or dtype.is_complex
-        ):
+        try:
+            canvas = None if canvas_size is None else check_pair(canvas_size, "canvas_size")
+        except ValueError:
+            raise ValueError(
+                f"canvas_size must lie in [0, {INT32_MAX}], got {canvas_size!r}"
+            ) from None
+        if dtype is not None and not is_int_dtype(dtype):
             raise TypeError(f"Regions must have an integer dtype, got {dtype!r}")
         try:
             raw = torch.as_tensor(data)
@@ -107,7 +86,7 @@ class Regions(tv_tensors.TVTensor):
             if not bool(torch.isfinite(raw).all() and (raw == raw.round()).all()):
                 raise ValueError("Regions must hold whole pixel counts, got non-integer values")
         tensor = cls._to_tensor(raw, dtype=dtype, device=device, requires_grad=requires_grad)
-        if tensor.dtype == torch.bool or tensor.is_floating_point() or tensor.is_complex():
+        if not is_int_dtype(tensor.dtype):
             raise TypeError(f"Regions must have an integer dtype, got {tensor.dtype}")
         if tensor.dim() != 2 or tensor.shape[-1] != 4:
             raise ValueError(f"Regions must have shape (B, 4), got {tuple(tensor.shape)}")
@@ -151,9 +130,6 @@ def _check_rows(rows: torch.Tensor, canvas: Canvas | None) -> None:
         raise ValueError("Regions must have top and left >= 0 (rows are (top, left, h, w))")
     if canvas is not None and bool(((top + h) > canvas[0]).any() | ((left + w) > canvas[1]).any()):
         raise ValueError(f"a row of Regions leaves its canvas_size {canvas}")
-
-
-# -- the kernels: regions as BoundingBoxes and back --------------------------------------------
 
 
 def _as_boxes(regions: Regions, what: str) -> tv_tensors.BoundingBoxes:
@@ -212,10 +188,9 @@ def _refuse(what: str, why: str) -> ValueError:
 
 
 def _rectangles_only(functional: Callable[..., Any], why: str) -> None:
-    """Register for ``functional`` (which maps lines to lines: affine, rotate, perspective) the
-    kernel that moves the regions' corners as ``KeyPoints`` first: where every corner lands on
-    a corner of their enclosing box, the image is still an axis-aligned rectangle and the
-    boxes' kernel gives it; otherwise ``ValueError``."""
+    """Register for ``functional`` (affine, rotate, perspective: lines to lines) the kernel that
+    moves the corners as ``KeyPoints`` first: only if each lands on a corner of their enclosing
+    box is the image still an axis-aligned rectangle, which the boxes' kernel then gives."""
 
     @tvF.register_kernel(functional, Regions)
     def kernel(regions: Regions, *args: Any, **kwargs: Any) -> Regions:
@@ -263,16 +238,14 @@ def _pad_regions(regions: Regions, padding: Any, *args: Any, **kw: Any) -> Regio
 
 def _crop_size(size: Any) -> tuple[int, int]:
     """torchvision's five/ten-crop ``size``: an int, ``[s]`` or ``[h, w]``."""
-    if is_int(size):
-        return int(size), int(size)
+    size = [size] if is_int(size) else size
     if isinstance(size, (tuple, list)) and len(size) in (1, 2) and all(is_int(s) for s in size):
-        return (int(size[0]), int(size[0])) if len(size) == 1 else (int(size[0]), int(size[1]))
+        return int(size[0]), int(size[-1])
     raise ValueError(f"Please provide only two dimensions (h, w) for size, got {size!r}")
 
 
 def _five(regions: Regions, size: Any) -> tuple[Regions, ...]:
-    """The regions in ``five_crop``'s five crops (top-left, top-right, bottom-left,
-    bottom-right, centre), each through the crop kernels."""
+    """The regions in ``five_crop``'s five crops (corners, then centre)."""
     ch, cw = _crop_size(size)
     boxes = _as_boxes(regions, _name(tvF.five_crop))
     height, width = boxes.canvas_size

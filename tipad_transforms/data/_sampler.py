@@ -1,11 +1,6 @@
-"""The data stage's one parameter sampler: a batch's canvas, placements and lattice offsets.
-
-``CanvasSampler.sample(sizes, draw)`` draws a whole batch's parameters at once (Kornia's
-parameter generators) as the dict that ``PadCollate(samples, params=...)`` replays. Only the
-source of the draws differs between its users: ``PadCollate`` draws from its generator
-(``_seeding.uniform``: per worker and epoch), ``RayPadBatch`` from a hash of its seed and each
-row's key (``keyed_draw``), so a row's draws do not depend on the process that pads it.
-"""
+"""The data stage's one parameter sampler (a batch's canvas, placements and lattice offsets),
+shared by ``PadCollate`` (draws from its generator) and ``RayPadBatch`` (draws from a hash of
+its seed and each row's key, so a row's draws do not depend on the process that pads it)."""
 
 from __future__ import annotations
 
@@ -18,16 +13,6 @@ import torch
 from .._checks import INT32_MAX, is_int
 from .._seeding import uniform
 
-__all__ = [
-    "PLACEMENTS",
-    "CanvasSampler",
-    "Draw",
-    "check_pair",
-    "check_params",
-    "generator_draw",
-    "keyed_draw",
-]
-
 PLACEMENTS = ("top_left", "center", "random")
 
 #: ``draw(slot, high)``: uniform int64 draws in ``[0, high)`` (one per element, ``high``'s
@@ -36,19 +21,25 @@ Draw = Callable[[int, torch.Tensor], torch.Tensor]
 
 
 def generator_draw(generator: torch.Generator | None) -> Draw:
-    """Draws from ``generator`` (torch's global RNG for None), in the order asked."""
+    """Draws from ``generator`` (torch's global RNG for None; per worker: ``_seeding``)."""
     return lambda slot, high: uniform(generator, high).cpu()
 
 
 def keyed_draw(seed: int, keys: Sequence[str]) -> Draw:
-    """Draws from a hash of ``seed`` and each row's key, the same in every process and run:
-    four 62-bit words per row, two for the placement and two for the lattice offset."""
+    """Draws from a hash of ``seed`` and each row's key: two 62-bit words per row per slot."""
     words = []
     for key in keys:
         digest = hashlib.blake2b(f"{seed}\x00{key}".encode(), digest_size=32).digest()
         words.append([int.from_bytes(digest[i : i + 8], "little") >> 2 for i in range(0, 32, 8)])
     table = torch.tensor(words, dtype=torch.int64).reshape(-1, 4)
     return lambda slot, high: table[:, 2 * slot : 2 * slot + 2] % high
+
+
+def is_int_dtype(dtype: Any) -> bool:
+    """Whether ``dtype`` is an integer torch dtype (bool is not one)."""
+    return isinstance(dtype, torch.dtype) and not (
+        dtype == torch.bool or dtype.is_floating_point or dtype.is_complex
+    )
 
 
 def check_pair(value: Any, name: str, *, minimum: int = 0, square: bool = False) -> tuple[int, int]:
@@ -83,18 +74,12 @@ def _sizes(sizes: Any) -> list[tuple[int, int]]:
 
 
 class CanvasSampler:
-    """Where each image of a batch goes on one canvas, drawn for the whole batch at once.
+    """Where each image of a batch goes on one canvas, drawn for the whole batch at once
+    (Kornia's parameter generators).
 
-    Args:
-        size: a fixed canvas ``(H, W)`` (an int is square), or None: the batch's largest
-            height and width, rounded up to ``multiple`` (an int or ``(mh, mw)``) if given.
-        placement: ``"top_left"``, ``"center"`` (the extra pixel of an odd margin goes
-            right/bottom) or ``"random"`` (uniform per image).
-        tile: ``(th, tw)``: draw a lattice offset in ``[0, th) x [0, tw)`` per image; None:
-            offsets ``(0, 0)``.
-
-    Raises:
-        TypeError / ValueError: naming the argument.
+    ``size``, ``multiple`` and ``placement`` are ``PadCollate``'s (TypeError / ValueError naming
+    them); ``tile``: ``(th, tw)`` draws a lattice offset in ``[0, th) x [0, tw)`` per image,
+    None gives offsets ``(0, 0)``.
     """
 
     def __init__(
@@ -123,8 +108,8 @@ class CanvasSampler:
         return self.placement == "random" or self.tile is not None
 
     def canvas_size(self, sizes: Sequence[tuple[int, int]]) -> tuple[int, int]:
-        """The canvas ``(H, W)`` for images of ``sizes``; ValueError naming the first image
-        larger than a fixed ``size``, TypeError / ValueError naming ``sizes``."""
+        """The canvas ``(H, W)`` for images of ``sizes`` ``[(h, w), ...]``; ValueError naming the
+        first image larger than a fixed ``size``, TypeError / ValueError naming ``sizes``."""
         sizes = _sizes(sizes)
         if self.size is not None:
             for i, (h, w) in enumerate(sizes):
@@ -168,10 +153,8 @@ def check_params(params: Any, n: int) -> tuple[tuple[int, int], torch.Tensor, to
         value = params[name]
         if (
             not isinstance(value, torch.Tensor)
-            or tuple(value.shape) != (n, 2)
-            or value.dtype == torch.bool
-            or value.is_floating_point()
-            or value.is_complex()
+            or value.shape != (n, 2)
+            or not is_int_dtype(value.dtype)
         ):
             got = (
                 f"{value.dtype} {tuple(value.shape)}"

@@ -1,11 +1,6 @@
-"""Reading a batch of samples: which element is the image, and the images as ``(C, H, W)``.
-
-A sample is an image (tensor ``(C, H, W)`` or ``(H, W)``, ``tv_tensors.Image``, PIL image, numpy
-array ``(H, W, C)`` or ``(H, W)`` as ``v2.ToImage`` takes it), or a tuple/list/dict holding one
-next to its targets; the image is found by ``_tree.image_slot``'s
-rule in the first sample and must sit at the same place in every other one. Every error names
-the index of the sample at fault.
-"""
+"""Reading a batch of samples: which element is the image (``_tree.image_slot`` on the first
+sample, the same slot in every other), and the images as ``(C, H, W)`` tensors. Every error
+names the index of the sample at fault."""
 
 from __future__ import annotations
 
@@ -22,20 +17,14 @@ from torchvision.transforms.v2 import functional as tvF
 from .._checks import unreadable
 from ._tree import check_alike, image_slot, is_plain_image
 
-__all__ = ["REGION_KEY", "Samples", "read_samples"]
-
 REGION_KEY = "region"
 
 
 @dataclass
 class Samples:
-    """The images of a batch, checked, and where they sat in their samples.
-
-    ``kind``: ``"image"`` (bare images), ``"sequence"`` (tuples/lists) or ``"mapping"`` (dicts);
-    ``slot``: the image's position or key; ``images``: plain ``(C, h_i, w_i)`` tensors of one
-    channel count, dtype and device (a 2-D batch gets ``C = 1``); ``tv_image``: the batch
-    should come back as a ``tv_tensors.Image``; ``containers``: the samples themselves.
-    """
+    """The images of a batch, checked (plain ``(C, h_i, w_i)`` tensors alike in channels, dtype
+    and device; 2-D gets ``C = 1``), and where they sat: ``kind`` ``"image"``, ``"sequence"`` or
+    ``"mapping"``, ``slot`` (position or key), ``containers`` (the samples)."""
 
     kind: str
     slot: Any
@@ -48,12 +37,8 @@ class Samples:
         return [(int(im.shape[-2]), int(im.shape[-1])) for im in self.images]
 
 
-def _is_image(value: Any) -> bool:
-    return isinstance(value, (tv_tensors.Image, PIL.Image.Image)) or is_plain_image(value)
-
-
 def _kind(sample: Any) -> str:
-    if _is_image(sample):
+    if isinstance(sample, (tv_tensors.Image, PIL.Image.Image)) or is_plain_image(sample):
         return "image"
     if isinstance(sample, Mapping):
         return "mapping"
@@ -62,13 +47,8 @@ def _kind(sample: Any) -> str:
     return "other"
 
 
-def _where(kind: str, slot: Any) -> str:
-    return "" if kind == "image" else f"[{slot!r}]"
-
-
-def _from_numpy(image: np.ndarray, name: str) -> torch.Tensor:
-    """``v2.ToImage``'s reading of an array: ``(H, W, C)`` or ``(H, W)`` -> ``(C, H, W)``
-    (``C = 1`` for 2-D), the array's dtype, a contiguous copy (the array is never shared)."""
+def check_array(image: np.ndarray, name: str) -> np.ndarray:
+    """``image`` if it is 2-D or 3-D and holds real numbers, else an error naming ``name``."""
     if image.ndim not in (2, 3):
         raise ValueError(
             f"{name}: a numpy image must be (H, W, C) or (H, W), as v2.ToImage takes it (cv2, "
@@ -80,14 +60,16 @@ def _from_numpy(image: np.ndarray, name: str) -> torch.Tensor:
             f"{name}: a numpy image must hold real numbers (bool, int, uint, float), got "
             f"dtype {image.dtype}"
         )
-    return torch.from_numpy(np.array(np.atleast_3d(image).transpose(2, 0, 1), order="C"))
+    return image
 
 
 def _as_tensor(image: Any, i: int, where: str) -> torch.Tensor:
     if isinstance(image, PIL.Image.Image):
         return tvF.pil_to_tensor(image)
     if isinstance(image, np.ndarray):
-        return _from_numpy(image, f"samples[{i}]{where}")
+        # v2.ToImage's reading: (H, W, C) or (H, W) -> a (C, H, W) copy.
+        image = check_array(image, f"samples[{i}]{where}")
+        return torch.from_numpy(np.array(np.atleast_3d(image).transpose(2, 0, 1), order="C"))
     if not isinstance(image, torch.Tensor) or (
         isinstance(image, tv_tensors.TVTensor) and not isinstance(image, tv_tensors.Image)
     ):
@@ -101,11 +83,8 @@ def _as_tensor(image: Any, i: int, where: str) -> torch.Tensor:
 def read_samples(samples: Any) -> Samples:
     """Find and check the images of ``samples`` (a non-empty sequence of samples).
 
-    Raises:
-        ValueError: an empty batch; samples of different structure; images of another rank,
-            channel count, dtype or device than ``samples[0]``'s; a dict sample that already has
-            a ``"region"`` key (the collate function adds it).
-        TypeError: ``samples`` not a sequence; a sample, or its image, of an unsupported type.
+    ValueError: an empty batch, samples of different structure, images unlike ``samples[0]``'s,
+    a dict sample with a ``"region"`` key; TypeError: a sample or image of an unsupported type.
     """
     if isinstance(samples, (torch.Tensor, str)) or not isinstance(samples, Sequence):
         raise TypeError(f"samples must be a list of samples, got {type(samples).__name__}")
@@ -129,18 +108,12 @@ def read_samples(samples: Any) -> Samples:
         raise ValueError(
             f"samples[0] already has a {REGION_KEY!r} key, which the collate function adds"
         )
-    where = _where(kind, slot)
+    where = "" if kind == "image" else f"[{slot!r}]"
     images: list[torch.Tensor] = []
     first_type, bare = type(first), kind == "image"
     for i, sample in enumerate(samples):
-        # A sample's type decides its kind; a bare image has no structure to compare.
-        if type(sample) is not first_type and _kind(sample) != kind:
-            raise ValueError(
-                f"samples[{i}] is a {type(sample).__name__}, samples[0] a "
-                f"{type(first).__name__}: every sample of a batch needs the same structure"
-            )
-        if not bare:
-            check_alike(sample, first, f"samples[{i}]", "samples[0]")
+        # A sample's type decides its kind; a bare image has no keys or length to compare.
+        check_alike(sample, first, i, alike=type(sample) is first_type or _kind(sample) == kind)
         image = sample if bare else sample[slot]
         if type(image) is not torch.Tensor:
             image = _as_tensor(image, i, where)

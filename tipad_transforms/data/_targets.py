@@ -1,16 +1,10 @@
 """Collating everything beside the image: targets follow their own sample's placement.
 
-A tv_tensor that lies on its image's canvas (it has a ``canvas_size``: ``BoundingBoxes``,
-``KeyPoints``, ``Regions``, a type of your own) is moved as ``functional.pad`` moves it with
-its sample's padding, that is by the kernel registered for its type
-(``functional.register_kernel``: the registration that also makes ``Pad`` and ``BrickPad`` move
-it), and comes back as a list per sample, since samples hold different numbers of objects.
-``tv_tensors.Mask`` values are padded with ``mask_fill`` as ``functional.pad`` pads a mask (all
-samples' masks of one field in one ``pad_stack`` launch) and stacked. A dict that holds a
-tv_tensor on the canvas is a per-sample target (torchvision's detection format ``{"boxes",
-"labels", "masks"}``, whose fields all have a length per object): it comes back as a list of
-per-sample dicts, collated the same way. Everything else goes through
-``torch.utils.data.default_collate``.
+A tv_tensor with a ``canvas_size`` is moved by the ``functional.pad`` kernel registered for its
+type (the registry ``Pad`` and ``BrickPad`` use) and stays a list per sample (samples hold
+different numbers of objects); ``tv_tensors.Mask`` values are padded in one ``pad_stack`` launch
+and stacked; a dict holding boxes or keypoints (a detection target, fields of a length per
+object) stays a list of per-sample dicts; the rest goes through ``default_collate``.
 """
 
 from __future__ import annotations
@@ -27,20 +21,16 @@ from torchvision import tv_tensors
 from .. import functional as F
 from ._tree import check_alike, rebuild, to_device
 
-__all__ = ["Canvas", "collate_field", "on_canvas"]
-
 
 def on_canvas(value: Any) -> bool:
-    """Whether ``value`` is a tv_tensor of coordinates on its image's canvas (boxes, keypoints,
-    regions): it has a ``canvas_size``."""
+    """Whether ``value`` is a tv_tensor with a ``canvas_size`` (boxes, keypoints, regions)."""
     return isinstance(value, tv_tensors.TVTensor) and hasattr(value, "canvas_size")
 
 
 @dataclass(frozen=True)
 class Canvas:
-    """Where each sample of a batch lies: canvas ``size`` ``(H, W)``, per-sample ``placement``
-    ``(B, 2)`` int64 ``(top, left)`` and image ``sizes`` ``(h_i, w_i)``; ``device``: where the
-    batch is built (None: where the samples are)."""
+    """Where each sample lies: canvas ``size``, ``placement`` ``(B, 2)`` int64 ``(top, left)``,
+    image ``sizes``; ``device``: where the batch is built (None: where the samples are)."""
 
     size: tuple[int, int]
     placement: torch.Tensor
@@ -59,22 +49,14 @@ class Canvas:
 
 
 def collate_field(values: list[Any], canvas: Canvas, path: str, *, stack: bool = True) -> Any:
-    """Collate ``values`` (one per sample, sample ``i`` at index ``i``) found at ``path``.
-
-    ``stack=False`` keeps one value per sample (the fields of a per-sample target dict).
-    Errors (ValueError) name the sample index and the path.
-    """
+    """Collate ``values`` (one per sample) found at ``path``; ``stack=False`` keeps one value
+    per sample (a per-sample target dict's fields). ValueErrors name the sample and path."""
     first = values[0]
     kind = type(first) if isinstance(first, tv_tensors.TVTensor) else None
     for cls in (kind, Mapping, tuple, list):
         if cls is not None and isinstance(first, cls):
             for i, v in enumerate(values):
-                if not isinstance(v, cls):
-                    raise ValueError(
-                        f"samples[{i}]{path} is a {type(v).__name__}, samples[0]{path} a "
-                        f"{type(first).__name__}: every sample needs the same structure"
-                    )
-                check_alike(v, first, f"samples[{i}]{path}", f"samples[0]{path}")
+                check_alike(v, first, i, path, alike=isinstance(v, cls))
             break
     if on_canvas(first):
         return [_moved(v, canvas, i, path) for i, v in enumerate(values)]
@@ -101,28 +83,25 @@ def collate_field(values: list[Any], canvas: Canvas, path: str, *, stack: bool =
 
 
 def _check_stackable(values: list[Any], canvas: Canvas, path: str) -> None:
-    """ValueError, before ``default_collate``'s "stack expects each tensor to be equal size",
-    for plain tensors or arrays of different shapes; naming ``tv_tensors.Mask`` where each one
-    ends with its own image's size (a segmentation mask given as a plain tensor)."""
+    """ValueError for tensors or arrays of different shapes (before ``default_collate``'s
+    cryptic one), naming ``tv_tensors.Mask`` where each has its own image's size."""
     if not all(isinstance(v, (torch.Tensor, np.ndarray)) for v in values):
         return
     shapes = [tuple(v.shape) for v in values]
     if len(set(shapes)) == 1:
         return
     first = next(i for i, s in enumerate(shapes) if s != shapes[0])
-    image_sized = all(len(s) >= 2 and s[-2:] == canvas.sizes[i] for i, s in enumerate(shapes))
-    if image_sized:
-        raise ValueError(
-            f"cannot collate samples[*]{path}: samples[{first}]{path} has shape {shapes[first]}, "
-            f"samples[0]{path} {shapes[0]}, each its own image's size: if these are "
-            "segmentation masks, wrap them as torchvision.tv_tensors.Mask (e.g. "
-            "tv_tensors.Mask(torch.as_tensor(mask))) and PadCollate pads each onto the canvas "
-            "with mask_fill"
+    if all(len(s) >= 2 and s[-2:] == canvas.sizes[i] for i, s in enumerate(shapes)):
+        why = (
+            "each its own image's size: if these are segmentation masks, wrap them as "
+            "torchvision.tv_tensors.Mask (e.g. tv_tensors.Mask(torch.as_tensor(mask))) and "
+            "PadCollate pads each onto the canvas with mask_fill"
         )
+    else:
+        why = "default_collate stacks only equal shapes (masks go as tv_tensors.Mask)"
     raise ValueError(
         f"cannot collate samples[*]{path}: samples[{first}]{path} has shape {shapes[first]}, "
-        f"samples[0]{path} {shapes[0]}: default_collate stacks only equal shapes (masks of an "
-        "image's size go as tv_tensors.Mask, which PadCollate pads)"
+        f"samples[0]{path} {shapes[0]}: {why}"
     )
 
 
@@ -151,12 +130,8 @@ def _moved(value: Any, canvas: Canvas, i: int, path: str) -> Any:
 
 
 def _pad_masks(masks: list[Any], canvas: Canvas, path: str) -> list[tv_tensors.Mask]:
-    """Each ``(..., h_i, w_i)`` mask padded to the canvas at its sample's placement.
-
-    Masks with the same leading shape go to ``pad_stack`` as ``(P, h_i, w_i)`` images; otherwise
-    (per-object masks, a different count per sample) every plane is an image of its own. One
-    launch either way.
-    """
+    """Each ``(..., h_i, w_i)`` mask padded to the canvas at its sample's placement, in one
+    launch: as ``(P, h_i, w_i)`` images where the leading shapes agree, else plane by plane."""
     planes: list[torch.Tensor] = []
     for i, m in enumerate(masks):
         plain = canvas.move(m).as_subclass(torch.Tensor)

@@ -1,12 +1,9 @@
 """Walking samples and batches: where the image is, moving every tensor to a device.
 
-One rule finds the image in a tuple, list or dict (a sample given to ``PadCollate`` or a batch
-given to ``DeviceLoader``'s transforms), the rule of torchvision's v2 transforms extended to
-dicts and numpy arrays: the first ``tv_tensors.Image`` or PIL image; otherwise, in a dict, the
-value under the key ``"image"`` if it is a plain tensor or a numpy array; otherwise the first
-plain tensor or numpy array (not a tv_tensor: boxes and masks are never the image). Numpy
-arrays are what cv2 and Albumentations pipelines hand over: ``(H, W, C)`` or ``(H, W)``, as
-``v2.ToImage`` takes them.
+One rule finds the image in a tuple, list or dict (a ``PadCollate`` sample, a ``DeviceLoader``
+batch): torchvision v2's, extended to dicts and numpy arrays (cv2, Albumentations): the first
+``tv_tensors.Image`` or PIL image; else a dict's ``"image"`` if it is a plain tensor or array;
+else the first plain tensor or array (a tv_tensor, such as boxes or masks, never is).
 """
 
 from __future__ import annotations
@@ -19,20 +16,7 @@ import PIL.Image
 import torch
 from torchvision import tv_tensors
 
-__all__ = [
-    "IMAGE_KEY",
-    "apply_to_image",
-    "check_alike",
-    "find_image",
-    "image_slot",
-    "iter_tensors",
-    "rebuild",
-    "replace",
-    "to_device",
-]
-
 IMAGE_KEY = "image"
-Slot = int | str
 
 
 def is_plain_tensor(value: Any) -> bool:
@@ -48,15 +32,9 @@ def is_container(value: Any) -> bool:
     return isinstance(value, (Mapping, tuple, list))
 
 
-def _items(container: Mapping[Any, Any] | Sequence[Any]) -> list[tuple[Any, Any]]:
-    if isinstance(container, Mapping):
-        return list(container.items())
-    return list(enumerate(container))
-
-
 def image_slot(container: Mapping[Any, Any] | Sequence[Any]) -> Any:
     """Key (dict) or position (tuple/list) of the image in ``container``, or None (see module)."""
-    items = _items(container)
+    items = list(container.items() if isinstance(container, Mapping) else enumerate(container))
     for key, value in items:
         if isinstance(value, (tv_tensors.Image, PIL.Image.Image)):
             return key
@@ -68,9 +46,15 @@ def image_slot(container: Mapping[Any, Any] | Sequence[Any]) -> Any:
     return None
 
 
-def check_alike(value: Any, first: Any, name: str, first_name: str) -> None:
-    """ValueError naming ``name`` where ``value`` (a sample's dict, tuple or list) has other
-    keys or another length than ``first`` (sample 0's, named ``first_name``)."""
+def check_alike(value: Any, first: Any, i: int, path: str = "", *, alike: bool = True) -> None:
+    """ValueError naming sample ``i``'s ``value`` at ``path`` where it is not like sample 0's
+    ``first``: not ``alike`` (another kind), or a dict, tuple or list of other keys or length."""
+    name, first_name = f"samples[{i}]{path}", f"samples[0]{path}"
+    if not alike:
+        raise ValueError(
+            f"{name} is a {type(value).__name__}, {first_name} a {type(first).__name__}: every "
+            "sample needs the same structure"
+        )
     if isinstance(first, Mapping) and set(value) != set(first):
         raise ValueError(
             f"{name} has keys {sorted(map(str, value))}, {first_name} {sorted(map(str, first))}: "
@@ -124,10 +108,7 @@ def apply_to_image(batch: Any, fn: Callable[[Any], Any]) -> Any:
 
 
 def to_device(obj: Any, device: torch.device, non_blocking: bool = False) -> Any:
-    """``obj`` with every tensor moved to ``device`` (through tuples, lists and dicts).
-
-    tv_tensors keep their type and metadata; other values are returned as they are.
-    """
+    """``obj`` with every tensor moved to ``device`` (through tuples, lists and dicts)."""
     if isinstance(obj, torch.Tensor):
         return obj.to(device, non_blocking=non_blocking)
     if isinstance(obj, Mapping):

@@ -1,10 +1,5 @@
-"""Functional padding API: plain functions that dispatch on input type, as torchvision's.
-
-``texture_pad``, ``brick_pad`` and ``pad`` take plain tensors, tv_tensors (``Image``,
-``Video``, ``Mask``, ``BoundingBoxes``, ``KeyPoints``; others pass through) and PIL images;
-``register_kernel`` adds an input type of your own. ``pad_stack`` pads a list of images of
-different sizes onto one canvas size in one launch.
-"""
+"""Functional padding API: plain functions that dispatch on the input's type (tensors,
+tv_tensors, PIL images), as torchvision's; ``register_kernel`` adds an input type."""
 
 from ._brick import brick_channels, make_brick_texture, running_bond_stagger
 from ._pad import brick_pad, brick_pad_image, pad, pad_image, texture_pad, texture_pad_image

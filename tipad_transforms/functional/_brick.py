@@ -1,10 +1,5 @@
-"""Procedural brick texture: a few courses of running-bond brickwork that tile seamlessly.
-
-The tile is drawn so that ``texture_pad(..., stagger=running_bond_stagger(**same_options))``
-continues the bond across tile rows: the joints line up and every other course is shifted by
-half a brick. The stagger also moves each tile row by a whole number of bricks, so the tile's
-per-brick shades do not repeat in plain vertical columns.
-"""
+"""Procedural brick texture: a few courses of running-bond brickwork that tile seamlessly with
+``running_bond_stagger``'s stagger."""
 
 from __future__ import annotations
 
@@ -31,12 +26,20 @@ def _positive_int(value: Any, what: str, minimum: int = 1) -> int:
     return check_int(value, what, minimum=minimum, maximum=INT32_MAX)
 
 
-def _brick_size(value: Any) -> tuple[int, int]:
-    if not isinstance(value, Sequence) or isinstance(value, str) or len(value) != 2:
-        raise TypeError(f"brick_size must be a (height, width) pair of ints, got {value!r}")
+def _layout(
+    *, brick_size: Any = (16, 50), mortar: Any = 3, bricks_per_tile: Any = 5, courses: Any = 4,
+    **_: object,
+) -> tuple[int, int, int, int, int]:  # fmt: skip
+    """The checked ``(brick_h, brick_w, mortar, bricks_per_tile, courses)`` of brick options
+    (the others ignored), with ``make_brick_texture``'s defaults."""
+    if not isinstance(brick_size, Sequence) or isinstance(brick_size, str) or len(brick_size) != 2:
+        raise TypeError(f"brick_size must be a (height, width) pair of ints, got {brick_size!r}")
     return (
-        _positive_int(value[0], "brick_size height", 2),
-        _positive_int(value[1], "brick_size width", 2),
+        _positive_int(brick_size[0], "brick_size height", 2),
+        _positive_int(brick_size[1], "brick_size width", 2),
+        _positive_int(mortar, "mortar", 0),
+        _positive_int(bricks_per_tile, "bricks_per_tile"),
+        _positive_int(courses, "courses"),
     )
 
 
@@ -77,7 +80,7 @@ def _render(
     mortar_rgb: tuple[float, float, float], shade: float, hue: float, grain: float, seed: int,
 ) -> Tensor:  # fmt: skip
     """The RGB float64 CPU tile; cached: a ``BrickPad`` renders it at construction (to check its
-    options), ``brick_pad`` at its first call per dtype and device."""
+    options), ``brick_pad`` again per dtype and device."""
     f64 = torch.float64
     gen = torch.Generator().manual_seed(seed)
     course_h, pitch = bh + m, bw + m
@@ -162,11 +165,9 @@ def make_brick_texture(
     brick pitch, ``(brick_w + mortar) // 2``. Tile it with ``texture_pad(..., stagger=
     running_bond_stagger(**options))`` (``brick_pad`` does both).
 
-    The look: each brick gets its own brightness (``shade_variation``) and a slight tint
-    (``hue_variation``), a mottled face with fine grain (``noise``), a lit top edge and a
-    shaded bottom edge, rounded corners; the recessed mortar is sandy and darker where a brick
-    above or to the left shades it. Everything is drawn from ``torch.Generator().manual_seed
-    (seed)``, so one seed gives one tile on every machine and device.
+    Each brick gets its own brightness (``shade_variation``), a slight tint (``hue_variation``)
+    and a mottled face with grain (``noise``). Everything is drawn from
+    ``torch.Generator().manual_seed(seed)``: one seed gives one tile on every machine and device.
 
     Args:
         brick_size: ``(height, width)`` of one brick in pixels, each >= 2.
@@ -190,10 +191,9 @@ def make_brick_texture(
         TypeError: an argument of the wrong type (the message names it).
         ValueError: an argument out of range (the message names it).
     """
-    bh, bw = _brick_size(brick_size)
-    m = _positive_int(mortar, "mortar", 0)
-    per_tile = _positive_int(bricks_per_tile, "bricks_per_tile")
-    n_courses = _positive_int(courses, "courses")
+    bh, bw, m, per_tile, n_courses = _layout(
+        brick_size=brick_size, mortar=mortar, bricks_per_tile=bricks_per_tile, courses=courses
+    )
     base = _color(brick_color, "brick_color")
     mortar_base = _color(mortar_color, "mortar_color")
     shade = _amount(shade_variation, "shade_variation")
@@ -213,8 +213,8 @@ def make_brick_texture(
     except RuntimeError as exc:
         raise ValueError(f"device={device!r} is not a device: {exc}") from None
 
-    # Rendered (and cached) where no tracer sees it: under torch.export the tile is then a
-    # constant of the program, not a trace of the generator's draws (and no fake tile is cached).
+    # Rendered (and cached) where no tracer sees it: under torch.export the tile is a constant
+    # of the program, not a trace of the generator's draws (and no fake tile is cached).
     tile = untraced(
         lambda: _render(bh, bw, m, per_tile, n_courses, base, mortar_base, shade, hue, grain, seed)
     )
@@ -234,25 +234,20 @@ BRICK_OPTIONS = (
 )  # fmt: skip
 
 
-def brick_options(options: dict[str, Any], who: str, takes: tuple[str, ...] = ()) -> dict[str, Any]:
-    """``options`` if each is a ``make_brick_texture`` option, else TypeError naming ``who``
-    and listing what it takes (its own arguments ``takes``, then the brick options)."""
+def brick_options(options: dict[str, Any], who: str, takes: tuple[str, ...]) -> None:
+    """TypeError naming ``who`` and listing what it takes (its own arguments ``takes``, then
+    the brick options) unless each of ``options`` is a ``make_brick_texture`` option."""
     unknown = [name for name in options if name not in BRICK_OPTIONS]
     if unknown:
-        own = f"{', '.join(takes)} and " if takes else ""
         raise TypeError(
-            f"{who}() got an unexpected keyword argument {unknown[0]!r}; it takes {own}the "
-            f"brick options {', '.join(BRICK_OPTIONS)}"
+            f"{who}() got an unexpected keyword argument {unknown[0]!r}; it takes "
+            f"{', '.join(takes)} and the brick options {', '.join(BRICK_OPTIONS)}"
         )
-    return options
 
 
 def brick_tile_size(**options: Any) -> tuple[int, int]:
     """``(th, tw)`` of ``make_brick_texture(**options)``, without rendering it."""
-    bh, bw = _brick_size(options.get("brick_size", (16, 50)))
-    m = _positive_int(options.get("mortar", 3), "mortar", 0)
-    per_tile = _positive_int(options.get("bricks_per_tile", 5), "bricks_per_tile")
-    n_courses = _positive_int(options.get("courses", 4), "courses")
+    bh, bw, m, per_tile, n_courses = _layout(**options)
     return n_courses * (bh + m), per_tile * (bw + m)
 
 
@@ -272,10 +267,9 @@ def running_bond_stagger(
     a few whole bricks so the tile's shades do not line up in columns. Result in ``[0, tile
     width)``.
     """
-    bw = _brick_size(brick_size)[1]
-    m = _positive_int(mortar, "mortar", 0)
-    per_tile = _positive_int(bricks_per_tile, "bricks_per_tile")
-    n_courses = _positive_int(courses, "courses")
+    bw, m, per_tile, n_courses = _layout(
+        brick_size=brick_size, mortar=mortar, bricks_per_tile=bricks_per_tile, courses=courses
+    )[1:]
     pitch = bw + m
     half = (n_courses % 2) * (pitch // 2)
     return (half + _scramble_step(per_tile) * pitch) % (per_tile * pitch)

@@ -1,11 +1,9 @@
 """User values -> the op's canonical tensors: fills, texture banks, per-sample integers.
 
-Fills follow ``torchvision.transforms.v2.functional.pad`` exactly: a scalar is converted as
-``torch.nn.functional.pad(..., value=float(fill))`` converts it (20.2 -> 20 on uint8, 255 ->
-True on bool, an out-of-range value is an error), a per-channel sequence as
-``torch.tensor(fill).to(image.dtype)`` does (a cast that wraps: 300 -> 44 on uint8). One
-difference, where tipad is exact and torchvision is not: a scalar integer fill on an integer
-image is not cast through float64, so ``2**53 + 1`` stays ``2**53 + 1`` on int64.
+Fills are converted as torchvision's ``pad`` converts them (``functional.pad``'s docstring): a
+scalar as ``torch.nn.functional.pad(..., value=float(fill))`` (out of range: an error), a
+per-channel sequence as ``torch.tensor(fill).to(dtype)`` (a wrapping cast); but a scalar integer
+on an integer image exactly, not through float64.
 """
 
 from __future__ import annotations
@@ -24,7 +22,8 @@ from .._checks import INT64_MAX, check_dense, is_int
 from .._tracing import tracing
 from .._value_cache import ValueCache, constant, normal_tensors
 
-__all__ = ["Fill", "as_bank", "fill_values", "per_sample", "plain", "scale_texture", "texture_bank"]
+__all__ = ["Fill", "as_bank", "fill_values", "is_numbers", "per_sample", "plain", "scale_texture",
+           "texture_bank"]  # fmt: skip
 
 Fill = int | float | bool | Sequence[int | float | bool] | None
 
@@ -53,12 +52,8 @@ def _scalar(value: int | float | bool, dtype: torch.dtype, name: str) -> Tensor:
 
 
 def fill_values(fill: Any, dtype: torch.dtype, channels: int, name: str = "fill") -> Tensor:
-    """``fill`` as a ``(channels,)`` CPU tensor of ``dtype`` (see the module docstring).
-
-    ``None`` means 0, a number or a one-element sequence is used for every channel, a sequence
-    of ``channels`` numbers gives one per channel; a tensor of 1 or ``channels`` values is cast
-    with ``.to(dtype)``. Raises TypeError/ValueError naming ``name``.
-    """
+    """``fill`` (``None``: 0; a number, or 1 or ``channels`` values; a tensor of those, cast
+    with ``.to(dtype)``) as a ``(channels,)`` CPU tensor of ``dtype``; errors name ``name``."""
     if fill is None:
         fill = 0
     if isinstance(fill, Tensor):  # a typed value (beyond torchvision): taken as it is
@@ -70,8 +65,8 @@ def fill_values(fill: Any, dtype: torch.dtype, channels: int, name: str = "fill"
         return fill.detach().reshape(-1).to("cpu", dtype).expand(channels).contiguous()
     if isinstance(fill, Sequence) and not isinstance(fill, str) and len(fill) == 1:
         fill = fill[0]
-    values = (_bits(fill),) if isinstance(fill, _NUMBER) else _bits_of(fill)
-    if values is not None:
+    if isinstance(fill, _NUMBER) or is_numbers(fill):
+        values = (_bits(fill),) if isinstance(fill, _NUMBER) else tuple(map(_bits, fill))
         key = ("fill", values, type(fill), dtype, channels, name)
         return constant(key, lambda: _fill_tensor(fill, dtype, channels, name))
     with normal_tensors():  # as the cached ones: never an inference tensor
@@ -87,17 +82,10 @@ def _bits(value: int | float | bool) -> tuple[type, object]:
     return type(value), value
 
 
-def _bits_of(fill: Any) -> tuple[tuple[type, object], ...] | None:
-    """``_bits`` of each value of a sequence of numbers, else None (not cached)."""
-    if not _is_numbers(fill):
-        return None
-    return tuple(_bits(v) for v in fill)
-
-
 def _fill_tensor(fill: Any, dtype: torch.dtype, channels: int, name: str) -> Tensor:
     if isinstance(fill, _NUMBER):
         values = _scalar(fill, dtype, name).expand(channels)
-    elif _is_numbers(fill):
+    elif is_numbers(fill):
         if len(fill) != channels:
             raise ValueError(f"{name} must have 1 or {channels} (channel) values, got {len(fill)}")
         try:
@@ -114,7 +102,8 @@ def _fill_tensor(fill: Any, dtype: torch.dtype, channels: int, name: str) -> Ten
     return values.contiguous()
 
 
-def _is_numbers(value: Any) -> bool:
+def is_numbers(value: Any) -> bool:
+    """A sequence (not a str) of Python numbers (bools included)."""
     return (
         isinstance(value, Sequence)
         and not isinstance(value, str)
@@ -129,17 +118,12 @@ def as_bank(texture: Any) -> Tensor:
     check_dense(texture, "texture")
     if texture.is_complex():
         raise TypeError(f"texture must be real, got dtype {texture.dtype}")
-    if texture.dim() == 2:
-        bank = texture[None, None]
-    elif texture.dim() == 3:
-        bank = texture[None]
-    elif texture.dim() == 4:
-        bank = texture
-    else:
+    if texture.dim() not in (2, 3, 4):
         raise ValueError(
             f"texture must have shape (th, tw), (C, th, tw) or (K, C, th, tw), "
             f"got {tuple(texture.shape)}"
         )
+    bank = texture if texture.dim() == 4 else texture[(None,) * (4 - texture.dim())]
     if bank.numel() == 0:
         raise ValueError(f"texture must not be empty, got shape {tuple(texture.shape)}")
     return plain(bank)
@@ -162,10 +146,8 @@ def texture_bank(
     """User texture -> ``(K, Ct, th, tw)`` of ``dtype`` on ``device``, ``Ct`` in {1, channels}.
 
     Float textures for integer images hold ``[0, 1]`` and are scaled as torchvision's
-    ``to_dtype(scale=True)``; bool images take 0/1 textures. A conversion is cached (keyed by
-    the texture's memory, checked against its bits, so any in-place change is seen) unless the
-    texture needs gradients: one texture used on every call is converted once per dtype and
-    device.
+    ``to_dtype(scale=True)``; bool images take 0/1 textures. Conversions are cached, checked
+    against the texture's bits (an in-place change is seen), unless the texture needs gradients.
     """
     bank = as_bank(texture)
     ct = bank.shape[1]

@@ -1,14 +1,10 @@
-"""Padding functionals: ``texture_pad``, ``brick_pad`` and ``pad``, dispatched on input type.
-
-Each functional looks its kernel up by input type (``_registry``); the kernels for each type sit
-beside it here. Plain tensors and tv_tensors ``Image``/``Video`` go to the padding op, PIL
-images round-trip through a tensor and come back in their own mode, masks get a constant
-border, boxes and keypoints are shifted, other tv_tensors pass through.
-"""
+"""Padding functionals ``texture_pad``, ``brick_pad`` and ``pad``, and their kernels per input
+type (the dispatch rules: ``_registry``)."""
 
 from __future__ import annotations
 
 import functools
+import math
 from collections.abc import Sequence
 from typing import Any, TypeVar
 
@@ -84,12 +80,11 @@ def texture_pad(
     """Pad an image with a tiled texture, in one kernel launch.
 
     Args:
-        inpt: a ``(..., C, H, W)`` or ``(H, W)`` tensor (any dtype: uint8, int8/16/32/64,
-            uint16/32/64, float16, bfloat16, float32, float64, bool; any layout; CPU or CUDA),
-            a tv_tensors ``Image``/``Video`` (returned as the same type), a PIL image (returned
-            in its mode), a ``Mask`` (a constant border of ``fill``), ``BoundingBoxes`` or
-            ``KeyPoints`` (shifted by ``(left, top)``, ``canvas_size`` grown); other tv_tensors
-            are returned unchanged.
+        inpt: a ``(..., C, H, W)`` or ``(H, W)`` tensor (any real or bool dtype, any layout,
+            CPU or CUDA), a tv_tensors ``Image``/``Video`` (returned as the same type), a PIL
+            image (returned in its mode), a ``Mask`` (a constant border of ``fill``),
+            ``BoundingBoxes`` or ``KeyPoints`` (shifted by ``(left, top)``, ``canvas_size``
+            grown); other tv_tensors are returned unchanged.
         padding: ``p``, ``(lr, tb)`` or ``(left, top, right, bottom)`` pixels; negative values
             crop, as in ``torchvision.transforms.v2.functional.pad``.
         texture: ``(th, tw)`` or ``(C', th, tw)`` tile with ``C'`` in {1, C} (one channel is
@@ -102,11 +97,9 @@ def texture_pad(
             ``(*inpt.shape[:-4], 2)``, so a clip's frames share one lattice).
         texture_index: which bank texture each sample uses: an int or a tensor broadcastable
             to ``inpt.shape[:-3]`` (per clip for a ``Video``); default 0.
-        fill: the border of what the texture does not pad: a ``tv_tensors.Mask`` (e.g. 255, an
-            "ignore" label) and any type registered with a kernel that reads it; converted as
-            ``pad`` converts its ``fill``. Images and videos are padded with the texture.
-        mask_fill: the older name of ``fill`` for masks (kept as an alias): where given, a
-            mask's border is ``mask_fill`` whatever ``fill`` says.
+        fill: the border of a ``tv_tensors.Mask`` (e.g. 255, an "ignore" label) and of any
+            registered type whose kernel reads it, converted as ``pad`` converts it.
+        mask_fill: the older name of ``fill`` for masks (an alias): where given, it wins.
         out: optional preallocated contiguous output (the result's shape, dtype, device); tensor
             inputs only, not differentiable, must not overlap any input.
 
@@ -118,16 +111,15 @@ def texture_pad(
         top-left pixel when ``offset`` is zero. Differentiable w.r.t. the image and ``texture``.
 
     Raises:
-        TypeError: an input of another type; non-tensor ``texture``; non-integer padding
-            (text and bytes included), stagger, offsets or indices; a quantized, sparse or
-            nested tensor for ``inpt``, ``texture``, ``offset``, ``texture_index`` or ``out``.
-        ValueError: bad shapes, a channel mismatch, an empty texture, values that the image's
-            dtype cannot hold, ``texture_index`` outside the bank, padding that crops more than
-            the image or overflows, a bad ``out``, a meta tensor (no data to pad).
+        TypeError: an input of another type; non-tensor ``texture``; non-integer padding,
+            stagger, offsets or indices; a quantized, sparse or nested tensor argument.
+        ValueError: bad shapes, a channel mismatch, an empty texture, values the image's dtype
+            cannot hold, ``texture_index`` outside the bank, padding that crops more than the
+            image or overflows, a bad ``out``, a meta tensor (no data to pad).
 
     Under a tracer (``torch.compile``, ``torch.export``, ``torch.jit.trace``) the checks that
-    read tensor values (a float texture's range for an integer image, ``texture_index``
-    within the bank) are not made; the kernel clamps the index.
+    read tensor values (a float texture's range, ``texture_index`` within the bank) are not
+    made; the kernel clamps the index.
     """
     kernel = get_kernel(texture_pad, type(inpt))
     return kernel(
@@ -150,8 +142,7 @@ def texture_pad_image(
     mask_fill: Number | None = None,
     out: Tensor | None = None,
 ) -> Tensor:
-    """``texture_pad``'s kernel for plain tensors and images (``fill`` and ``mask_fill`` are
-    not used: the texture pads)."""
+    """``texture_pad``'s kernel for plain tensors and images (the texture pads: no fill)."""
     x = check_image(image)
     call, crop = _texture_call(x, padding, texture, stagger, offset, texture_index, out)
     return cropped(x, call, crop, out) if any(crop) else pad_direct(x, call, out)
@@ -162,13 +153,12 @@ def _texture_call(
     texture_index: int | Tensor | None, out: Any,
 ) -> tuple[PadCall, tuple[int, int, int, int]]:  # fmt: skip
     """The record (and crop) of a texture padding of ``x``, the user's arguments checked."""
-    pads = parse_padding(padding)
     _check_out(out, x, texture)
     border = textured(
         texture, x, tuple(x.shape[:-3]), image_channels(x.shape),
         stagger=check_int(stagger, "stagger"), offset=offset, texture_index=texture_index,
     )  # fmt: skip
-    return pad_call(x, pads, border)
+    return pad_call(x, parse_padding(padding), border)
 
 
 @register_kernel(texture_pad, tv_tensors.Video)
@@ -191,18 +181,18 @@ def _texture_pad_pil(
     img: PIL.Image.Image, padding: Padding, texture: Tensor, *, out: Any = None, **kw: Any
 ) -> PIL.Image.Image:
     _no_out(out)
-    return pil_apply(img, functools.partial(texture_pad_image, padding=padding, texture=texture,
-                                            **kw))  # fmt: skip
+    kernel = functools.partial(texture_pad_image, padding=padding, texture=texture, **kw)
+    return pil_apply(img, kernel)
 
 
 @register_kernel(texture_pad, tv_tensors.Mask)
 def _texture_pad_mask(
-    mask: Tensor, padding: Padding, texture: Any, *, fill: Fill = 0,
+    mask: Tensor, padding: Padding, texture: Any = None, *, fill: Fill = 0,
     mask_fill: Number | None = None, **_: Any,
 ) -> Tensor:  # fmt: skip
-    if mask_fill is not None:
-        return pad_image(mask, padding, fill=mask_fill, fill_name="mask_fill")
-    return pad_image(mask, padding, fill=fill)
+    if mask_fill is None:
+        return pad_image(mask, padding, fill=fill)
+    return pad_image(mask, padding, fill=mask_fill, fill_name="mask_fill")
 
 
 @register_kernel(texture_pad, tv_tensors.BoundingBoxes, wrap=False)
@@ -275,9 +265,7 @@ def pad_image(
     pads = parse_padding(padding)
     mode = check_mode(padding_mode, "padding_mode")
     _check_out(out, x)
-    n = 1
-    for s in x.shape[:-3]:
-        n *= int(s)
+    n = math.prod([int(s) for s in x.shape[:-3]])  # a list: Dynamo cannot trace a generator here
     border = standard(mode, fill, x, n, image_channels(x.shape), fill_name)
     call, crop = pad_call(x, pads, border)
     return cropped(x, call, crop, out) if any(crop) else pad_direct(x, call, out)
@@ -320,16 +308,16 @@ def _pad_points(
 
 @torch.compiler.assume_constant_result
 def brick_tile(dtype: torch.dtype, device: torch.device, **brick: Any) -> Tensor:
-    """The brick tile ``brick_pad`` uses for an image of ``dtype`` on ``device``.
+    """The brick tile ``brick_pad`` uses for an image of ``dtype`` on ``device``:
+    ``make_brick_texture(**brick)`` scaled to the dtype's range (torchvision's convention), or,
+    for bool images (masks), True on the wall's light parts (the mortar, by default).
 
-    ``make_brick_texture(**brick)`` converted once per options, dtype and device: scaled to the
-    dtype's range (torchvision's convention), or, for bool images (masks), True on the wall's
-    light parts (the mortar, by default).
+    Cached per options, dtype and device: the same tensor on every call lets the Taichi backend
+    reuse its word table for the tile. ``make_brick_texture`` seeds a ``torch.Generator``, which
+    Dynamo cannot create in a graph; the tile is a pure function of its arguments, so a compiled
+    caller bakes it in as a constant, and under export, ``jit.trace`` or a mode it is made where
+    no tracer sees it (``untraced``).
     """
-    # make_brick_texture seeds a torch.Generator, which Dynamo cannot create inside a graph
-    # (fullgraph=True fails); the tile is a pure function of its arguments, so a compiled caller
-    # may bake it in as a constant. Converted once per options, dtype and device: the same
-    # tensor on every call lets the Taichi backend reuse its word table for the tile.
     key = ("brick tile", repr(sorted(brick.items())), dtype, device)
 
     def make() -> Tensor:
@@ -337,8 +325,6 @@ def brick_tile(dtype: torch.dtype, device: torch.device, **brick: Any) -> Tensor
         # In [0, 1] by construction: no data-dependent range check is needed.
         return tile >= 0.5 if dtype == torch.bool else scale_texture(tile, dtype)
 
-    # Under torch.export, jit.trace or a mode, made where no tracer sees it (and cached there):
-    # the program gets the tile as a constant.
     return untraced(lambda: constant(key, make))
 
 
@@ -357,11 +343,9 @@ def brick_pad(
 
     ``stagger`` defaults to ``running_bond_stagger(**brick)``, which continues the tile's
     running bond. ``brick`` takes ``make_brick_texture``'s keyword arguments (TypeError naming
-    an unknown one); the tile gets as many channels as ``brick_channels`` gives for the image
-    (1-4 as the image, else 1 broadcast) unless ``channels`` is given; bool images get it
-    thresholded at 0.5. The tile is rendered and converted once per options, dtype and device
-    (``brick_tile``). Inputs, ``fill`` (masks' border) and ``mask_fill`` (its alias), shapes,
-    dtypes, errors: as ``texture_pad``.
+    an unknown one); the tile's channels are ``brick_channels`` of the image's unless
+    ``channels`` is given; bool images get it thresholded at 0.5 (``brick_tile``). Inputs,
+    ``fill``, ``mask_fill``, shapes, dtypes, errors: as ``texture_pad``.
     """
     brick_options(brick, "brick_pad",
                   ("inpt", "padding", "stagger", "offset", "fill", "mask_fill", "out"))  # fmt: skip
@@ -392,8 +376,7 @@ def brick_pad_image(
     out: Tensor | None = None,
     **brick: Any,
 ) -> Tensor:
-    """``brick_pad``'s kernel for plain tensors and images (``fill`` and ``mask_fill`` are not
-    used: the wall pads)."""
+    """``brick_pad``'s kernel for plain tensors and images (the wall pads: no fill)."""
     x = check_image(image)
     tile, stagger = _brick(x, stagger, brick)
     call, crop = _texture_call(x, padding, tile, stagger, offset, None, out)
@@ -402,30 +385,22 @@ def brick_pad_image(
 
 @register_kernel(brick_pad, tv_tensors.Video)
 def _brick_pad_video(
-    video: Tensor, padding: Padding, *, stagger: int | None = None, **kwargs: Any
-) -> Tensor:
-    brick = {k: v for k, v in kwargs.items() if k not in ("offset", "fill", "mask_fill", "out")}
-    rest = {k: v for k, v in kwargs.items() if k in ("offset", "out")}
+    video: Tensor, padding: Padding, *, stagger: int | None = None, offset: Offset = (0, 0),
+    fill: Fill = 0, mask_fill: Number | None = None, out: Tensor | None = None, **brick: Any,
+) -> Tensor:  # fmt: skip
     tile, stagger = _brick(check_image(video), stagger, brick)
-    return _texture_pad_video(video, padding, tile, stagger=stagger, **rest)
+    return _texture_pad_video(video, padding, tile, stagger=stagger, offset=offset, out=out)
 
 
 @register_kernel(brick_pad, PIL.Image.Image)
 def _brick_pad_pil(
-    img: PIL.Image.Image, padding: Padding, *, out: Any = None, fill: Fill = 0,
-    mask_fill: Number | None = None, **kw: Any,
-) -> PIL.Image.Image:  # fmt: skip
+    img: PIL.Image.Image, padding: Padding, *, out: Any = None, **kw: Any
+) -> PIL.Image.Image:
     _no_out(out)
     return pil_apply(img, functools.partial(brick_pad_image, padding=padding, **kw))
 
 
-@register_kernel(brick_pad, tv_tensors.Mask, wrap=False)
-@register_kernel(brick_pad, tv_tensors.BoundingBoxes, wrap=False)
-@register_kernel(brick_pad, tv_tensors.KeyPoints, wrap=False)
-def _brick_pad_targets(
-    inpt: Any, padding: Padding, *, fill: Fill = 0, mask_fill: Number | None = None, **_: Any
-) -> Any:
-    # No wall on targets: texture_pad's kernels for the same type (a constant mask border,
-    # shifted boxes and keypoints).
-    kernel = get_kernel(texture_pad, type(inpt))
-    return kernel(inpt, padding, None, fill=fill, mask_fill=mask_fill)
+# No wall on targets: brick_pad's kernels for them are texture_pad's (the texture unread).
+register_kernel(brick_pad, tv_tensors.Mask)(_texture_pad_mask)
+register_kernel(brick_pad, tv_tensors.BoundingBoxes, wrap=False)(_texture_pad_points)
+register_kernel(brick_pad, tv_tensors.KeyPoints, wrap=False)(_texture_pad_points)

@@ -1,31 +1,21 @@
-"""PIL round trip: image -> tensor -> padded tensor -> image of the same mode.
+"""PIL round trip: image -> ``(C, H, W)`` CPU tensor -> padded tensor -> image of the same mode.
 
-How each mode travels (the tensor ``fn`` sees, always ``(C, H, W)`` on the CPU):
+The tensor per mode:
 
-==========================================  ==============================================
-PIL mode                                    tensor
-==========================================  ==============================================
-``1``                                       uint8, 0 or 255 (torchvision's ``pil_to_tensor``
-                                            convention); back: white where >= 128
-``L``, ``LA``, ``La``, ``RGB``, ``RGBA``,   uint8, the image's own bands (so CMYK fills and
-``RGBa``, ``RGBX``, ``CMYK``, ``YCbCr``,    textures are CMYK values, and so on)
-``LAB``, ``HSV``
-``P``, ``PA``                               with ``indices`` (``pad``: moving pixels
-                                            only): uint8 palette indices (``PA``: and the A
-                                            band), the palette kept; else uint8 RGB, or RGBA
-                                            when the palette has transparency (``PA``: the A
-                                            band); back: each colour's exact palette entry,
-                                            else the nearest (alpha-premultiplied) one, on
-                                            the same palette
-``I``                                       int32
-``I;16``, ``I;16L``, ``I;16B``, ``I;16N``   uint16 (native byte order)
-``F``                                       float32
-==========================================  ==============================================
+* ``1``: uint8, 0 or 255 (torchvision's ``pil_to_tensor`` convention); back: white where >= 128.
+* ``L``, ``LA``, ``La``, ``RGB``, ``RGBA``, ``RGBa``, ``RGBX``, ``CMYK``, ``YCbCr``, ``LAB``,
+  ``HSV``: uint8, the image's own bands (so CMYK fills and textures are CMYK values, and so on).
+* ``P``, ``PA``: with ``indices`` (``pad``: moving pixels only), uint8 palette indices (``PA``:
+  and the A band), the palette kept; else uint8 RGB, or RGBA when the palette has transparency
+  (``PA``: the A band), mapped back to each colour's exact palette entry, else the nearest
+  (alpha-premultiplied) one, on the same palette.
+* ``I``: int32; ``I;16``, ``I;16L``, ``I;16B``, ``I;16N``: uint16 (native byte order); ``F``:
+  float32.
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable, Sequence
+from collections.abc import Callable
 from typing import Any
 
 import numpy as np
@@ -33,6 +23,8 @@ import numpy.typing as npt
 import PIL.Image
 import torch
 from torch import Tensor
+
+from ._convert import is_numbers
 
 __all__ = ["pil_apply", "pil_fill", "pil_texture"]
 
@@ -46,11 +38,11 @@ def pil_apply(
 ) -> PIL.Image.Image:
     """Apply ``fn`` (``(C, H, W)`` -> ``(C, H', W')`` tensor) to a PIL image, keeping its mode.
 
-    The tensor ``fn`` receives is a fresh copy (see the module docstring for its dtype per mode);
-    ``fn`` must return the same dtype and channel count. Pixels ``fn`` copies come back bit
-    exact, palette indices included (for palettes without duplicate colours; always with
-    ``indices``, where a palette image travels as its indices, as torchvision pads it). The
-    result keeps ``img``'s palette, ``dpi``, ICC profile, gamma and ``transparency``.
+    ``fn`` gets a fresh copy (its dtype per mode: the module docstring) and must return the
+    same dtype and channel count. Pixels ``fn`` copies come back bit exact, palette indices
+    included (for palettes without duplicate colours; always with ``indices``, as torchvision
+    pads a palette image). The result keeps ``img``'s palette, ``dpi``, ICC profile, gamma and
+    ``transparency``.
 
     Raises:
         TypeError: ``img`` is not a PIL image or has a mode with no array form (``BGR;15``,
@@ -64,10 +56,20 @@ def pil_apply(
     else:
         out = _apply_direct(img, fn)
         if img.mode in ("P", "PA"):
-            palette_mode = img.palette.mode if img.palette is not None else "RGB"
-            out.putpalette(img.getpalette(palette_mode) or [], palette_mode)
+            _copy_palette(img, out)
     out.info.update({k: img.info[k] for k in _KEPT_INFO if k in img.info})
     return out
+
+
+def _palette(img: PIL.Image.Image) -> tuple[str, list[int]]:
+    """``img``'s palette mode and its entries, flat."""
+    mode = img.palette.mode if img.palette is not None else "RGB"
+    return mode, img.getpalette(mode) or []
+
+
+def _copy_palette(img: PIL.Image.Image, to: PIL.Image.Image) -> None:
+    mode, entries = _palette(img)
+    to.putpalette(entries, mode)
 
 
 def _to_tensor(arr: npt.NDArray[np.generic]) -> Tensor:
@@ -91,8 +93,8 @@ def _run(fn: Callable[[Tensor], Tensor], t: Tensor) -> npt.NDArray[np.generic]:
 
 
 def _work_tensor(img: PIL.Image.Image) -> tuple[Tensor, np.dtype[Any]]:
-    """``img``'s pixels as the ``(C, H, W)`` tensor of the module docstring (palette images as
-    their indices), and the array dtype they are stored in."""
+    """``img``'s pixels as the module docstring's tensor (palette images as their indices),
+    and the array dtype they are stored in."""
     try:
         arr = np.array(img)  # a writable copy: torch refuses read-only buffers
     except Exception as e:  # Pillow raises several types for modes numpy cannot take
@@ -107,26 +109,24 @@ def _work_tensor(img: PIL.Image.Image) -> tuple[Tensor, np.dtype[Any]]:
 
 def _apply_direct(img: PIL.Image.Image, fn: Callable[[Tensor], Tensor]) -> PIL.Image.Image:
     work, stored = _work_tensor(img)
-    if img.mode == "1":
-        out = _run(fn, work)
-        return PIL.Image.fromarray(np.asarray(out) >= 128)
     out = _run(fn, work)
+    if img.mode == "1":
+        return PIL.Image.fromarray(np.asarray(out) >= 128)
     h, w = out.shape[:2]
     return PIL.Image.frombytes(img.mode, (w, h), out.astype(stored, copy=False).tobytes())
 
 
 def pil_fill(img: PIL.Image.Image, fill: Any, name: str = "fill") -> Tensor:
-    """The constant border of ``img`` for ``fill``, exactly as torchvision pads a PIL image, as
-    a ``(C,)`` tensor for ``pil_apply(img, ..., indices=True)``'s function.
+    """The constant border of ``img`` for ``fill`` as torchvision pads a PIL image, as the
+    ``(C,)`` tensor ``pil_apply(img, ..., indices=True)``'s function works in.
 
-    torchvision (``transforms._functional_pil.pad``) parses ``fill`` with ``_parse_fill``:
-    ``None`` is 0, a number serves every band, a sequence holds 1 or one value per band, and
-    every value is truncated to an int except in mode ``F``; the border is then what
-    ``PIL.Image.new(img.mode, size, fill)`` holds: PIL's own conversion, so ``fill=7`` is
-    palette index 7 of a ``P`` image, any non-zero fill is white on a ``1`` image, ``LAB``'s
-    a and b bands are offset by 128, ``L`` clips to [0, 255]. This builds that one pixel with
-    PIL and reads it back as ``pil_apply`` reads the image. A tensor ``fill`` is taken as its
-    values (beyond torchvision).
+    torchvision (``transforms._functional_pil.pad``) parses ``fill`` with ``_parse_fill``
+    (``None`` is 0, a number serves every band, a sequence holds 1 or one value per band, each
+    value truncated to an int except in mode ``F``), then the border is what
+    ``PIL.Image.new(img.mode, size, fill)`` holds: PIL's own conversion (palette index 7 of a
+    ``P`` image, white for any non-zero fill on ``1``, ``LAB``'s a and b offset by 128, ``L``
+    clipped). So this builds that pixel with PIL and reads it back. A tensor ``fill`` is taken
+    as its values (beyond torchvision).
 
     Raises:
         TypeError: ``fill`` is not a number, a sequence of numbers, a tensor or None.
@@ -140,11 +140,7 @@ def pil_fill(img: PIL.Image.Image, fill: Any, name: str = "fill") -> Tensor:
         fill = 0
     if isinstance(fill, (bool, int, float)):
         values = [fill] * bands
-    elif (
-        isinstance(fill, Sequence)
-        and not isinstance(fill, (str, bytes, bytearray))
-        and all(isinstance(v, (bool, int, float)) for v in fill)
-    ):
+    elif is_numbers(fill) and not isinstance(fill, (bytes, bytearray)):
         values = list(fill) * bands if len(fill) == 1 else list(fill)
         if len(values) != bands:
             counts = "1 value" if bands == 1 else f"1 or {bands} values (one per band)"
@@ -167,17 +163,10 @@ def pil_fill(img: PIL.Image.Image, fill: Any, name: str = "fill") -> Tensor:
 def _palette_colours(img: PIL.Image.Image, mode: str) -> npt.NDArray[np.uint8]:
     """``(256, len(mode))``: what ``img.convert(mode)`` turns each palette index into."""
     lut = PIL.Image.frombytes("P", (256, 1), bytes(range(256)))
-    palette_mode = img.palette.mode if img.palette is not None else "RGB"
-    lut.putpalette(img.getpalette(palette_mode) or [], palette_mode)
+    _copy_palette(img, lut)
     if "transparency" in img.info:
         lut.info["transparency"] = img.info["transparency"]
     return np.array(lut.convert(mode))[0]
-
-
-def _palette_size(img: PIL.Image.Image) -> int:
-    palette_mode = img.palette.mode if img.palette is not None else "RGB"
-    entries = len(img.getpalette(palette_mode) or []) // len(palette_mode)
-    return max(1, min(256, entries))
 
 
 def _premultiplied(colours: npt.NDArray[np.uint8]) -> npt.NDArray[np.int64]:
@@ -217,21 +206,18 @@ def _nearest_index(
 
 
 def _palette_work_mode(img: PIL.Image.Image) -> str:
-    palette_mode = img.palette.mode if img.palette is not None else "RGB"
-    has_alpha = img.mode == "PA" or "transparency" in img.info or palette_mode == "RGBA"
+    has_alpha = img.mode == "PA" or "transparency" in img.info or _palette(img)[0] == "RGBA"
     return "RGBA" if has_alpha else "RGB"
 
 
 def pil_texture(img: PIL.Image.Image, texture: PIL.Image.Image) -> Tensor:
     """A texture image as the ``(C, th, tw)`` tensor that suits ``pil_apply(img, ...)``.
 
-    The texture is converted the way PIL converts colours into ``img``'s space, and comes out
-    in the dtype and channels of the tensor ``pil_apply`` hands its function for ``img``
-    (see the module docstring), so ``texture_pad(img, padding, pil_texture(img, tex))`` draws
-    ``tex`` as it looks, in any mode: CMYK textures are CMYK, palette images get RGB(A),
-    ``1`` gets gray levels (thresholded on the way back), 16-bit images get ``L * 257``. ``I``
-    and ``F`` images have no fixed white, so the texture's gray levels span the image's own
-    value range.
+    Converted as PIL converts colours into ``img``'s mode, in the dtype and channels
+    ``pil_apply`` works in for ``img``, so ``texture_pad(img, padding, pil_texture(img, tex))``
+    draws ``tex`` as it looks: CMYK textures are CMYK, palette images get RGB(A), ``1`` gets
+    gray levels (thresholded on the way back), 16-bit images ``L * 257``; ``I`` and ``F``
+    images have no fixed white, so the gray levels span the image's own value range.
 
     Raises:
         TypeError: ``img`` or ``texture`` is not a PIL image.
@@ -258,10 +244,8 @@ def pil_texture(img: PIL.Image.Image, texture: PIL.Image.Image) -> Tensor:
         return _to_tensor(arr)
     if mode in ("P", "PA"):
         target = _palette_work_mode(img)
-    elif mode == "1":
-        target = "L"
     else:
-        target = mode
+        target = "L" if mode == "1" else mode
     try:
         converted = texture.convert(target)
     except ValueError as e:
@@ -270,7 +254,6 @@ def pil_texture(img: PIL.Image.Image, texture: PIL.Image.Image) -> Tensor:
 
 
 def _apply_palette(img: PIL.Image.Image, fn: Callable[[Tensor], Tensor]) -> PIL.Image.Image:
-    palette_mode = img.palette.mode if img.palette is not None else "RGB"
     colours = _palette_colours(img, _palette_work_mode(img))
     arr = np.array(img)
     if img.mode == "PA":
@@ -278,14 +261,14 @@ def _apply_palette(img: PIL.Image.Image, fn: Callable[[Tensor], Tensor]) -> PIL.
     else:
         work = colours[arr]
     out = np.asarray(_run(fn, _to_tensor(work)), dtype=np.uint8)
-    usable = colours[: _palette_size(img)]
+    palette_mode, entries = _palette(img)  # only the palette's own entries are candidates
+    usable = colours[: max(1, min(256, len(entries) // len(palette_mode)))]
     if img.mode == "PA":
         index = _nearest_index(out[..., :3], usable[:, :3])
         data = np.stack([index, out[..., 3]], axis=-1)
     else:
-        index = _nearest_index(out, usable)
-        data = index
+        data = _nearest_index(out, usable)
     h, w = data.shape[:2]
     result = PIL.Image.frombytes(img.mode, (w, h), np.ascontiguousarray(data).tobytes())
-    result.putpalette(img.getpalette(palette_mode) or [], palette_mode)
+    _copy_palette(img, result)
     return result

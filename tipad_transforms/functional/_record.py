@@ -1,10 +1,5 @@
-"""The one record a padding call is built into (``ops.padding.PadCall``), from the user's
-arguments, and the call of the op's direct entry with it.
-
-Built once per call by the image kernels of ``_pad.py`` and by ``pad_stack``: the geometry (a
-negative padding crops the grown canvas afterwards) and what fills the border (mode, fill,
-texture bank, lattice offset, bank index, stagger), in the op's canonical form.
-"""
+"""The one record of a padding call (``ops.padding.PadCall``: geometry and border, in the op's
+canonical form), built once from the user's arguments by the image kernels and ``pad_stack``."""
 
 from __future__ import annotations
 
@@ -56,8 +51,8 @@ def textured(
     texture: Any, x: Tensor, lead: tuple[int, ...], channels: int, *, stagger: int, offset: Any,
     texture_index: Any, image_name: str = "inpt",
 ) -> Border:  # fmt: skip
-    """A texture border for samples of leading shape ``lead`` (``N = prod(lead)``);
-    ``image_name``: what the errors call the image."""
+    """A texture border for samples of leading shape ``lead``; errors call the image
+    ``image_name``."""
     bank = texture_bank(texture, x.dtype, x.device, channels, image_name).contiguous()
     n = math.prod(lead)
     th, tw = bank.shape[-2], bank.shape[-1]
@@ -76,9 +71,8 @@ def textured(
         index = _zeros(n, 0, x.device)
     else:
         index = per_sample(texture_index, lead, (), "texture_index")
-        # Checked where the index lives (the host, unless the user gave a device tensor),
-        # before it moves. A tracer cannot record the data-dependent check; traced, the
-        # kernel's clamp keeps every read inside the bank.
+        # Checked where the index lives, before it moves; traced (no data-dependent check),
+        # the kernel's clamp keeps every read inside the bank.
         if not tracing():
             check_bank_index(bank.shape[0], index)
         index = index.clamp(-1, 2**31 - 1).to(device=x.device, dtype=torch.int32).contiguous()

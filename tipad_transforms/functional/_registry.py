@@ -1,18 +1,11 @@
 """Per-type dispatch of the functionals: one registry, torchvision's rules.
 
-Each functional (``texture_pad``, ``brick_pad``, ``pad``) looks up a kernel by the type of its
-input, walking the type's MRO as ``torchvision.transforms.v2.functional`` does:
-
-* ``torch.Tensor`` (plain), ``tv_tensors.Image``, ``tv_tensors.Video``: the padding op; the
-  tv_tensors come back as their own type.
-* ``PIL.Image.Image`` (and its subclasses): a PIL kernel, returning an image of the same mode.
-* ``tv_tensors.Mask``: a constant border (the mask fill), the type kept.
-* ``tv_tensors.BoundingBoxes``, ``tv_tensors.KeyPoints``: shifted by ``(left, top)``, with
-  ``canvas_size`` grown.
-* Any other tv_tensor: passed through unchanged, as torchvision does. Other objects (numbers,
-  strings) raise TypeError from a functional and pass through a transform.
-
-A new input type is one ``register_kernel`` call per functional, in one file.
+Each functional looks its kernel up by the input's type, walking its MRO as
+``torchvision.transforms.v2.functional`` does: plain tensors, ``Image`` and ``Video`` go to the
+padding op (tv_tensors come back as their type), PIL images to a PIL kernel (same mode back),
+``Mask`` gets a constant border, ``BoundingBoxes`` and ``KeyPoints`` are shifted (``canvas_size``
+grown), any other tv_tensor passes through; other objects raise TypeError. A new input type is
+one ``register_kernel`` call per functional.
 """
 
 from __future__ import annotations
@@ -81,23 +74,16 @@ def register_kernel(
     return decorator
 
 
-def get_kernel(
-    functional: Callable[..., Any], input_type: type, *, allow_passthrough: bool = False
-) -> Callable[..., Any]:
-    """The kernel ``functional`` runs for ``input_type`` (torchvision's ``_get_kernel`` rules).
-
-    The first class of ``input_type``'s MRO with a kernel wins, up to ``TVTensor``: a tv_tensor
-    type without one of its own passes through. Other types without a kernel pass through with
-    ``allow_passthrough`` (what a transform does) and raise TypeError otherwise.
-    """
+def get_kernel(functional: Callable[..., Any], input_type: type) -> Callable[..., Any]:
+    """The kernel ``functional`` runs for ``input_type`` (torchvision's ``_get_kernel`` rules):
+    the first class of its MRO with a kernel, up to ``TVTensor`` (a tv_tensor type without one
+    passes through); TypeError for other types without one."""
     registry = _REGISTRY.get(functional, {})
     for cls in input_type.__mro__:
         if cls in registry:
             return registry[cls]
         if cls is tv_tensors.TVTensor:
             return _passthrough
-    if allow_passthrough:
-        return _passthrough
     name = getattr(functional, "__name__", repr(functional))
     raise TypeError(
         f"{name}(): inpt must be a torch.Tensor, a tv_tensor or a PIL image, got "

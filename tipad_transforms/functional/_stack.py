@@ -1,10 +1,4 @@
-"""``pad_stack``: pad images of different sizes onto one canvas size and stack them.
-
-The batch form of padding that a collate function needs: each image keeps its own size and
-placement, every canvas gets the same size, and the border is a texture (per-sample lattice
-offset and bank index) or a standard mode. One launch of the padding kernel pads them all
-(``tipad::pad_stack``), each sample reading its own geometry record.
-"""
+"""``pad_stack``: pad images of different sizes onto one canvas size, in one launch."""
 
 from __future__ import annotations
 
@@ -116,15 +110,9 @@ def pad_stack(
 ) -> Tensor:  # fmt: skip
     """Pad each ``(C, h_i, w_i)`` image to ``size`` at its own ``placement``; stack the results.
 
-    One kernel launch for the whole batch. The images are first packed into one flat tensor
-    (``torch.cat``: one copy of the inputs), which the kernel reads with a per-image geometry;
-    images of one size at one placement are padded as a batch (``tipad::pad``), the same
-    values by the single-geometry op and its faster CPU forms: where every canvas has the same
-    border (constant mode; a texture with one offset and bank index), eagerly on the CPU,
-    the border is written once (constant mode) or padded on the first canvas and copied to the
-    others, and the images are stacked into their windows from the list (no packing); so are
-    textured samples of one bank index but their own offsets, each canvas a crop of the
-    texture's rendered lattice.
+    One kernel launch for the whole batch (``tipad::pad_stack``), on the images packed into one
+    flat tensor (one copy). Images of one size at one placement are padded as a batch
+    (``tipad::pad``) instead, where the op's CPU forms may copy them straight from the list.
 
     Args:
         images: ``N >= 1`` tensors ``(C, h_i, w_i)`` of one dtype, device and channel count.

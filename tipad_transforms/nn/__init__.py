@@ -1,11 +1,7 @@
-"""RWKV layers and language models on the package's WKV kernels, named like RWKV checkpoints.
-
-- RWKV-4: ``RWKVTimeMix``, ``RWKVChannelMix``, ``RWKVBlock`` (on ``ops.wkv``) and the model
-  ``RWKV4``.
-- RWKV-7 "Goose" (x070): ``RWKV7TimeMix``, ``RWKV7ChannelMix``, ``RWKV7Block`` (on ``ops.wkv7``)
-  and the model ``RWKV7``.
-- ``Recurrent`` (``model.recurrent()``): a model's snapshot for fast one-token steps;
-  ``generate`` / ``sample_logits``: sampling one token at a time with the state carried.
+"""RWKV layers and language models on the package's WKV kernels, named like RWKV checkpoints:
+RWKV-4 (on ``ops.wkv``) and RWKV-7 "Goose" (x070, on ``ops.wkv7``); ``Recurrent``
+(``model.recurrent()``), a model's snapshot for fast one-token steps; ``generate`` /
+``sample_logits``, sampling one token at a time with the state carried.
 
 Every layer and model runs a whole sequence (``m(x)``), or continues from a state
 (``m(x, state)``, ``None`` for the zero state) and returns the new one; see docs/rwkv.md.

@@ -1,5 +1,5 @@
-"""What every RWKV layer family shares: argument checks, token shift, the "no state" sentinel
-and the base classes of the stateful layers."""
+"""What the RWKV layers and models share: argument checks, the token shift, the "no state"
+sentinel and the base classes of the stateful layers."""
 
 from __future__ import annotations
 
@@ -13,17 +13,12 @@ from typing import Any, ClassVar, Generic, ParamSpec, TypeVar, overload
 import torch
 from torch import nn
 
-from .._checks import check_float
+from .._checks import INT32_MAX, check_float, check_tensor
 
 
 class Stateless(enum.Enum):
-    """The default of a layer's ``state`` argument: "no state given".
-
-    ``m(x)`` returns ``y`` alone; ``m(x, None)`` starts from the zero state and returns
-    ``(y, new_state)`` (RWKV users' habit: ``y, state = block(x, None)``). ``None`` cannot be
-    the default because it already means "start from zeros". Its repr, ``<no state>``, is what
-    ``help()`` and ``inspect.signature`` show as the default.
-    """
+    """The default of a ``state`` argument, "no state given" (``None`` already means "the zero
+    state"); its repr, ``<no state>``, is what ``help()`` shows as the default."""
 
     STATELESS = enum.auto()
 
@@ -33,40 +28,31 @@ class Stateless(enum.Enum):
 
 STATELESS = Stateless.STATELESS
 
-# The largest size a layer or model takes: the kernels index with 32-bit ints, and beyond it
-# torch's own size arithmetic overflows before any memory is asked for.
-MAX_SIZE = 2**31 - 1
-
 
 def check_size(name: str, value: object) -> int:
+    """``value`` if it is an int in ``[1, 2**31 - 1]``, else a TypeError/ValueError naming it:
+    the kernels index with 32-bit ints, and beyond it torch's size arithmetic overflows."""
     if isinstance(value, bool) or not isinstance(value, int):
         raise TypeError(f"{name} must be an int, got {type(value).__name__}")
     if value < 1:
         raise ValueError(f"{name} must be a positive int, got {value!r}")
-    if value > MAX_SIZE:
+    if value > INT32_MAX:
         raise ValueError(f"{name} must be at most 2**31 - 1, got {value!r}")
     return value
 
 
-def _physical_memory() -> int | None:
-    """This machine's memory in bytes, or None where the platform does not say."""
-    try:
-        return os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES")
-    except (AttributeError, OSError, ValueError):
-        return None
-
-
 def check_fits(what: str, numbers: int) -> None:
-    """A ValueError naming ``what`` (the call and its sizes) when a model of ``numbers``
-    float32 parameters would not fit in this machine's memory, built on the CPU.
-
-    Without it, a depth typed with a few zeros too many builds layer after layer until the
-    system kills the process; sizes whose single tensors are too large fail at once anyway
-    (``sizes_checked``). Other devices (meta, cuda) are left to their allocators."""
+    """A ValueError naming ``what`` when ``numbers`` float32 parameters would not fit in this
+    machine's memory, built on the CPU: else a depth with a few zeros too many builds layer
+    after layer until the system kills the process (one tensor too large already fails at
+    once, see ``sizes_checked``). Other devices are left to their allocators."""
     if torch.get_default_device().type != "cpu":
         return
-    memory = _physical_memory()
-    if memory is not None and 4 * numbers > memory:
+    try:
+        memory = os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES")
+    except (AttributeError, OSError, ValueError):
+        return  # the platform does not say
+    if 4 * numbers > memory:
         raise ValueError(
             f"{what} is too large: about {numbers:,} parameters ({4 * numbers / 2**30:,.0f} GiB "
             f"as float32), more than this machine's {memory / 2**30:,.0f} GiB"
@@ -86,9 +72,8 @@ def allocation_failure(e: BaseException) -> bool:
 
 
 def sizes_checked(init: Callable[_P, None]) -> Callable[_P, None]:
-    """Decorate a layer's or model's ``__init__``: sizes whose tensors cannot be allocated
-    (too large for this machine's memory) give a ValueError naming those sizes, not the
-    allocator's RuntimeError."""
+    """Decorate an ``__init__``: sizes whose tensors cannot be allocated give a ValueError
+    naming them, not the allocator's RuntimeError."""
 
     @functools.wraps(init)
     def wrapper(*args: _P.args, **kwargs: _P.kwargs) -> None:
@@ -111,13 +96,6 @@ def sizes_checked(init: Callable[_P, None]) -> Callable[_P, None]:
     return wrapper
 
 
-def check_layer(layer_id: object, n_layer: int) -> int:
-    check_size("n_layer", n_layer)
-    if isinstance(layer_id, bool) or not isinstance(layer_id, int) or not 0 <= layer_id < n_layer:
-        raise ValueError(f"layer_id must be an int in [0, n_layer={n_layer}), got {layer_id!r}")
-    return layer_id
-
-
 def ratios(layer_id: int, n_layer: int) -> tuple[float, float]:
     """RWKV-LM's depth ratios ``(r01, r1a0)``: ``layer_id / (n_layer - 1)`` (0 -> 1 over the
     stack) and ``1 - layer_id / n_layer`` (1 -> ~0). RWKV-LM divides by zero for one layer;
@@ -135,21 +113,10 @@ def state_dtype(dtype: torch.dtype) -> torch.dtype:
     return torch.float64 if dtype == torch.float64 else torch.float32
 
 
-def check_dense(name: str, t: torch.Tensor) -> torch.Tensor:
-    """``t`` if it is a dense (strided, not nested) tensor, else a TypeError naming it: the
-    layers' ops read strided memory, and sparse or nested tensors fail deep inside them."""
-    if t.is_nested:
-        raise TypeError(f"{name} must be a dense tensor, got a nested tensor")
-    if t.layout != torch.strided:
-        raise TypeError(f"{name} must be a dense (strided) tensor, got layout {t.layout}")
-    return t
-
-
 def check_x(x: object, n_embd: int, like: torch.Tensor) -> torch.Tensor:
-    """``x`` if it is a dense float ``(B, T, n_embd)`` tensor on ``like``'s device (a parameter
-    of the module) and, outside ``torch.autocast``, of its dtype; else a TypeError/ValueError
-    naming it."""
-    x = check_dense("x", check_float("x", x))
+    """``x`` if it is a dense float ``(B, T, n_embd)`` tensor on ``like``'s device and, outside
+    ``torch.autocast``, of its dtype; else a TypeError/ValueError naming it."""
+    x = check_float("x", x)
     if x.dim() != 3 or x.shape[2] != n_embd:
         raise ValueError(f"x must be (B, T, n_embd={n_embd}), got shape {tuple(x.shape)}")
     if x.device != like.device:
@@ -164,24 +131,8 @@ def check_x(x: object, n_embd: int, like: torch.Tensor) -> torch.Tensor:
     return x
 
 
-def check_state_args(batch_size: object, device: object, dtype: object) -> None:
-    """``init_state``'s arguments: TypeError/ValueError naming the one that is wrong."""
-    check_size("batch_size", batch_size)
-    if dtype is not None and (not isinstance(dtype, torch.dtype) or not dtype.is_floating_point):
-        raise TypeError(f"dtype must be a floating torch.dtype or None, got {dtype!r}")
-    if device is not None:
-        if isinstance(device, bool) or not isinstance(device, str | torch.device | int):
-            raise TypeError(f"device must be a torch.device, a str, an int or None, got {device!r}")
-        try:
-            torch.device(device)
-        except RuntimeError as e:
-            raise ValueError(f"device {device!r} is not a device: {e}") from e
-
-
 def check_part(name: str, t: object, shape: tuple[int, ...], x: torch.Tensor) -> torch.Tensor:
-    if not isinstance(t, torch.Tensor):
-        raise TypeError(f"{name} must be a torch.Tensor, got {type(t).__name__}")
-    check_dense(name, t)
+    t = check_tensor(name, t)
     if not t.is_floating_point():
         raise TypeError(f"{name} must be a floating point tensor, got {t.dtype}")
     if tuple(t.shape) != shape:
@@ -194,27 +145,18 @@ def check_part(name: str, t: object, shape: tuple[int, ...], x: torch.Tensor) ->
     return t
 
 
-def check_tuple(state: object, length: int, kind: str) -> tuple:
-    if not isinstance(state, tuple) or len(state) != length:
-        raise TypeError(f"state must be a {kind}, got {type(state).__name__}")
-    return state
-
-
 def check_idx(idx: object, vocab_size: int, device: torch.device) -> torch.Tensor:
-    """``idx`` if it is a dense ``(B, T)`` int64/int32 tensor of token ids in
-    ``[0, vocab_size)`` on ``device``, else a TypeError/ValueError naming it."""
-    if not isinstance(idx, torch.Tensor):
-        raise TypeError(f"idx must be a torch.Tensor, got {type(idx).__name__}")
-    check_dense("idx", idx)
+    """``idx`` if it is a dense ``(B, T)`` int64/int32 tensor of ids in ``[0, vocab_size)`` on
+    ``device``, else a TypeError/ValueError naming it."""
+    idx = check_tensor("idx", idx)
     if idx.dtype not in (torch.int64, torch.int32):
         raise TypeError(f"idx must be int64 (or int32) token ids, got {idx.dtype}")
     if idx.dim() != 2:
         raise ValueError(f"idx must be (B, T), got shape {tuple(idx.shape)}")
     if idx.device != device:
         raise ValueError(f"idx is on {idx.device}, the model on {device}: use one device")
-    # The range needs the values on the host: skipped while torch.compile traces (a graph
-    # break per call otherwise), where the embedding's own index check remains, and for
-    # meta tensors, which have no values (a meta model gives meta logits).
+    # The range reads values on the host: skipped while compiling (a graph break otherwise;
+    # the embedding's own index check remains) and for meta tensors (no values).
     if idx.numel() and not idx.is_meta and not torch.compiler.is_compiling():
         low, high = (int(v) for v in torch.aminmax(idx))
         if low < 0 or high >= vocab_size:
@@ -241,13 +183,15 @@ def check_states(
     return list(state)
 
 
-def shifted(x: torch.Tensor, prev: torch.Tensor | None) -> torch.Tensor:
-    """``x`` one step later in time: ``xx[:, t] = x[:, t-1]``, ``xx[:, 0] = prev`` (or zeros)."""
+def shifted(x: torch.Tensor, state: Any) -> torch.Tensor:
+    """``x`` one step later in time: ``xx[:, t] = x[:, t-1]``, ``xx[:, 0] = state.shift`` (zeros
+    for a ``None`` state)."""
     # unsqueeze rather than an index, and no .to() to the same dtype: a one-token step is all
     # fixed cost, and each of those is a dispatch more.
-    if prev is None:
+    if state is None:
         first = x.new_zeros(x.shape[0], 1, x.shape[2])
     else:
+        prev = state.shift
         first = (prev if prev.dtype == x.dtype else prev.to(x.dtype)).unsqueeze(1)
     if x.shape[1] == 1:  # a one-token step: the previous token itself, no copy
         return first
@@ -266,31 +210,48 @@ class Stateful(nn.Module, Generic[S]):
     """The base of every RWKV layer: its width, position and state.
 
     A subclass names its state's ``NamedTuple`` (``State``), the parameter whose device and
-    dtype its state and input take (``_like``), the zero state (``_zeros``) and the shape of
-    each state tensor it checks (``_state_shapes``; ``None`` for a part a child checks). Its
-    math is a module-level function ``_math(m, x, ..., state)`` (``state`` ``None``: no
-    state), which reads ``m``'s parameters and children by name: the module passes itself,
-    the recurrent snapshot (``nn/_recurrent.py``) the same names as plain tensors and
-    callables. ``_recurrent`` lists those names.
+    dtype its state and input take (``_like_name``), the attributes its repr shows
+    (``_repr``) and the shape of each state tensor
+    (``_state_shapes``; ``None`` for a part a child checks). Its math is a module-level
+    function ``_math(m, x, ..., state)`` (``state`` ``None``: no state) reading ``m``'s
+    parameters and children by name: the module passes itself, the recurrent snapshot
+    (``nn/_recurrent.py``) the same names (``_recurrent``) as plain tensors and callables.
     """
 
     State: ClassVar[type]
     _math: ClassVar[Callable[..., Any]]
     _recurrent: ClassVar[tuple[str, ...]]
+    _like_name: ClassVar[str]
+    _repr: ClassVar[tuple[str, ...]] = ()
 
     def __init__(self, n_embd: int, layer_id: int, n_layer: int) -> None:
         super().__init__()
         self.n_embd = check_size("n_embd", n_embd)
-        self.layer_id = check_layer(layer_id, n_layer)
+        check_size("n_layer", n_layer)
+        if (
+            isinstance(layer_id, bool)
+            or not isinstance(layer_id, int)
+            or not 0 <= layer_id < n_layer
+        ):
+            raise ValueError(f"layer_id must be an int in [0, n_layer={n_layer}), got {layer_id!r}")
+        self.layer_id = layer_id
 
     def _like(self) -> torch.Tensor:
-        raise NotImplementedError
+        return getattr(self, self._like_name)
 
-    def _zeros(self, batch_size: int, device: torch.device | str, dtype: torch.dtype) -> S:
-        raise NotImplementedError
+    def extra_repr(self) -> str:
+        return ", ".join(f"{name}={getattr(self, name)}" for name in self._repr)
 
     def _state_shapes(self, batch_size: int) -> tuple[tuple[int, ...] | None, ...]:
         raise NotImplementedError
+
+    def _zeros(self, batch_size: int, device: torch.device | str, dtype: torch.dtype) -> S:
+        """The zero state: the shift in ``dtype``, the other parts in ``state_dtype(dtype)``."""
+        shift, *rest = self._state_shapes(batch_size)
+        return self.State(
+            torch.zeros(shift, device=device, dtype=dtype),  # type: ignore[arg-type]
+            *(torch.zeros(s, device=device, dtype=state_dtype(dtype)) for s in rest),  # type: ignore[arg-type]
+        )
 
     def init_state(
         self,
@@ -303,7 +264,20 @@ class Stateful(nn.Module, Generic[S]):
         ``dtype``, the WKV start in float32 (float64 when ``dtype`` is float64). ``device`` and
         ``dtype`` default to the module's parameters'. Raises TypeError/ValueError naming
         ``batch_size``, ``device`` or ``dtype``."""
-        check_state_args(batch_size, device, dtype)
+        check_size("batch_size", batch_size)
+        if dtype is not None and (
+            not isinstance(dtype, torch.dtype) or not dtype.is_floating_point
+        ):
+            raise TypeError(f"dtype must be a floating torch.dtype or None, got {dtype!r}")
+        if device is not None:
+            if isinstance(device, bool) or not isinstance(device, str | torch.device | int):
+                raise TypeError(
+                    f"device must be a torch.device, a str, an int or None, got {device!r}"
+                )
+            try:
+                torch.device(device)
+            except RuntimeError as e:
+                raise ValueError(f"device {device!r} is not a device: {e}") from e
         like = self._like()
         return self._zeros(
             batch_size, like.device if device is None else device,
@@ -314,11 +288,12 @@ class Stateful(nn.Module, Generic[S]):
         """``state`` as this layer's ``State`` for ``x``, else a TypeError/ValueError naming it
         (``state``, ``state.shift``, ``state.wkv``)."""
         fields = self.State._fields  # type: ignore[attr-defined]
-        parts = check_tuple(state, len(fields), self.State.__name__)
+        if not isinstance(state, tuple) or len(state) != len(fields):
+            raise TypeError(f"state must be a {self.State.__name__}, got {type(state).__name__}")
         shapes = self._state_shapes(x.shape[0])
         checked = [
             t if shape is None else check_part(f"state.{name}", t, shape, x)
-            for name, t, shape in zip(fields, parts, shapes, strict=True)
+            for name, t, shape in zip(fields, state, shapes, strict=True)
         ]
         result: S = self.State(*checked)
         wkv = getattr(result, "wkv", None)
@@ -337,14 +312,33 @@ class Stateful(nn.Module, Generic[S]):
             return x, self.init_state(x.shape[0], device=x.device, dtype=x.dtype)
         return x, self._check_state(state, x)
 
-    def _add_block_children(self, att: nn.Module, ffn: nn.Module) -> None:
-        """A block's children in the checkpoints' order: ``ln1``, ``ln2``, ``ln0`` (layer 0's
-        layer norm of the embeddings; ``None`` on the others), ``att``, ``ffn``."""
+
+class Block(Stateful[S]):
+    """A block: ``ln1``, ``ln2``, ``ln0`` (layer 0's layer norm of the embeddings; ``None`` on
+    the others), ``att``, ``ffn`` in the checkpoints' order; its state is its mixers'."""
+
+    _recurrent = ("ln0", "ln1", "ln2", "att", "ffn")
+    att: Any
+    ffn: Any
+
+    def _add_children(self, att: nn.Module, ffn: nn.Module) -> None:
         self.ln1 = nn.LayerNorm(self.n_embd)
         self.ln2 = nn.LayerNorm(self.n_embd)
         self.ln0 = nn.LayerNorm(self.n_embd) if self.layer_id == 0 else None
         self.att = att
         self.ffn = ffn
+
+    def _like(self) -> torch.Tensor:
+        return self.att._like()
+
+    def _zeros(self, batch_size: int, device: torch.device | str, dtype: torch.dtype) -> S:
+        return self.State(
+            self.att.init_state(batch_size, device=device, dtype=dtype),
+            self.ffn.init_state(batch_size, device=device, dtype=dtype),
+        )
+
+    def _state_shapes(self, batch_size: int) -> tuple[None, None]:
+        return None, None  # the mixers check their parts
 
 
 class Layer(Stateful[S]):

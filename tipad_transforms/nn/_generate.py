@@ -10,7 +10,8 @@ from typing import Any
 import torch
 from torch import nn
 
-from ._common import allocation_failure, check_dense
+from .._checks import check_generator, check_tensor
+from ._common import allocation_failure
 from ._models import _RWKV
 from ._recurrent import Recurrent
 
@@ -27,10 +28,7 @@ def _check_sampling(temperature: object, top_p: object, generator: object) -> tu
         raise ValueError(f"temperature must be >= 0 and finite, got {temperature!r}")
     if not 0 < p <= 1:
         raise ValueError(f"top_p must be in (0, 1], got {top_p!r}")
-    if generator is not None and not isinstance(generator, torch.Generator):
-        raise TypeError(
-            f"generator must be a torch.Generator or None, got {type(generator).__name__}"
-        )
+    check_generator(generator)
     return t, p
 
 
@@ -41,24 +39,18 @@ def sample_logits(
     top_p: float = 1.0,
     generator: torch.Generator | None = None,
 ) -> torch.Tensor:
-    """One token per row of ``logits`` ``(B, V)`` (any float dtype; ``V >= 1``): ``(B,)``
-    int64.
+    """One token per row of ``logits`` ``(B, V)`` (any real dtype; ``V >= 1``): ``(B,)`` int64
+    on ``logits``' device.
 
-    ``temperature == 0``: greedy (the arg max, no randomness). Otherwise the softmax of
-    ``logits / temperature`` (in float32) restricted to its nucleus: the most probable tokens
-    whose probabilities add up to at least ``top_p`` (``top_p = 1``: all tokens), drawn with
-    ``generator`` (on the generator's device; ``None``: torch's global one). ``-inf`` logits
-    are tokens never drawn. The result is on ``logits``' device (meta logits give meta
-    tokens). Raises ``TypeError`` for ``logits`` that is not a dense real tensor, a
-    ``temperature`` / ``top_p`` that is not a real number or a ``generator`` that is not a
-    ``torch.Generator``; ``ValueError`` for ``logits`` not ``(B, V)`` with ``V >= 1``, a
-    negative, NaN or infinite ``temperature``, ``top_p`` outside ``(0, 1]``, NaN logits, or
-    (when sampling) a row with no probability to draw from (``+inf`` or only ``-inf``).
+    ``temperature == 0``: greedy (the arg max). Otherwise the softmax of ``logits /
+    temperature`` (in float32) cut to its nucleus, the most probable tokens whose probabilities
+    add up to at least ``top_p``, drawn with ``generator`` (on its device; ``None``: torch's
+    global one); ``-inf`` logits are never drawn. Raises ``TypeError`` / ``ValueError`` naming
+    a wrong argument (docs/rwkv.md lists them), NaN logits, or (when sampling) a row with no
+    probability to draw from (``+inf`` or only ``-inf``).
     """
     t, p = _check_sampling(temperature, top_p, generator)
-    if not isinstance(logits, torch.Tensor):
-        raise TypeError(f"logits must be a torch.Tensor, got {type(logits).__name__}")
-    check_dense("logits", logits)
+    logits = check_tensor("logits", logits)
     if logits.is_complex() or logits.dtype == torch.bool:
         raise TypeError(f"logits must be a real (float or int) tensor, got {logits.dtype}")
     if logits.dim() != 2 or logits.shape[1] == 0:
@@ -92,7 +84,7 @@ def sample_logits(
 def _prompt(prompt: object, model: object) -> torch.Tensor:
     """``prompt`` as ``(B, T)`` token ids, else a TypeError/ValueError naming it."""
     if isinstance(prompt, torch.Tensor):
-        check_dense("prompt", prompt)
+        check_tensor("prompt", prompt)
         if prompt.dtype not in (torch.int64, torch.int32):
             raise TypeError(f"prompt must hold int64 (or int32) token ids, got {prompt.dtype}")
         idx = prompt
@@ -152,9 +144,7 @@ def generate(
     (``temperature=0``: greedy); the same ``generator`` seed gives the same tokens. Returns the
     new tokens ``(B, max_new_tokens)`` int64 on the prompt's device.
 
-    Raises ``TypeError`` / ``ValueError`` naming the argument (``model``, ``prompt``,
-    ``max_new_tokens``, the sampling arguments) before the model runs; the model's own
-    errors name ``idx`` and ``state``.
+    Raises ``TypeError`` / ``ValueError`` naming a wrong argument before the model runs.
     """
     if not callable(model):
         raise TypeError(f"model must be callable as model(idx, state), got {type(model).__name__}")

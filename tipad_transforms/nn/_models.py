@@ -1,29 +1,20 @@
-"""Whole RWKV language models, named like the official checkpoints: ``RWKV4`` and ``RWKV7``.
-
-Both are RWKV-LM's ``RWKV`` model: ``emb`` (an embedding), ``blocks`` (the layers; block 0 holds
-``ln0``), ``ln_out`` and ``head`` (a linear map to the vocabulary, no bias), so the ``.pth``
-files RWKV-LM saves (the released RWKV-4 and RWKV-7 models) load with
-``model.load_state_dict(torch.load(path, weights_only=True), strict=True)``;
-``load_state_dict`` converts their bfloat16 / float16 tensors to the model's dtype.
-``Model.from_state_dict(sd)`` builds a model whose every size is read from the tensors, then
-loads them.
-"""
+"""The language models ``RWKV4`` and ``RWKV7``: RWKV-LM's ``RWKV`` (``emb``, ``blocks``,
+``ln_out``, ``head``), so the ``.pth`` files RWKV-LM saves load with ``strict=True``."""
 
 from __future__ import annotations
 
 import math
 from collections.abc import Callable, Iterable, Mapping, Sequence
-from typing import Any, Generic, TypeVar, cast, overload
+from typing import Any, ClassVar, Generic, TypeVar, cast, overload
 
 import torch
 from torch import nn
 from torch.utils.checkpoint import checkpoint
 
-from .._checks import FLOATS
+from .._checks import FLOATS, check_tensor
 from ._common import (
     STATELESS,
     Stateless,
-    check_dense,
     check_fits,
     check_idx,
     check_size,
@@ -41,48 +32,75 @@ S = TypeVar("S", bound=tuple)
 
 
 class _RWKV(nn.Module, Generic[S]):
-    """``emb -> blocks -> ln_out -> head``; the subclasses say how a block is called
-    (``_layers``)."""
+    """``emb -> blocks -> ln_out -> head``. The subclasses give a layer's parameter count
+    (``per_layer(n_embd)``, for ``check_fits``), make each block (``block(layer_id)``) and say
+    how it is called (``_value_residual``). ``emb`` and ``head`` start as RWKV-LM's
+    ``generate_init_weight`` makes them: ``emb`` uniform in ``±1e-4`` (``ln0`` rescales it),
+    ``head`` orthogonal with gain ``0.5 * sqrt(max(vocab / n_embd, 1))``.
+    """
 
     blocks: nn.ModuleList
+    #: Whether each block takes and returns ``v_first`` (RWKV-7's value residual).
+    _value_residual: ClassVar[bool] = False
     #: Activation checkpointing (RWKV-LM's ``--grad_cp 1``): set it to True and, with grad on,
     #: each block runs under ``torch.utils.checkpoint.checkpoint(..., use_reentrant=False)``,
     #: keeping only its inputs for the backward, which runs the block's forward again. Same
     #: values and gradients; the memory of one block's activations instead of all of them.
     grad_checkpointing: bool = False
 
-    def __init__(self, vocab_size: int, n_embd: int) -> None:
+    def __init__(
+        self,
+        vocab_size: int,
+        n_embd: int,
+        n_layer: int,
+        per_layer: Callable[[int], int],
+        block: Callable[[int], nn.Module],
+    ) -> None:
+        check_size("n_layer", n_layer)
+        check_size("vocab_size", vocab_size)
+        check_fits(
+            f"{type(self).__name__}(vocab_size={vocab_size}, n_embd={n_embd}, n_layer={n_layer})",
+            n_layer * per_layer(check_size("n_embd", n_embd)) + 2 * vocab_size * n_embd,
+        )
         super().__init__()
-        self.vocab_size = check_size("vocab_size", vocab_size)
-        self.n_embd = check_size("n_embd", n_embd)
+        self.vocab_size, self.n_embd = vocab_size, n_embd
         self.emb = nn.Embedding(vocab_size, n_embd)
+        self.blocks = nn.ModuleList(block(i) for i in range(n_layer))
+        self.ln_out = nn.LayerNorm(n_embd)
+        self.head = nn.Linear(n_embd, vocab_size, bias=False)
+        with torch.no_grad():
+            nn.init.uniform_(self.emb.weight, -1e-4, 1e-4)
+            if not self.head.weight.is_meta:
+                gain = 0.5 * math.sqrt(max(vocab_size / n_embd, 1.0))
+                nn.init.orthogonal_(self.head.weight, gain=gain)
 
-    @staticmethod
+    @classmethod
     def _layers(
-        call: Callable[..., Any], blocks: Iterable[Any], x: torch.Tensor, states: list[Any] | None
+        cls,
+        call: Callable[..., Any],
+        blocks: Iterable[Any],
+        x: torch.Tensor,
+        states: list[Any] | None,
     ) -> tuple[torch.Tensor, list[Any] | None]:
-        """``x`` through ``blocks``, each called as ``call(block, x, ...)``, with ``states``
-        (one per block) or without (``None``); returns ``x`` and the new states."""
-        raise NotImplementedError
+        """``x`` through ``blocks``, each called as ``call(block, x, [v_first,] [state])``, with
+        ``states`` (one per block) or without (``None``); returns ``x`` and the new states."""
+        v: list[Any] = [None] if cls._value_residual else []
+        if states is None:
+            for block in blocks:
+                out = call(block, x, *v)
+                x, v = (out[0], out[1:]) if v else (out, v)
+            return x, None
+        new_states = []
+        for block, s in zip(blocks, states, strict=True):
+            x, *v, s = call(block, x, *v, s)
+            new_states.append(s)
+        return x, new_states
 
     def _block(self, block: nn.Module, *args: Any) -> Any:
         """``block(*args)``, under activation checkpointing when it is on and grad is."""
         if self.grad_checkpointing and torch.is_grad_enabled():
             return checkpoint(block, *args, use_reentrant=False)
         return block(*args)
-
-    def _finish(self) -> None:
-        """``ln_out``, ``head`` and RWKV-LM's ``generate_init_weight`` for ``emb`` and ``head``:
-        ``emb`` uniform in ``±1e-4`` (``ln0`` rescales it), ``head`` orthogonal with gain
-        ``0.5 * sqrt(vocab / n_embd)`` (``0.5`` when ``vocab <= n_embd``).
-        """
-        self.ln_out = nn.LayerNorm(self.n_embd)
-        self.head = nn.Linear(self.n_embd, self.vocab_size, bias=False)
-        ratio = self.vocab_size / self.n_embd
-        with torch.no_grad():
-            nn.init.uniform_(self.emb.weight, -1e-4, 1e-4)
-            if not self.head.weight.is_meta:
-                nn.init.orthogonal_(self.head.weight, gain=0.5 * math.sqrt(max(ratio, 1.0)))
 
     @property
     def n_layer(self) -> int:
@@ -130,20 +148,54 @@ class _RWKV(nn.Module, Generic[S]):
         return logits if new_state is None else (logits, new_state)
 
     def recurrent(self) -> Recurrent[S]:
-        """This model's recurrent form, for generation one token at a time: ``rec(idx,
-        state)`` gives ``model(idx, state)``'s logits and states (to float rounding) on a
-        snapshot of the weights, without module calls. A snapshot: after the weights change
-        (training steps, loads, ``.to()``), call ``rec.rebuild()``. See ``Recurrent``."""
+        """This model's recurrent form, for generation one token at a time: a snapshot of its
+        weights, to ``rebuild()`` after they change. See ``Recurrent``."""
         return Recurrent(self)
 
     @classmethod
-    def _build(cls: type[_Model], sd: Mapping[str, torch.Tensor], **sizes: Any) -> _Model:
-        """A model of ``sizes`` holding ``sd``'s values: built on the meta device (no init
-        work, no memory), its keys and shapes compared with ``sd``'s (a ValueError naming the
-        first key that is missing, unexpected or of another shape), given storage on the
-        tensors' device in ``dtype``, then loaded strictly.
+    def _load(
+        cls: type[_Model],
+        sd: Mapping[str, torch.Tensor],
+        dtype: torch.dtype,
+        family: str,
+        reads: dict[str, tuple[str, int]],
+        marker: dict[str, int] | None = None,
+    ) -> _Model:
+        """A model holding ``sd``, else a TypeError/ValueError naming the argument or key.
+
+        Its sizes are read from the tensors: ``vocab_size, n_embd`` from ``emb.weight``,
+        ``n_layer`` from the ``blocks.N`` keys, the others from ``reads`` (size -> (2-D key,
+        dimension)); ``marker`` (key -> rank) names more keys the family's checkpoints have.
+        Built on the meta device (no init work, no memory), its keys and shapes compared with
+        ``sd``'s, given storage on the tensors' device in ``dtype``, then loaded strictly.
         """
-        dtype = sizes.pop("dtype")
+        if not isinstance(sd, Mapping):
+            raise TypeError(f"sd must be a state dict (a mapping), got {type(sd).__name__}")
+        for key, t in sd.items():
+            check_tensor(f"sd[{key!r}]", t)
+            if not t.is_floating_point():
+                raise TypeError(f"sd[{key!r}] must be a floating point tensor, got {t.dtype}")
+            if t.is_meta:
+                raise ValueError(f"sd[{key!r}] is a meta tensor: it holds no values to load")
+        needed = {"emb.weight": 2, **(marker or {}), **{k: 2 for k, _ in reads.values()}}
+        for key, rank in needed.items():
+            if key not in sd:
+                raise ValueError(f"sd is not an {family} checkpoint: it has no {key!r}")
+            if sd[key].dim() != rank:
+                raise ValueError(
+                    f"sd[{key!r}] must have {rank} dimensions, got shape {tuple(sd[key].shape)}"
+                )
+        layers = []
+        for k in sd:
+            if k.startswith("blocks."):
+                index = k.split(".")[1]
+                if not index.isdigit():
+                    raise ValueError(f"sd key {k!r} is not blocks.<layer number>.*")
+                layers.append(int(index))
+        vocab_size, n_embd = sd["emb.weight"].shape
+        sizes: dict[str, Any] = {"vocab_size": vocab_size, "n_embd": n_embd}
+        sizes["n_layer"] = 1 + max(layers)
+        sizes |= {name: sd[key].shape[dim] for name, (key, dim) in reads.items()}
         if not isinstance(dtype, torch.dtype):
             raise TypeError(
                 f"dtype must be a torch.dtype (e.g. torch.float32), got {type(dtype).__name__} "
@@ -172,44 +224,9 @@ class _RWKV(nn.Module, Generic[S]):
                 f"sd has keys a {cls.__name__} does not: {unexpected[:5]}"
                 + (f" and {len(unexpected) - 5} more" if len(unexpected) > 5 else "")
             )
-        device = sd["emb.weight"].device
-        model = model.to_empty(device=device).to(dtype)
+        model = model.to_empty(device=sd["emb.weight"].device).to(dtype)
         model.load_state_dict(sd, strict=True)
         return model
-
-    @staticmethod
-    def _sizes(
-        sd: Mapping[str, torch.Tensor], family: str, needed: dict[str, int]
-    ) -> dict[str, int]:
-        """``vocab_size``, ``n_embd`` and ``n_layer`` of ``sd``, after checking its values are
-        dense float tensors with values, and that the keys the sizes are read from (``needed``:
-        key -> rank) are there with that rank; else a TypeError/ValueError naming the key."""
-        if not isinstance(sd, Mapping):
-            raise TypeError(f"sd must be a state dict (a mapping), got {type(sd).__name__}")
-        for key, t in sd.items():
-            if not isinstance(t, torch.Tensor):
-                raise TypeError(f"sd[{key!r}] must be a torch.Tensor, got {type(t).__name__}")
-            check_dense(f"sd[{key!r}]", t)
-            if not t.is_floating_point():
-                raise TypeError(f"sd[{key!r}] must be a floating point tensor, got {t.dtype}")
-            if t.is_meta:
-                raise ValueError(f"sd[{key!r}] is a meta tensor: it holds no values to load")
-        for key, rank in {"emb.weight": 2, **needed}.items():
-            if key not in sd:
-                raise ValueError(f"sd is not an {family} checkpoint: it has no {key!r}")
-            if sd[key].dim() != rank:
-                raise ValueError(
-                    f"sd[{key!r}] must have {rank} dimensions, got shape {tuple(sd[key].shape)}"
-                )
-        vocab_size, n_embd = sd["emb.weight"].shape
-        layers = []
-        for k in sd:
-            if k.startswith("blocks."):
-                index = k.split(".")[1]
-                if not index.isdigit():
-                    raise ValueError(f"sd key {k!r} is not blocks.<layer number>.*")
-                layers.append(int(index))
-        return {"vocab_size": vocab_size, "n_embd": n_embd, "n_layer": 1 + max(layers)}
 
 
 class RWKV7(_RWKV[RWKV7BlockState]):
@@ -222,18 +239,15 @@ class RWKV7(_RWKV[RWKV7BlockState]):
         dim_ffn: hidden width of the channel mixes, default ``4 * n_embd``.
         w_lora, a_lora, v_lora, g_lora: LoRA widths, default ``lora_widths(n_embd)``.
 
-    Call ``model(idx)`` with ``idx`` ``(B, T)`` int64 -> logits ``(B, T, vocab_size)`` in the
-    model's dtype; ``model(idx, state)`` -> ``(logits, new_state)``: ``state`` a list of
-    ``RWKV7BlockState`` (``model.init_state(B)``, or ``None`` for that zero state). A sequence
-    run whole, in chunks or one token at a time gives the same logits to float rounding, not
-    the same bits (docs/rwkv.md states the bound); the state passed in is never modified.
-    For generation, ``model.recurrent()`` runs the same calls on a snapshot of the weights
-    laid out for one-token steps (``Recurrent``).
-
-    Under ``torch.autocast`` (bfloat16 or float16, CPU or CUDA) the linear maps run in the
-    autocast dtype and the WKV-7 recurrence and its state in float32 (``ops.wkv7`` promotes its
-    mixed inputs); the logits come out in the autocast dtype.
+    Call ``model(idx)`` -> logits or ``model(idx, state)`` -> ``(logits, new_state)``, ``state``
+    a list of ``RWKV7BlockState``: see ``forward``. A sequence run whole, in chunks or one token
+    at a time gives the same logits to float rounding, not the same bits (docs/rwkv.md states
+    the bound). For generation, ``model.recurrent()`` runs the same calls on a snapshot of the
+    weights laid out for one-token steps. Under ``torch.autocast`` (bfloat16 or float16) the
+    linear maps run in the autocast dtype, the WKV-7 recurrence and its state in float32.
     """
+
+    _value_residual = True
 
     @sizes_checked
     def __init__(
@@ -249,39 +263,15 @@ class RWKV7(_RWKV[RWKV7BlockState]):
         v_lora: int | None = None,
         g_lora: int | None = None,
     ) -> None:
-        check_size("n_layer", n_layer)
-        check_size("vocab_size", vocab_size)
-        c = check_size("n_embd", n_embd)
-        f = c * 4 if dim_ffn is None else check_size("dim_ffn", dim_ffn)
-        loras = sum(lora_widths(c).values())  # the default widths, for an estimate
-        check_fits(
-            f"RWKV7(vocab_size={vocab_size}, n_embd={n_embd}, n_layer={n_layer})",
-            n_layer * (4 * c * c + 2 * c * f + 2 * c * loras + 24 * c) + 2 * vocab_size * c,
-        )
-        super().__init__(vocab_size, n_embd)
-        self.blocks = nn.ModuleList(
-            RWKV7Block(
-                n_embd, i, n_layer, head_size=head_size, dim_ffn=dim_ffn,
-                w_lora=w_lora, a_lora=a_lora, v_lora=v_lora, g_lora=g_lora,
-            )
-            for i in range(n_layer)
-        )  # fmt: skip
-        self._finish()
+        def per_layer(c: int) -> int:
+            f = c * 4 if dim_ffn is None else check_size("dim_ffn", dim_ffn)
+            loras = sum(lora_widths(c).values())  # the default widths, for an estimate
+            return 4 * c * c + 2 * c * f + 2 * c * loras + 24 * c
 
-    @staticmethod
-    def _layers(
-        call: Callable[..., Any], blocks: Iterable[Any], x: torch.Tensor, states: list[Any] | None
-    ) -> tuple[torch.Tensor, list[Any] | None]:
-        v_first: torch.Tensor | None = None
-        if states is None:
-            for block in blocks:
-                x, v_first = call(block, x, v_first)
-            return x, None
-        new_states = []
-        for block, s in zip(blocks, states, strict=True):
-            x, v_first, s = call(block, x, v_first, s)
-            new_states.append(s)
-        return x, new_states
+        super().__init__(vocab_size, n_embd, n_layer, per_layer, lambda i: RWKV7Block(
+            n_embd, i, n_layer, head_size=head_size, dim_ffn=dim_ffn,
+            w_lora=w_lora, a_lora=a_lora, v_lora=v_lora, g_lora=g_lora,
+        ))  # fmt: skip
 
     @classmethod
     def from_state_dict(
@@ -289,34 +279,20 @@ class RWKV7(_RWKV[RWKV7BlockState]):
     ) -> RWKV7:
         """An ``RWKV7`` holding an x070 state dict (e.g. ``torch.load("RWKV-x070-....pth")``).
 
-        Every size is read from the tensors: vocabulary and width from ``emb.weight``, depth
-        from the ``blocks.N`` keys, heads from ``att.r_k`` ``(H, N)``, LoRA widths from
-        ``w1 a1 v1 g1``, FFN width from ``ffn.key.weight``. The model is in ``dtype`` (values
-        converted), on the tensors' device; ``sd`` is not modified and shares no memory with
-        the model.
+        Every size is read from the tensors (heads from ``att.r_k`` ``(H, N)``, LoRA widths from
+        ``w1 a1 v1 g1``). The model is in ``dtype`` (values converted), on the tensors'
+        device; ``sd`` is not modified and shares no memory with the model.
 
         Raises:
             TypeError: ``sd`` not a mapping, a value not a dense floating point tensor (named
                 by its key), ``dtype`` not a floating ``torch.dtype``.
             ValueError: a state dict that is not x070's, or a key missing, unexpected (e.g.
-                the extra ``s_emb`` tensors of RWKV-LM's DeepEmbed variant) or of another
-                shape than the other tensors imply, each named; meta tensors.
+                the ``s_emb`` tensors of RWKV-LM's DeepEmbed variant) or of another shape
+                than the other tensors imply, each named; meta tensors.
         """
-        att = "blocks.0.att."
-        needed = {att + "r_k": 2, "blocks.0.ffn.key.weight": 2}
-        needed |= {att + m + "1": 2 for m in "wavg"}
-        sizes = cls._sizes(sd, "RWKV-7 (x070)", needed)
-        return cls._build(
-            sd,
-            **sizes,
-            head_size=sd[att + "r_k"].shape[1],
-            dim_ffn=sd["blocks.0.ffn.key.weight"].shape[0],
-            w_lora=sd[att + "w1"].shape[1],
-            a_lora=sd[att + "a1"].shape[1],
-            v_lora=sd[att + "v1"].shape[1],
-            g_lora=sd[att + "g1"].shape[1],
-            dtype=dtype,
-        )
+        reads = {"head_size": ("blocks.0.att.r_k", 1), "dim_ffn": ("blocks.0.ffn.key.weight", 0)}
+        reads |= {f"{m}_lora": (f"blocks.0.att.{m}1", 1) for m in "wavg"}
+        return cls._load(sd, dtype, "RWKV-7 (x070)", reads)
 
 
 class RWKV4(_RWKV[BlockState]):
@@ -340,34 +316,15 @@ class RWKV4(_RWKV[BlockState]):
         dim_att: int | None = None,
         dim_ffn: int | None = None,
     ) -> None:
-        check_size("n_layer", n_layer)
-        check_size("vocab_size", vocab_size)
-        c = check_size("n_embd", n_embd)
-        a = c if dim_att is None else check_size("dim_att", dim_att)
-        f = c * 4 if dim_ffn is None else check_size("dim_ffn", dim_ffn)
-        check_fits(
-            f"RWKV4(vocab_size={vocab_size}, n_embd={n_embd}, n_layer={n_layer})",
-            n_layer * (4 * c * a + 2 * c * f + c * c + 8 * c) + 2 * vocab_size * c,
-        )
-        super().__init__(vocab_size, n_embd)
-        self.blocks = nn.ModuleList(
-            RWKVBlock(n_embd, dim_att, dim_ffn, layer_id=i, n_layer=n_layer) for i in range(n_layer)
-        )
-        self._finish()
+        def per_layer(c: int) -> int:
+            a = c if dim_att is None else check_size("dim_att", dim_att)
+            f = c * 4 if dim_ffn is None else check_size("dim_ffn", dim_ffn)
+            return 4 * c * a + 2 * c * f + c * c + 8 * c
 
-    @staticmethod
-    def _layers(
-        call: Callable[..., Any], blocks: Iterable[Any], x: torch.Tensor, states: list[Any] | None
-    ) -> tuple[torch.Tensor, list[Any] | None]:
-        if states is None:
-            for block in blocks:
-                x = call(block, x)
-            return x, None
-        new_states = []
-        for block, s in zip(blocks, states, strict=True):
-            x, s = call(block, x, s)
-            new_states.append(s)
-        return x, new_states
+        super().__init__(
+            vocab_size, n_embd, n_layer, per_layer,
+            lambda i: RWKVBlock(n_embd, dim_att, dim_ffn, layer_id=i, n_layer=n_layer),
+        )  # fmt: skip
 
     @classmethod
     def from_state_dict(
@@ -377,16 +334,5 @@ class RWKV4(_RWKV[BlockState]):
         from ``att.key.weight``, ``dim_ffn`` from ``ffn.key.weight``). As
         ``RWKV7.from_state_dict`` otherwise, errors included.
         """
-        needed = {
-            "blocks.0.att.time_decay": 1,
-            "blocks.0.att.key.weight": 2,
-            "blocks.0.ffn.key.weight": 2,
-        }
-        sizes = cls._sizes(sd, "RWKV-4", needed)
-        return cls._build(
-            sd,
-            **sizes,
-            dim_att=sd["blocks.0.att.key.weight"].shape[0],
-            dim_ffn=sd["blocks.0.ffn.key.weight"].shape[0],
-            dtype=dtype,
-        )
+        reads = {f"dim_{k}": (f"blocks.0.{k}.key.weight", 0) for k in ("att", "ffn")}
+        return cls._load(sd, dtype, "RWKV-4", reads, {"blocks.0.att.time_decay": 1})

@@ -1,20 +1,6 @@
-"""The recurrent form of an RWKV model: a snapshot of its weights laid out for one-token steps.
-
-A one-token step is all fixed cost: about 30 small ops a layer, where each ``nn.Module``
-call and attribute read adds microseconds. ``Recurrent`` runs the layers' math functions
-(``nn/_rwkv4.py``, ``nn/_rwkv7.py``: the ones the modules' ``forward`` runs) on a tree that
-mirrors the model under the same names, built once: plain tensors (detached views of the
-parameters) and ``functools.partial`` s of ``F.linear`` / ``F.layer_norm`` /
-``F.group_norm`` / ``F.embedding``. A linear map that widens (``out > in``: the channel
-mixes' ``key``, the ``head``) reads a row-major ``(in, out)`` copy of its weight instead, the
-layout a one-row product streams fastest (BlinkDL's ``rwkv`` package stores every weight
-so); the parameters themselves stay the contiguous ``(out, in)`` of ``nn.Linear``.
-
-What is not a plain part when the snapshot is built (another class, a module with hooks or a
-``forward`` set on the instance, as accelerate's are) stays a module and is called as one,
-so the snapshot computes what the model computed then. Nothing is checked per step: after
-the weights change (an optimizer step, ``load_state_dict``, ``.to()``, a new layer), call
-``rebuild()``.
+"""The recurrent form of an RWKV model (``Recurrent``): a snapshot of its weights laid out for
+one-token steps, running the layers' math functions (the ones their ``forward`` runs) without
+module calls. docs/rwkv.md ("The recurrent form") says what it holds and why.
 """
 
 from __future__ import annotations
@@ -38,9 +24,8 @@ S = TypeVar("S", bound=tuple)
 
 
 class _Snapshot:
-    """A layer's snapshot: the parts its math reads (``_recurrent``), under the module's
-    names; called as the module is with a state, ``(x, [v_first,] state)``, the state checked
-    as the module checks it."""
+    """A layer's snapshot: the parts its math reads (``_recurrent``) under the module's names,
+    called as the module is with a state, ``(x, [v_first,] state)``."""
 
     def __init__(self, module: Any) -> None:
         for name in type(module)._recurrent:
@@ -53,8 +38,8 @@ class _Snapshot:
 
 
 def _plain(m: nn.Module) -> bool:
-    """Whether calling ``m`` runs its class's ``forward`` alone: no hooks, on it or global
-    (``_compat.torch``: read once per snapshot, not per step), no ``forward`` on the instance."""
+    """Whether calling ``m`` runs its class's ``forward`` alone: no hooks (on it or global), no
+    ``forward`` on the instance."""
     return not module_hooks(m) and "forward" not in vars(m) and not global_module_hooks()
 
 
@@ -70,10 +55,10 @@ def _linear(m: nn.Linear) -> Any:
 
 
 def snapshot(part: Any) -> Any:
-    """``part`` (a parameter, buffer, child module or plain value of a module) as the
-    recurrent step uses it: a tensor detached, a plain ``nn.Linear`` / ``nn.LayerNorm`` /
-    ``nn.GroupNorm`` / ``nn.Embedding`` as a ``partial`` of its functional form, a layer of
-    this package as a ``_Snapshot``; any other module as itself, a plain value as is."""
+    """``part`` of a module as the step uses it: a tensor detached, a plain ``nn.Linear`` /
+    ``LayerNorm`` / ``GroupNorm`` / ``Embedding`` as a ``partial`` of its functional form
+    (a widening ``Linear`` through a row-major copy of its weight), a layer of this package as
+    a ``_Snapshot``; anything else as is."""
     if isinstance(part, torch.Tensor):
         return part.detach()
     if not isinstance(part, nn.Module) or not _plain(part):
@@ -91,7 +76,7 @@ def snapshot(part: Any) -> Any:
                        weight=_detached(g.weight), bias=_detached(g.bias), eps=g.eps)  # fmt: skip
     if kind is nn.Embedding and cast(nn.Embedding, part).max_norm is None:
         return partial(F.embedding, weight=cast(nn.Embedding, part).weight.detach())
-    if "_recurrent" in vars(kind):  # one of the layers, not a subclass of one
+    if "_math" in vars(kind):  # one of the layers, not a subclass of one
         return _Snapshot(part)
     return part
 
@@ -104,21 +89,18 @@ class Recurrent(Generic[S]):
     """An RWKV model's recurrent form, for generation: ``model.recurrent()``.
 
     ``rec(idx, state=None)`` -> ``(logits, new_state)``: ``model(idx, state)``'s logits and
-    states (to float rounding: it reads the widening weights through row-major copies) with
-    the same checks and errors, on a snapshot of the model's weights laid out for one-token
-    steps (see the module docstring). ``idx`` ``(B, T)`` int64 (or int32) token ids, any
-    ``T`` (one token per call is what it is for); ``state`` a list of block states
-    (``None``: the zero state), never modified.
+    states (to float rounding) with the same checks and errors, without module calls. ``idx``
+    ``(B, T)`` int64 (or int32) token ids, any ``T`` (one token per call is what it is for);
+    ``state`` a list of block states (``None``: the zero state), never modified.
 
-    It is a snapshot: built from the model's weights at that moment, it holds views of most of
-    them (detached: no gradient reaches the model) and copies of the widening ones (costing
-    their memory again), and checks nothing per step. After the model's weights or structure
-    change (an optimizer step, ``load_state_dict``, ``.to()``, a hook added), call
-    ``rebuild()`` or ``model.recurrent()`` again. Modules that are not plain when it is built
-    (another class, hooks, a ``forward`` set on the instance) are called as modules.
-
-    ``rec.emb``, ``rec.blocks``, ``rec.ln_out``, ``rec.head`` are the parts it calls, under
-    the model's names (``rec.blocks[1].att.key`` stands for ``model.blocks[1].att.key``).
+    A snapshot of the model's weights: detached views of most (no gradient reaches the model)
+    and row-major copies of the widening linear maps (``out > in``: the channel mixes' ``key``,
+    the ``head``; the layout a one-row product streams fastest, costing their memory again).
+    It checks nothing per step: after the model's weights or structure change (an optimizer
+    step, ``load_state_dict``, ``.to()``, a hook added), call ``rebuild()``. Modules that are
+    not plain when it is built (another class, hooks, a ``forward`` set on the instance) are
+    called as modules. ``rec.emb``, ``rec.blocks``, ``rec.ln_out``, ``rec.head`` are the parts
+    it calls, under the model's names (``rec.blocks[1].att.key``).
     """
 
     def __init__(self, model: _RWKV[S]) -> None:

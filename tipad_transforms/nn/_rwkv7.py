@@ -1,25 +1,13 @@
-"""RWKV-7 "Goose" (x070) layers on ``tipad_transforms.ops.wkv7``, named like x070 checkpoints.
-
-Written from BlinkDL's RWKV-LM ``RWKV-v7/train_temp/src/model.py`` (2025, the code the released
-x070 models were trained with): ``RWKV7TimeMix`` (``RWKV_Tmix_x070``), ``RWKV7ChannelMix``
-(``RWKV_CMix_x070``) and ``RWKV7Block`` (``Block``), each layer's math one function
-(``time_mix``, ``channel_mix``, ``block``) of the module or its recurrent snapshot, as in
-``nn/_rwkv4.py``. Parameter names, shapes, registration order and initial values are
-RWKV-LM's, so the ``blocks.N.*`` weights of an x070 checkpoint load with
-``load_state_dict(strict=True)``.
+"""RWKV-7 "Goose" (x070) layers on ``ops.wkv7``, written from BlinkDL's RWKV-LM
+``RWKV-v7/train_temp/src/model.py`` (the code the released x070 models were trained with):
+``RWKV7TimeMix`` (``RWKV_Tmix_x070``), ``RWKV7ChannelMix`` (``RWKV_CMix_x070``), ``RWKV7Block``
+(``Block``). Names, shapes, registration order and initial values are RWKV-LM's, so the
+``blocks.N.*`` weights of an x070 checkpoint load with ``strict=True``. Each layer's math is one
+function of the module or its recurrent snapshot, as in ``nn/_rwkv4.py``.
 
 The value residual: layer 0 hands its ``v`` (``v_first``) to every later layer, which mixes it
-into its own ``v``. As in RWKV-LM, a layer takes ``v_first`` and returns it:
-``x, v_first = block(x, v_first)``. ``v_first`` lives for one call; it is not part of a state.
-
-Calls, as the RWKV-4 layers (``tipad_transforms.nn._rwkv4``):
-
-- ``block(x, v_first)`` -> ``(y, v_first)``: a whole sequence from the zero state;
-- ``block(x, v_first, state)`` -> ``(y, v_first, new_state)``: continues from ``state``
-  (``None``: the zero state); pieces, down to one token at a time, equal the whole run to
-  float rounding (docs/rwkv.md states the measured bound).
-
-``RWKV7ChannelMix`` has no ``v_first``: ``ffn(x)`` -> ``y``, ``ffn(x, state)`` -> ``(y, state)``.
+into its own; as in RWKV-LM a layer takes ``v_first`` and returns it. It lives for one call,
+not in a state.
 """
 
 from __future__ import annotations
@@ -34,6 +22,7 @@ from torch import nn
 from ..ops import wkv7
 from ..ops.rwkv7 import MAX_HEAD_SIZE
 from ._common import (
+    Block,
     ValueLayer,
     channel_ramp,
     check_part,
@@ -42,7 +31,6 @@ from ._common import (
     ratios,
     shifted,
     sizes_checked,
-    state_dtype,
 )
 from ._rwkv4 import ChannelMix, ChannelMixState
 
@@ -61,12 +49,10 @@ _DECAY_SCALE = math.exp(-0.5)
 
 
 class RWKV7TimeMixState(NamedTuple):
-    """What ``RWKV7TimeMix`` carries from one token to the next.
-
-    ``shift``: ``(B, n_embd)``, the previous token's input ``x`` in ``x``'s dtype (zeros before
-    the first token). ``wkv``: ``(B, H, N, N)`` float32 (float64 for float64 ``x``), the WKV-7
+    """What ``RWKV7TimeMix`` carries from one token to the next: ``shift`` as in
+    ``TimeMixState``; ``wkv`` ``(B, H, N, N)`` float32 (float64 for float64 ``x``), the WKV-7
     state per head indexed ``S[b, h, value, key]`` (zeros at the start; the layout of
-    ``tipad_transforms.ops.wkv7`` and of the ``rwkv`` package's ``att_kv`` state).
+    ``ops.wkv7`` and of the ``rwkv`` package's ``att_kv`` state).
     """
 
     shift: torch.Tensor
@@ -89,13 +75,9 @@ class RWKV7BlockState(NamedTuple):
 
 
 def lora_widths(n_embd: int) -> dict[str, int]:
-    """The LoRA widths the released x070 models were trained with, for width ``n_embd``.
-
-    ``max(32, round(f / 32) * 32)`` with ``f = 1.8 sqrt(C)`` for ``w`` and ``a``, ``1.3 sqrt(C)``
-    for ``v``, ``0.6 C^0.8`` for ``g`` (Python's ``round``, as RWKV-LM): ``{"w": 64, "a": 64,
-    "v": 32, "g": 128}`` at ``C = 768``. RWKV-LM's 2026 code suggests wider ones; a checkpoint's
-    own widths are read from its tensors by ``RWKV7.from_state_dict``.
-    """
+    """The LoRA widths the released x070 models were trained with, for width ``n_embd``:
+    ``{"w": 64, "a": 64, "v": 32, "g": 128}`` at 768 (the rule: docs/rwkv.md). A checkpoint's
+    own widths are read from its tensors by ``RWKV7.from_state_dict``."""
     check_size("n_embd", n_embd)
 
     def rule(f: float) -> int:
@@ -148,7 +130,7 @@ def time_mix(
     """RWKV-7 time mixing (see ``RWKV7TimeMix``); ``(y, v_first, new_state)`` (``None``
     without a state)."""
     b, t, c = x.shape
-    xx = shifted(x, None if state is None else state.shift) - x
+    xx = shifted(x, state) - x
     r = m.receptance(x + xx * m.x_r)
     w = -_DECAY_SCALE * torch.sigmoid(m.w0 + torch.tanh((x + xx * m.x_w) @ m.w1) @ m.w2)
     k = m.key(x + xx * m.x_k)
@@ -179,8 +161,7 @@ def time_mix(
 
 def channel_mix(m: Any, x: torch.Tensor, state: ChannelMixState | None) -> tuple[torch.Tensor, Any]:
     """``value(relu(key(x_k)) ** 2)``, ``x_k`` the token mixed with the previous one."""
-    shift = None if state is None else state.shift
-    k = m.key(x + (shifted(x, shift) - x) * m.x_k)
+    k = m.key(x + (shifted(x, state) - x) * m.x_k)
     y = m.value(torch.square(torch.relu(k)))
     return y, None if state is None else ChannelMixState(last(x, state.shift))
 
@@ -230,21 +211,11 @@ class RWKV7TimeMix(ValueLayer[RWKV7TimeMixState]):
         w_lora, a_lora, v_lora, g_lora: LoRA widths (RWKV-LM's ``D_DECAY_LORA``,
             ``D_AAA_LORA``, ``D_MV_LORA``, ``D_GATE_LORA``); default ``lora_widths(n_embd)``.
 
-    Parameters, in RWKV-LM's order (state-dict keys ``blocks.N.att.*``; float32 at creation;
-    ``C`` wide vectors are ``(1, 1, C)``): ``x_r x_w x_k x_v x_a x_g``; ``w1 (C, w_lora)``,
-    ``w2 (w_lora, C)``, ``w0``; ``a1 a2 a0``; ``v1 v2 v0``; ``g1 g2``; ``k_k``, ``k_a``,
-    ``r_k (H, N)``;
-    ``receptance key value output`` (``Linear(C, C)``, no bias); ``ln_x``
-    (``GroupNorm(H, C, eps=64e-5)``). Initial values are RWKV-LM's (see docs/rwkv.md), with
-    ``ln_x.weight = ((1 + layer_id) / n_layer) ** 0.7`` from its ``generate_init_weight``.
-
-    Layer 0 makes ``v_first`` instead of mixing it in, so its ``v0 v1 v2`` are unused; x070
-    checkpoints carry them for every layer all the same. There they are buffers, not
-    parameters: the same state-dict keys, shapes, values and order (``load_state_dict(strict=True)``
-    and ``.to()`` treat them alike), but no part in
-    autograd, so ``DistributedDataParallel`` with its default ``find_unused_parameters=False``
-    finds no parameter without a gradient, and ``parameters()`` (what an optimizer is given)
-    leaves them out.
+    Parameters: RWKV-LM's names, shapes, order and initial values (float32), tabled in
+    docs/rwkv.md ("RWKV-7 layers"). Layer 0's ``v0 v1 v2`` are unused, but x070 checkpoints
+    carry them: there they are buffers (the same state-dict keys, shapes and order), so
+    ``DistributedDataParallel``'s default ``find_unused_parameters=False`` finds no parameter
+    without a gradient and ``parameters()`` leaves them out.
 
     Raises:
         TypeError: a size that is not an int. ValueError: a size below 1, ``head_size`` not
@@ -254,6 +225,8 @@ class RWKV7TimeMix(ValueLayer[RWKV7TimeMixState]):
 
     State = RWKV7TimeMixState
     _math = staticmethod(time_mix)
+    _like_name = "x_r"
+    _repr = ("n_embd", "head_size", "layer_id", "lora")
     _recurrent = ("layer_id", "n_head", "head_size", *_ORDER,
                   "receptance", "key", "value", "output", "ln_x")  # fmt: skip
 
@@ -334,18 +307,6 @@ class RWKV7TimeMix(ValueLayer[RWKV7TimeMixState]):
         with torch.no_grad():
             self.ln_x.weight.fill_(((1 + layer_id) / n_layer) ** 0.7)
 
-    def _like(self) -> torch.Tensor:
-        return self.x_r
-
-    def _zeros(
-        self, batch_size: int, device: torch.device | str, dtype: torch.dtype
-    ) -> RWKV7TimeMixState:
-        n = self.head_size
-        return RWKV7TimeMixState(
-            torch.zeros(batch_size, self.n_embd, device=device, dtype=dtype),
-            torch.zeros(batch_size, self.n_head, n, n, device=device, dtype=state_dtype(dtype)),
-        )
-
     def _state_shapes(self, batch_size: int) -> tuple[tuple[int, ...], ...]:
         n = self.head_size
         return (batch_size, self.n_embd), (batch_size, self.n_head, n, n)
@@ -363,33 +324,24 @@ class RWKV7TimeMix(ValueLayer[RWKV7TimeMixState]):
             raise TypeError(f"v_first must have x's dtype {x.dtype}, got {v_first.dtype}")
         return v_first
 
-    def extra_repr(self) -> str:
-        return (
-            f"n_embd={self.n_embd}, head_size={self.head_size}, layer_id={self.layer_id}, "
-            f"lora={self.lora}"
-        )
-
 
 class RWKV7ChannelMix(ChannelMix):
-    """RWKV-7 channel mixing (RWKV-LM ``RWKV_CMix_x070``): ``value(relu(key(x_k)) ** 2)``.
-
-    ``x_k = x + xx * x_k``, ``xx`` the previous token's input minus this one's; no receptance.
+    """RWKV-7 channel mixing (RWKV-LM ``RWKV_CMix_x070``): ``value(relu(key(x_k)) ** 2)``,
+    ``x_k = x + xx * x_k``, ``xx`` the previous token's input minus this one's.
 
     Args:
         n_embd: width of the input and output.
         layer_id, n_layer: position in the stack, for the initial values only.
         dim_ffn: hidden width, default ``4 * n_embd`` (the released models').
 
-    Parameters (RWKV-LM's names, shapes and init): ``x_k`` ``(1, 1, n_embd)``,
-    ``1 - ddd ** (r1a0 ** 4)``; ``key`` ``Linear(n_embd, dim_ffn)`` uniform
-    ``±0.5 / sqrt(n_embd)``; ``value`` ``Linear(dim_ffn, n_embd)`` zero; no bias.
-
+    Parameters ``x_k`` ``(1, 1, n_embd)``, ``key``, ``value`` (no bias), as ``RWKV7TimeMix``'s.
     Call ``m(x)`` -> ``y`` or ``m(x, state)`` -> ``(y, new_state)`` with a ``ChannelMixState``
     (``None``: the zero state), as ``RWKVChannelMix``.
     """
 
     _math = staticmethod(channel_mix)
     _recurrent = ("x_k", "key", "value")
+    _like_name = "x_k"
 
     @sizes_checked
     def __init__(
@@ -403,11 +355,8 @@ class RWKV7ChannelMix(ChannelMix):
         self.key = _uniform_linear(c, self.dim_ffn, 0.5 / c**0.5)
         self.value = _uniform_linear(self.dim_ffn, c, 0.0)
 
-    def _like(self) -> torch.Tensor:
-        return self.x_k
 
-
-class RWKV7Block(ValueLayer[RWKV7BlockState]):
+class RWKV7Block(Block[RWKV7BlockState], ValueLayer[RWKV7BlockState]):
     """One RWKV-7 layer (RWKV-LM ``Block``): ``x = x + att(ln1(x)); x = x + ffn(ln2(x))``.
 
     Layer 0 first normalises its input with ``ln0`` and produces ``v_first``. State-dict keys:
@@ -425,7 +374,6 @@ class RWKV7Block(ValueLayer[RWKV7BlockState]):
 
     State = RWKV7BlockState
     _math = staticmethod(block)
-    _recurrent = ("ln0", "ln1", "ln2", "att", "ffn")
     att: RWKV7TimeMix
     ffn: RWKV7ChannelMix
 
@@ -444,24 +392,10 @@ class RWKV7Block(ValueLayer[RWKV7BlockState]):
         g_lora: int | None = None,
     ) -> None:
         super().__init__(n_embd, layer_id, n_layer)
-        self._add_block_children(
+        self._add_children(
             RWKV7TimeMix(
                 n_embd, layer_id, n_layer, head_size=head_size,
                 w_lora=w_lora, a_lora=a_lora, v_lora=v_lora, g_lora=g_lora,
             ),
             RWKV7ChannelMix(n_embd, layer_id, n_layer, dim_ffn=dim_ffn),
         )  # fmt: skip
-
-    def _like(self) -> torch.Tensor:
-        return self.att.x_r
-
-    def _zeros(
-        self, batch_size: int, device: torch.device | str, dtype: torch.dtype
-    ) -> RWKV7BlockState:
-        return RWKV7BlockState(
-            self.att.init_state(batch_size, device=device, dtype=dtype),
-            self.ffn.init_state(batch_size, device=device, dtype=dtype),
-        )
-
-    def _state_shapes(self, batch_size: int) -> tuple[None, None]:
-        return None, None  # the mixers check their parts

@@ -3,7 +3,8 @@ device), so the fake implementations run them too. Errors name the schema's argu
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
+from typing import Any
 
 import torch
 from torch import Tensor
@@ -11,6 +12,35 @@ from torch import Tensor
 from .._checks import check_tensor
 
 _INT32 = (-(2**31), 2**31 - 1)
+
+
+def math_dtype(*dtypes: torch.dtype) -> torch.dtype:
+    """The kernels' dtype for inputs of ``dtypes``: float64 if one is, else float32 (the kernels
+    take no bfloat16, and half precision loses the recurrences)."""
+    return torch.float64 if torch.float64 in dtypes else torch.float32
+
+
+def register_state_autograd(forward_op: Any, backward_op: Callable[..., Any], y_like: int) -> None:
+    """Autograd for an RWKV forward op ``(*inputs, state, save) -> (y, new_state, saved)``
+    through ``backward_op(*inputs, state, saved, grad_y, grad_state)``, which returns the
+    inputs' and the state's gradients. A missing ``grad_y`` is zeros like ``inputs[y_like]``."""
+
+    def setup_context(ctx: Any, inputs: tuple[Any, ...], output: tuple[Tensor, ...]) -> None:
+        ctx.save_for_backward(*inputs[:-1], output[2])
+
+    def backward(
+        ctx: Any, grad_y: Tensor | None, grad_state: Tensor | None, _grad_saved: Any
+    ) -> tuple[Tensor | None, ...]:
+        *tensors, saved = ctx.saved_tensors
+        if grad_y is None:
+            grad_y = torch.zeros_like(tensors[y_like])
+        if grad_state is None:
+            grad_state = torch.zeros_like(tensors[-1])
+        grads = backward_op(*tensors, saved, grad_y, grad_state)
+        needs = ctx.needs_input_grad[: len(grads)]
+        return (*(g if need else None for g, need in zip(grads, needs, strict=True)), None)
+
+    forward_op.register_autograd(backward, setup_context=setup_context)
 
 
 def check_dense(**tensors: Tensor) -> None:

@@ -1,38 +1,19 @@
-"""Constant and standard modes as a few bulk torch copies, and a textured batch as its first
-canvas and copies: how the CPU order writes a large canvas, forward.
-
-Taichi's CPU code moves scalars (a byte at a time for uint8 borders, 8-byte words inside),
-and its per-row work (index setup, head and tail runs, a gather per border pixel) dominates
-small dtypes; torch's copies are vectorised passes over its own thread pool. Every copy runs on
-same-size integer views, so the canvas holds the same bits as the kernel's (NaN payloads
-included); ``tests/ops/padding/test_copies.py`` checks both against the reference.
-
-Constant mode writes the fill around each window (``borders``: three strided views that
-hold every element outside the windows), then the images into their windows.
-
-A standard mode's canvas is written in three steps: the image into its window; the left and
-right borders of the image's rows from the image, as a few *runs* (stretches of canvas columns
-whose source columns step by +1, -1 or 0: a slice, a flipped slice, an expanded column); then
-the rows above and below as runs of whole canvas rows read from the rows just written. Index
-maps that fold into many short runs (a border many times the image) stay with the kernel.
-
-A texture-mode batch whose samples share one lattice and bank index has one border: the kernel
-writes the first canvas, whose borders the others copy before their images go into their
-windows. Samples of one bank index but their own lattice offsets are crops of one *wall*, the
-texture's lattice rendered once a little larger than a canvas (``crop_walls``): shifting a
-lattice by whole tiles down shifts it by the stagger across, so every sample's canvas is the
-wall seen from a corner within one tile of its origin.
+"""How the CPU order writes a large canvas forward with bulk torch copies, where these beat the
+kernel (whose per-row setup and scalar moves dominate small dtypes); docs/padding-guide.md
+describes each form and its switch. Every copy runs on same-size integer views (``BITS``), so
+the canvas holds the kernel's bits, NaN payloads included.
 """
 
 from __future__ import annotations
 
 import dataclasses
+import itertools
 from collections.abc import Sequence
 
 import torch
 from torch import Tensor
 
-from ..._value_cache import ValueCache
+from ..._value_cache import KeyedCache, ValueCache
 from . import reference
 from .geometry import PadCall, PadGeometry, StackGeometry, fold_index
 
@@ -41,32 +22,25 @@ __all__ = [
     "first_sample", "repeat_first", "shares_border", "shares_texture", "write",
 ]  # fmt: skip
 
-#: Whether constant mode runs as copies: the fill (around the window on large canvases, see
-#: ``BORDERS_MIN_BYTES``), then the image into it (vectorised passes cost less than the kernel
-#: on every dtype).
+# The switches of the forms (each off: the kernel's), and their thresholds.
+#: Constant mode as copies (vectorised passes cost less than the kernel on every dtype).
 CONSTANT = True
-#: Whether edge, reflect, symmetric and circular run as copies (``_standard``), for canvases of
-#: elements up to ``STANDARD_MAX_BYTES`` wide (textured batches too, ``TEXTURE``): on 4- and
-#: 8-byte elements the kernel's word moves already carry most of a row, and its one pass is as
-#: fast as the copies' several.
+#: Edge, reflect, symmetric and circular as copies, for elements up to ``STANDARD_MAX_BYTES``
+#: wide (textured batches too): on wider elements the kernel's word moves carry most of a row
+#: and its one pass is as fast as the copies' several.
 STANDARD = True
 STANDARD_MAX_BYTES = 2
 #: A stack's constant mode runs as copies where its canvases average at least this many bytes:
 #: a copy per image costs microseconds of dispatch, which small images do not repay.
 STACK_MIN_BYTES = 16 << 10
-#: Whether a texture-mode batch whose samples share one lattice and bank index (every canvas
-#: the same border) runs as the kernel on its first sample and copies (``repeat_first``).
+#: A texture batch of one lattice and bank index as the kernel's first canvas and copies.
 TEXTURE = True
-#: Whether a texture-mode batch whose samples share one bank index but have their own lattice
-#: offsets runs as crops of one rendered wall (``crop_walls``): a copy of every canvas from
-#: the wall, where the kernel computes each border pixel's lattice cell. Batches of elements up
-#: to ``STANDARD_MAX_BYTES`` wide, and images given one by one of any width (``shares_texture``).
+#: A texture batch of one bank index, per-sample offsets, as crops of one wall (``crop_walls``).
 LATTICES = True
 #: Canvases (all of a call's together) from this many bytes, with window rows of at least
-#: ``BORDERS_MIN_ROW_BYTES``, have the constant fill or the first canvas's border written
-#: around their windows (``borders``), not over them. Below the first, the windows' second
-#: write costs less than the border views' dispatch; below the second, less than the gaps'
-#: short rows, each a pass of torch's inner loop, where a whole-canvas fill is one stretch.
+#: ``BORDERS_MIN_ROW_BYTES``, have their border written around their windows (``borders``),
+#: not over them: below either, the windows' second write costs less than the border views'
+#: dispatch or the gaps' short rows.
 BORDERS_MIN_BYTES = 1 << 20
 BORDERS_MIN_ROW_BYTES = 192
 # The most runs per border side: beyond it, a copy per run costs more than the kernel's pass.
@@ -74,9 +48,8 @@ _MAX_RUNS = 4
 
 # A run: (first canvas index, length, first source index, step of the source index).
 Run = tuple[int, int, int, int]
-# Runs of recent (mode, geometry)s: left/right columns, top/bottom rows; None: too many runs.
-_runs_cache: dict[tuple[str, PadGeometry], tuple[list[Run], list[Run]] | None] = {}
-_RUNS_CACHE_SIZE = 256
+# Runs of a (mode, geometry): left/right columns, top/bottom rows; () when a side has too many.
+_runs_cache: KeyedCache[tuple[list[Run], list[Run]] | tuple[()]] = KeyedCache(256)
 
 
 def write(call: PadCall, image: Tensor, canvas: Tensor) -> bool:
@@ -107,6 +80,11 @@ def bits(t: Tensor) -> Tensor:
     return t.reshape(-1).view(BITS[t.element_size()])
 
 
+def _planes(g: PadGeometry | StackGeometry, canvas: Tensor) -> Tensor:
+    """``canvas`` (contiguous) as ``(N, C, H', W')`` of its integer kind."""
+    return bits(canvas).view(g.n, g.c, g.out_h, g.out_w)
+
+
 def borders(g: PadGeometry, planes: Tensor) -> list[Tensor]:
     """What of ``planes`` ``(n, c, out_h, out_w)`` (contiguous) lies outside the image windows,
     as three views: each plane's head (the rows above the window and its first row's left
@@ -130,8 +108,7 @@ def borders(g: PadGeometry, planes: Tensor) -> list[Tensor]:
 
 def _whole(g: PadGeometry, planes: Tensor) -> bool:
     """Whether ``planes``' borders are written as whole canvases (the windows written over
-    after): canvases with no window, or too small, or with window rows too short, for the
-    border views to pay (``BORDERS_MIN_BYTES``, ``BORDERS_MIN_ROW_BYTES``)."""
+    after): no window, or too few bytes or too short window rows for ``borders`` to pay."""
     size = planes.element_size()
     return (
         g.h * g.w == 0
@@ -150,50 +127,57 @@ def _fill_borders(g: PadGeometry, fill: Tensor, planes: Tensor) -> None:
         part.copy_(fill.as_strided(part.shape, (0, 1) + (0,) * (part.dim() - 2)))
 
 
+def _into_windows(
+    g: PadGeometry, planes: Tensor, images: Tensor | Sequence[Tensor], first: int = 0
+) -> None:
+    """The images of samples ``first`` on into their windows of ``planes`` (``_planes``).
+    ``images``: the batch ``N*C*H*W`` contiguous, or its ``N`` images ``(C, H, W)`` one by one
+    (a collate's samples, any strides: no batch assembled first)."""
+    if g.h * g.w == 0:
+        return
+    # Few, cheap views (narrow, not indexing): a small image's whole call is a few of them.
+    windows = planes.narrow(0, first, g.n - first).narrow(2, g.top, g.h).narrow(3, g.left, g.w)
+    if isinstance(images, Tensor):
+        windows.copy_(bits(images).view(g.n, g.c, g.h, g.w).narrow(0, first, g.n - first))
+        return
+    # One call for every window: torch.stack writes into the strided view in place. A view
+    # per image costs a microsecond or more: none where they already are of the kind.
+    kind = planes.dtype
+    listed = images[first:] if images[0].dtype == kind else [i.view(kind) for i in images[first:]]
+    torch.stack(list(listed), out=windows)
+
+
 def _constant(g: PadGeometry | StackGeometry, fill: Tensor, image: Tensor, canvas: Tensor) -> bool:
     """The fill around the windows, then the images into them: one copy for a batch of equal
     images; for a stack, the fill over every canvas and a copy per run of consecutive
     same-geometry images (where images are large enough to repay a copy's dispatch)."""
-    if isinstance(g, StackGeometry) and canvas.numel() * canvas.element_size() < (
-        g.n * STACK_MIN_BYTES
-    ):
-        return False
-    # Few, cheap views (narrow, not indexing): a small image's whole call is a few of them.
-    kind = BITS[canvas.element_size()]
-    canvases = canvas.view(kind).view(g.n, g.c, g.out_h, g.out_w)
-    fill = fill.view(kind)
+    planes = _planes(g, canvas)
+    fill = fill.view(planes.dtype)
     if isinstance(g, PadGeometry):
-        _fill_borders(g, fill, canvases)
-        if g.h * g.w:
-            window = canvases.narrow(2, g.top, g.h).narrow(3, g.left, g.w)
-            window.copy_(image.view(kind).view(g.n, g.c, g.h, g.w))
+        _fill_borders(g, fill, planes)
+        _into_windows(g, planes, image)
         return True
-    canvases.copy_(fill.view(1, g.c, 1, 1).expand(g.n, g.c, g.out_h, g.out_w))
-    groups: list[tuple[int, int, int, int, int, int]] = []
-    for i, (h, w, top, left) in enumerate(g.sizes.tolist()):
-        if groups and groups[-1][2:] == (h, w, top, left):
-            groups[-1] = (groups[-1][0], groups[-1][1] + 1, h, w, top, left)
-        else:
-            groups.append((i, 1, h, w, top, left))
-    src, start = image.view(kind).view(-1), 0
-    for first, count, h, w, top, left in groups:
-        window = canvases.narrow(0, first, count).narrow(2, top, h).narrow(3, left, w)
+    if planes.numel() * planes.element_size() < g.n * STACK_MIN_BYTES:
+        return False
+    planes.copy_(fill.view(1, g.c, 1, 1).expand_as(planes))
+    src, start, first = bits(image), 0, 0
+    for (h, w, top, left), same in itertools.groupby(g.sizes.tolist()):
+        count = len(list(same))
+        window = planes.narrow(0, first, count).narrow(2, top, h).narrow(3, left, w)
         size = count * g.c * h * w
         window.copy_(src.narrow(0, start, size).view(count, g.c, h, w))
-        start += size
+        start, first = start + size, first + count
     return True
 
 
 def _standard(mode: str, g: PadGeometry, image: Tensor, canvas: Tensor) -> bool:
+    """The image into its window; its rows' left and right borders from it as a few runs (a
+    slice, a flipped slice, an expanded column); then the rows above and below as runs of the
+    rows just written. False where a side folds into too many runs (``_MAX_RUNS``)."""
     if g.h * g.w == 0:  # nothing to read: the op refuses it before a backend runs
         return False
-    key = (mode, g)
-    if key not in _runs_cache:
-        if len(_runs_cache) >= _RUNS_CACHE_SIZE:
-            _runs_cache.pop(next(iter(_runs_cache)))
-        _runs_cache[key] = _plan_runs(mode, g)
-    runs = _runs_cache[key]
-    if runs is None:
+    runs = _runs_cache.get((mode, g), lambda: _plan_runs(mode, g))
+    if not runs:
         return False
     columns, rows = runs
     src = bits(image).view(g.n * g.c, g.h, g.w)
@@ -207,9 +191,9 @@ def _standard(mode: str, g: PadGeometry, image: Tensor, canvas: Tensor) -> bool:
     return True
 
 
-def _plan_runs(mode: str, g: PadGeometry) -> tuple[list[Run], list[Run]] | None:
+def _plan_runs(mode: str, g: PadGeometry) -> tuple[list[Run], list[Run]] | tuple[()]:
     """The column runs of the left and right borders and the row runs of the top and bottom
-    ones (row sources relative to the image's first row); None when a side has too many."""
+    ones (row sources relative to the image's first row); () when a side has too many."""
     cols = fold_index(torch.arange(-g.left, g.out_w - g.left), g.w, mode).tolist()
     rows = fold_index(torch.arange(-g.top, g.out_h - g.top), g.h, mode).tolist()
     sides = [
@@ -217,7 +201,7 @@ def _plan_runs(mode: str, g: PadGeometry) -> tuple[list[Run], list[Run]] | None:
         _runs(rows, 0, g.top), _runs(rows, g.top + g.h, g.out_h),
     ]  # fmt: skip
     if any(len(side) > _MAX_RUNS for side in sides):
-        return None
+        return ()
     return sides[0] + sides[1], sides[2] + sides[3]
 
 
@@ -249,24 +233,48 @@ def _source(t: Tensor, dim: int, first: int, n: int, step: int) -> Tensor:
     return t.narrow(dim, first, 1).expand(shape)
 
 
+def _one_value(t: Tensor) -> bool:
+    return torch.equal(t, t[:1].expand_as(t))
+
+
+def _texture_batch(call: PadCall, switch: bool, listed: bool) -> bool:
+    """A texture-mode batch that a form's ``switch`` allows, of elements up to
+    ``STANDARD_MAX_BYTES`` wide unless ``listed`` (images given one by one, which the kernel
+    could only read once packed into a batch: a pass the copies do not need)."""
+    g = call.geometry
+    return (
+        switch
+        and call.mode == "texture"
+        and isinstance(g, PadGeometry)
+        and g.n > 1
+        and (listed or call.texture.element_size() <= STANDARD_MAX_BYTES)
+    )
+
+
 def shares_border(call: PadCall, listed: bool = False) -> bool:
     """Whether every canvas of ``call``, a batch, has sample 0's border, so that the others can
     copy it (``repeat_first``): constant mode (``CONSTANT`` on), or texture mode where every
-    sample has sample 0's lattice offset and bank index (``TEXTURE`` on, elements up to
-    ``STANDARD_MAX_BYTES`` wide unless ``listed``: images given one by one, which the kernel
-    could only read once packed into a batch, a pass the copies do not need)."""
-    g = call.geometry
-    if not (isinstance(g, PadGeometry) and g.n > 1):
-        return False
+    sample has sample 0's lattice offset and bank index (``TEXTURE``, ``_texture_batch``)."""
     if call.mode == "constant":
-        return CONSTANT
-    if not (TEXTURE and call.mode == "texture"):
-        return False
-    if not listed and call.texture.element_size() > STANDARD_MAX_BYTES:  # as STANDARD's
-        return False
-    offset, index = call.offset, call.texture_index
-    return torch.equal(offset, offset[:1].expand_as(offset)) and torch.equal(
-        index, index[:1].expand_as(index)
+        g = call.geometry
+        return CONSTANT and isinstance(g, PadGeometry) and g.n > 1
+    return (
+        _texture_batch(call, TEXTURE, listed)
+        and _one_value(call.offset)
+        and _one_value(call.texture_index)
+    )
+
+
+def shares_texture(call: PadCall, listed: bool = False) -> bool:
+    """Whether every sample of ``call``, a texture-mode batch, reads one texture (lattice
+    offsets any), so that ``crop_walls`` serves it (``LATTICES``, ``_texture_batch``). The wall
+    is cached by its texture's bytes, compared on every call: a tile larger than the batch's
+    canvases together would cost more to compare (and to keep) than the kernel's work."""
+    g = call.geometry
+    return (
+        _texture_batch(call, LATTICES, listed)
+        and call.texture.shape[-2] * call.texture.shape[-1] <= g.n * g.out_h * g.out_w
+        and _one_value(call.texture_index)
     )
 
 
@@ -282,68 +290,28 @@ def first_sample(call: PadCall) -> PadCall:
 
 def fill_samples(call: PadCall, images: Sequence[Tensor], canvas: Tensor) -> None:
     """Write ``canvas``, a constant-mode batch (``shares_border(call)``), from its ``N`` images
-    ``(C, H, W)`` given one by one (a collate's samples, any strides): the fill around (or
-    under) every window, then every image into its window with one ``torch.stack`` (no batch
-    assembled first, no canvas copied from another)."""
+    ``(C, H, W)`` given one by one: the fill around (or under) every window, then the images
+    (``_into_windows``); no canvas copied from another."""
     g = call.geometry
     assert isinstance(g, PadGeometry) and call.mode == "constant"
-    kind = BITS[canvas.element_size()]
-    planes = canvas.view(kind).view(g.n, g.c, g.out_h, g.out_w)
-    _fill_borders(g, call.fill.view(kind), planes)
-    if g.h * g.w:
-        windows = planes[:, :, g.top : g.top + g.h, g.left : g.left + g.w]
-        torch.stack(_as_kind(images, kind), out=windows)
+    planes = _planes(g, canvas)
+    _fill_borders(g, call.fill.view(planes.dtype), planes)
+    _into_windows(g, planes, images)
 
 
 def repeat_first(call: PadCall, images: Tensor | Sequence[Tensor], canvas: Tensor) -> None:
     """Complete ``canvas`` whose first canvas is written (``shares_border(call)``): that
     canvas's ``borders`` over the others' (its whole canvas where ``_whole``), then their
-    images into their windows. ``images``: the batch ``N*C*H*W`` contiguous, or its
-    ``N`` images ``(C, H, W)`` one by one (a collate's samples, any strides: no batch
-    assembled first)."""
+    images into their windows (``_into_windows``)."""
     g = call.geometry
     assert isinstance(g, PadGeometry)
-    planes = bits(canvas).view(g.n, g.c, g.out_h, g.out_w)
+    planes = _planes(g, canvas)
     if _whole(g, planes):
         planes[1:].copy_(planes[:1].expand(g.n - 1, -1, -1, -1))
     else:
         for part, first in zip(borders(g, planes[1:]), borders(g, planes[:1]), strict=True):
             part.copy_(first.expand_as(part))
-    if g.h * g.w == 0:
-        return
-    windows = planes[:, :, g.top : g.top + g.h, g.left : g.left + g.w]
-    if isinstance(images, Tensor):
-        windows[1:].copy_(bits(images).view(g.n, g.c, g.h, g.w)[1:])
-        return
-    # One call for every window: torch.stack writes into the strided view in place.
-    torch.stack(_as_kind(images[1:], BITS[canvas.element_size()]), out=windows[1:])
-
-
-def _as_kind(images: Sequence[Tensor], kind: torch.dtype) -> list[Tensor]:
-    """``images`` as ``kind`` views (a view per image costs a microsecond or more: none where
-    they already are)."""
-    if images[0].dtype == kind:  # one dtype for all, checked by the caller
-        return list(images)
-    return [image.view(kind) for image in images]
-
-
-def shares_texture(call: PadCall, listed: bool = False) -> bool:
-    """Whether every sample of ``call``, a texture-mode batch, reads one texture (lattice
-    offsets any), so that ``crop_walls`` serves it: ``LATTICES`` on, a tile no larger than the
-    batch's canvases together, elements up to ``STANDARD_MAX_BYTES`` wide unless ``listed``
-    (images given one by one, which the kernel could only read once packed into a batch: a
-    pass the crops do not need)."""
-    g = call.geometry
-    if not (LATTICES and call.mode == "texture" and isinstance(g, PadGeometry) and g.n > 1):
-        return False
-    if not listed and call.texture.element_size() > STANDARD_MAX_BYTES:
-        return False
-    # The wall is cached by its texture's bytes, compared on every call: a tile larger than
-    # the batch's canvases would cost more to compare (and to keep) than the kernel's work.
-    if call.texture.shape[-2] * call.texture.shape[-1] > g.n * g.out_h * g.out_w:
-        return False
-    index = call.texture_index
-    return torch.equal(index, index[:1].expand_as(index))
+    _into_windows(g, planes, images, first=1)
 
 
 # Walls of recent textures (the brick tile of a collate, a transform's tile), by the texture's
@@ -363,26 +331,24 @@ def _wall(call: PadCall, texture: Tensor, height: int, width: int) -> Tensor:
 
 def crop_walls(call: PadCall, images: Tensor | Sequence[Tensor], canvas: Tensor) -> None:
     """Write ``canvas`` (``shares_texture(call)``): every canvas copied from its crop of the wall
-    of the bank's texture, then the images into their windows. ``images``: the batch
-    ``N*C*H*W`` contiguous, or its ``N`` images ``(C, H, W)`` one by one (any strides).
+    of the bank's texture, then the images into their windows (``_into_windows``).
 
     Sample ``i``'s canvas pixel ``(Y, X)`` has lattice coordinates ``y = Y - top - oy_i``,
-    ``x = X - left - ox_i``. The wall's pixel ``(Y + dy, X + dx)`` has the same ones where
-    ``dy = -(top + oy_i) mod th`` (so ``Y + dy = y + m*th``, ``m = (dy + top + oy_i) / th``)
-    and ``dx = (m*stagger - left - ox_i) mod tw``: ``m`` tiles down, ``m*stagger`` across. A
-    wall of ``(out_h + th, out_w + tw)`` holds every crop.
+    ``x = X - left - ox_i``. Shifting a lattice by whole tiles down shifts it by the stagger
+    across, so the wall's pixel ``(Y + dy, X + dx)`` has the same ones where ``dy = -(top +
+    oy_i) mod th`` (so ``Y + dy = y + m*th``, ``m = (dy + top + oy_i) / th``) and ``dx =
+    (m*stagger - left - ox_i) mod tw``. A wall of ``(out_h + th, out_w + tw)`` holds every crop.
     """
     g = call.geometry
     assert isinstance(g, PadGeometry)
-    kind = BITS[canvas.element_size()]
-    bank = call.texture.view(kind)
+    planes = _planes(g, canvas)
+    bank = call.texture.view(planes.dtype)
     th, tw = int(bank.shape[-2]), int(bank.shape[-1])
     texture = bank[int(call.texture_index[0])]
     height, width = g.out_h + th, g.out_w + tw
     stagger = call.stagger
     wall = _walls.get(texture, (stagger, height, width),
                       lambda: _wall(call, texture, height, width))  # fmt: skip
-    planes = canvas.view(kind).view(g.n, g.c, g.out_h, g.out_w)
     shape = (g.c, g.out_h, g.out_w)
     # A one-channel texture serves every channel: its crops repeat the one plane.
     strides = (0 if wall.shape[0] == 1 else height * width, width, 1)
@@ -394,10 +360,4 @@ def crop_walls(call: PadCall, images: Tensor | Sequence[Tensor], canvas: Tensor)
         dx = (m * stagger - g.left - ox) % tw
         crops.append(wall.as_strided(shape, strides, base + dy * width + dx))
     torch.stack(crops, out=planes)
-    if g.h * g.w == 0:
-        return
-    windows = planes[:, :, g.top : g.top + g.h, g.left : g.left + g.w]
-    if isinstance(images, Tensor):
-        windows.copy_(bits(images).view(g.n, g.c, g.h, g.w))
-    else:
-        torch.stack(_as_kind(images, kind), out=windows)
+    _into_windows(g, planes, images)

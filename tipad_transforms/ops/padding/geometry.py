@@ -1,6 +1,5 @@
-"""The description of a padding call, shared by the op, its Taichi kernel and its torch
-reference: the geometry, the index maps of the standard modes, and ``PadCall``, the one
-record a call is built into and passed down as.
+"""A padding call as one record (``PadCall``: its geometry and border), and the index maps of
+the standard modes, shared by the op, its Taichi kernel and its torch reference.
 
 Coordinates: ``padding`` is ``(left, top, right, bottom)``, as in torchvision; every other pair
 is row-major, y before x: lattice offsets ``(oy, ox)``, placements ``(top, left)``.
@@ -107,15 +106,10 @@ class StackGeometry:
 
 @dataclass(frozen=True)
 class PadCall:
-    """One padding call in the op's canonical form: built once (by the functional, or by the
-    op from its schema's arguments), passed whole to the op's direct entry and the backends.
-
-    ``geometry``: where each image lands. ``mode``: a name of ``MODES``. ``fill``: ``(C,)`` in
-    the image's dtype for ``"constant"``, else empty. ``texture``: the ``(K, Ct, th, tw)`` bank
-    (``Ct`` in {1, C}) in the image's dtype for ``"texture"``, else empty. ``offset``: ``(N, 2)``
-    int32 ``(oy, ox)``; ``texture_index``: ``(N,)`` int32 in the bank (the kernel clamps it);
-    ``stagger``: an int32. Tensors contiguous, on the image's device.
-    """
+    """One padding call in the ops' canonical form (``op``'s module docstring), built once (by
+    the functional layer, or by the op from its arguments) and passed whole to the backends:
+    ``geometry`` and ``mode`` (a name of ``MODES``), the tensors contiguous on the image's
+    device (``fill`` and ``texture`` empty where the mode reads neither)."""
 
     geometry: PadGeometry | StackGeometry
     mode: str

@@ -37,22 +37,19 @@ from .geometry import MAX_PAD, MODES, PadCall, PadGeometry, StackGeometry, check
 #: torch backend) and ``backward(call, canvas_grad, grad_image, grad_texture)``.
 PAD = backends.family("pad", __package__, "padding", ("forward", "backward"), {"forward": 2})
 
-#: Eager calls served by ``pad_direct``/``pad_stack_direct`` without the custom-op dispatch
-#: (read by the tests: a direct route that silently stopped being taken would only show as
-#: lost speed).
+#: Eager calls served without the custom-op dispatch (read by the tests: a direct route that
+#: silently stopped being taken would only show as lost speed).
 direct_calls = 0
 
 
 def pad_direct(x: Tensor, call: PadCall, out: Tensor | None = None, *, op: bool = False) -> Tensor:
-    """Pad ``x`` as ``call`` says (its geometry of ``x`` and a non-negative padding), into
-    ``out`` or a new contiguous canvas, and return it.
+    """Pad ``x`` as ``call`` says (its geometry of ``x``, a non-negative padding) into ``out``
+    or a new contiguous canvas, and return it.
 
-    The functional layer's entry: where ``_tracing.eager`` holds for every tensor (no tracer,
-    plain CPU/CUDA tensors, no autograd to record), the op's implementation runs here without
-    the custom-op dispatch, trusting the checks the record's builder made (a user's ``out`` is
-    still checked: shape, dtype, device, contiguity, overlap); otherwise ``tipad::pad`` (or
-    ``tipad::pad_out``) records or runs the call. ``op``: this is the op's own implementation
-    (its checks made), which runs the call here whatever the tensors.
+    The functional layer's entry: where ``_tracing.eager`` holds for every tensor, the op's
+    implementation runs here without the custom-op dispatch, trusting the record's checks (a
+    user's ``out`` is still checked); otherwise ``tipad::pad`` (or ``tipad::pad_out``) records
+    or runs the call. ``op``: this is the op's own implementation (its checks made).
     """
     global direct_calls
     g = call.geometry
@@ -72,8 +69,7 @@ def pad_direct(x: Tensor, call: PadCall, out: Tensor | None = None, *, op: bool 
             _check_out(out, g, x)
             check_no_overlap(out, x=x, fill=call.fill, texture=call.texture, offset=call.offset,
                              texture_index=call.texture_index)  # fmt: skip
-    # Row-major planes: a contiguous copy only when needed (channels-last, slices); detached
-    # only where needed (each call costs microseconds).
+    # Contiguous row-major planes; detach and copy only where needed (microseconds each).
     image = (x.detach() if x.requires_grad else x).contiguous()
     if out is None:
         out = _allocate(g.out_shape(x.shape), x, "padding")
@@ -83,18 +79,11 @@ def pad_direct(x: Tensor, call: PadCall, out: Tensor | None = None, *, op: bool 
 
 def pad_samples_direct(images: list[Tensor], call: PadCall) -> Tensor | None:
     """``pad_direct`` of the batch ``torch.stack(images)`` without assembling it, or None where
-    this form does not apply: the backend writes the first canvas, which the others copy
-    before their images go into their windows (``copies.repeat_first``); in constant mode the
-    fill is written (around or under the windows) before the images (``copies.fill_samples``),
-    and per-sample
-    lattices of one bank index are crops of the texture's wall (``copies.crop_walls``), no
-    backend called.
-
-    Applies to an eager call (``_tracing.eager``) on the CPU whose canvases all share the first
-    one's border (``copies.shares_border``: constant mode, or a texture lattice and bank index
-    common to every sample, any dtype), or whose samples share a bank index (any dtype,
-    ``copies.shares_texture``). ``images``: ``call.geometry.n`` tensors ``(C, H, W)`` of
-    the geometry's sizes, any strides, checked by the caller.
+    no form applies: an eager CPU call whose canvases share one border (``copies.shares_border``:
+    ``copies.fill_samples`` in constant mode, else the backend's first canvas and
+    ``copies.repeat_first``) or whose samples share a bank index (``copies.shares_texture``:
+    ``copies.crop_walls``). ``images``: ``call.geometry.n`` tensors ``(C, H, W)`` of the
+    geometry's sizes, any strides, checked by the caller.
     """
     global direct_calls
     g = call.geometry
@@ -111,10 +100,10 @@ def pad_samples_direct(images: list[Tensor], call: PadCall) -> Tensor | None:
     out = _allocate(g.out_shape([g.n, g.c, g.h, g.w]), x, "padding")
     # The backend sees the first canvas at most: the fresh batch's page advice is made here.
     advise_huge_pages(out)
-    if not shared:  # per-sample lattices: crops of the texture's wall, no backend either
+    if not shared:
         copies.crop_walls(call, images, out)
         return out
-    if call.mode == "constant":  # a fill and the windows: nothing for a backend to compute
+    if call.mode == "constant":
         copies.fill_samples(call, images, out)
         return out
     PAD.forward(copies.first_sample(call), x.contiguous(), out[:1])
@@ -336,35 +325,6 @@ def _(grad, x_shape, padding, mode, texture, offset, texture_index, stagger):  #
     return grad.new_empty(x_shape), grad.new_empty(texture.shape)
 
 
-def _setup_context(ctx, inputs, output):  # type: ignore[no-untyped-def]
-    x, padding, mode, _fill, texture, offset, texture_index, stagger = inputs
-    ctx.shape, ctx.padding, ctx.mode, ctx.stagger = list(x.shape), list(padding), mode, stagger
-    ctx.texture_dtype = texture.dtype
-    ctx.save_for_backward(texture, offset, texture_index)
-
-
-def _backward(ctx, grad):  # type: ignore[no-untyped-def]
-    texture, offset, texture_index = ctx.saved_tensors
-    grad_x, grad_tex = pad_backward(
-        grad, ctx.shape, ctx.padding, ctx.mode, texture, offset, texture_index, ctx.stagger
-    )
-    return _grads(ctx, grad_x, 4, grad_tex, 8)
-
-
-def _grads(ctx, grad_x, at_texture, grad_tex, n):  # type: ignore[no-untyped-def]
-    """The ``n`` input gradients of a padding op: the image's first, the texture's at
-    ``at_texture``, each None where not needed."""
-    grads = [None] * n
-    if ctx.needs_input_grad[0]:
-        grads[0] = grad_x
-    if ctx.needs_input_grad[at_texture]:
-        grads[at_texture] = grad_tex.to(ctx.texture_dtype)
-    return tuple(grads)
-
-
-_pad_op.register_autograd(_backward, setup_context=_setup_context)
-
-
 # pad_stack: N images of different sizes, packed flat, each padded to one canvas size.
 
 
@@ -433,14 +393,6 @@ def _pad_stack_op(
     images: Tensor, sizes: Tensor, canvas: list[int], mode: str, fill: Tensor, texture: Tensor,
     offset: Tensor, texture_index: Tensor, stagger: int,
 ) -> Tensor:  # fmt: skip
-    return _stack_forward(images, sizes, canvas, mode, fill, texture, offset, texture_index,
-                          stagger)  # fmt: skip
-
-
-def _stack_forward(
-    images: Tensor, sizes: Tensor, canvas: list[int], mode: str, fill: Tensor, texture: Tensor,
-    offset: Tensor, texture_index: Tensor, stagger: int,
-) -> Tensor:  # fmt: skip
     _check_stack_forward(images, sizes, canvas, mode, fill, texture, offset, texture_index,
                          stagger)  # fmt: skip
     g = StackGeometry(_stack_sizes(sizes, images.numel(), canvas, mode), *canvas)
@@ -491,28 +443,42 @@ def _(grad, sizes, numel, mode, texture, offset, texture_index, stagger):  # typ
     return grad.new_empty(numel), grad.new_empty(texture.shape)
 
 
-def _setup_stack_context(ctx, inputs, output):  # type: ignore[no-untyped-def]
-    images, sizes, _canvas, mode, _fill, texture, offset, texture_index, stagger = inputs
-    ctx.numel, ctx.mode, ctx.stagger = images.numel(), mode, stagger
-    ctx.texture_dtype = texture.dtype
-    ctx.save_for_backward(sizes, texture, offset, texture_index)
+def _setup_context(ctx, inputs, output):  # type: ignore[no-untyped-def]
+    # pad's inputs are (x, padding, *rest), pad_stack's (images, sizes, canvas, *rest), where
+    # rest is (mode, fill, texture, offset, texture_index, stagger).
+    mode, _fill, texture, offset, texture_index, stagger = inputs[-6:]
+    ctx.mode, ctx.stagger, ctx.texture_dtype = mode, stagger, texture.dtype
+    ctx.n_inputs = len(inputs)
+    if len(inputs) == 9:
+        ctx.numel = inputs[0].numel()
+        ctx.save_for_backward(inputs[1], texture, offset, texture_index)
+    else:
+        ctx.shape, ctx.padding = list(inputs[0].shape), list(inputs[1])
+        ctx.save_for_backward(texture, offset, texture_index)
 
 
-def _stack_backward(ctx, grad):  # type: ignore[no-untyped-def]
-    sizes, texture, offset, texture_index = ctx.saved_tensors
-    grad_images, grad_tex = pad_stack_backward(
-        grad, sizes, ctx.numel, ctx.mode, texture, offset, texture_index, ctx.stagger
-    )
-    return _grads(ctx, grad_images, 5, grad_tex, 9)
+def _backward(ctx, grad):  # type: ignore[no-untyped-def]
+    *sizes, texture, offset, texture_index = ctx.saved_tensors
+    lattice = (ctx.mode, texture, offset, texture_index, ctx.stagger)
+    if sizes:
+        grad_x, grad_tex = pad_stack_backward(grad, sizes[0], ctx.numel, *lattice)
+    else:
+        grad_x, grad_tex = pad_backward(grad, ctx.shape, ctx.padding, *lattice)
+    grads: list[Tensor | None] = [None] * ctx.n_inputs  # the image's, the texture's 4th last
+    if ctx.needs_input_grad[0]:
+        grads[0] = grad_x
+    if ctx.needs_input_grad[-4]:
+        grads[-4] = grad_tex.to(ctx.texture_dtype)
+    return tuple(grads)
 
 
-_pad_stack_op.register_autograd(_stack_backward, setup_context=_setup_stack_context)
+_pad_op.register_autograd(_backward, setup_context=_setup_context)
+_pad_stack_op.register_autograd(_backward, setup_context=_setup_context)
 
 
-# The public ops: plain functions over the registered ops, so that help() and the docs show each
-# its own signature and docstring (a CustomOpDef shows torch's generic text). Each is one call of
-# the op's OpOverload, bound once here: the same frames as CustomOpDef.__call__, which makes that
-# same call.
+# The public ops: plain functions, so that help() and the docs show each its own signature and
+# docstring (a CustomOpDef shows torch's generic text), each calling the op's OpOverload: the
+# same frames as CustomOpDef.__call__.
 _NO_PADDING = object()  # _check_call's padding for the ops that take none
 
 
@@ -568,10 +534,7 @@ def pad(
     Returns:
         ``(..., C, H + top + bottom, W + left + right)``, ``x``'s dtype and device, contiguous:
         ``x`` bit-exact in the middle, the border as ``functional.texture_pad`` (texture mode)
-        and ``functional.pad`` (the others) describe it.
-
-    Meta tensors give a meta result of the right shape (the op's fake implementation), as
-    torch's own ops do.
+        and ``functional.pad`` (the others) describe it. Meta tensors give a meta result.
 
     Raises:
         ValueError: a shape, mode, padding or device the kernel cannot take (the message names
@@ -591,11 +554,9 @@ def pad_out(
     """``torch.ops.tipad.pad_out``: ``pad`` writing into ``out``; returns None.
 
     Arguments as ``pad``, with ``out`` contiguous, of the output's shape, ``x``'s dtype and
-    device, sharing no memory with any input. Not differentiable (a mutating op).
-
-    The mode argument is ``pad_mode``, not ``mode``: torch.compile functionalizes this mutating
-    op through a higher-order op that takes its own ``mode`` keyword, and a schema argument of
-    that name collides with it ("got multiple values for argument 'mode'").
+    device, sharing no memory with any input. Not differentiable (a mutating op). The mode is
+    ``pad_mode``: torch.compile functionalizes this op through a higher-order op that takes its
+    own ``mode`` keyword ("got multiple values for argument 'mode'").
 
     Raises:
         ValueError / TypeError: as ``pad`` (naming ``pad_mode`` for the mode); naming ``out``

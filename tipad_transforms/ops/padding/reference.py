@@ -1,9 +1,9 @@
 """Padding with plain torch ops: the torch backend's implementation of the padding family.
 
-It builds the kernel's index maps (``geometry.fold_index`` for the standard modes, the texture
-mapping spec for texture mode) with a handful of torch ops, so its results are the kernel's
-bit for bit; slower, with full-size temporaries. Every process runs ``forward`` for its first
-CPU calls (the warm-up), so it builds index vectors only and writes the canvas once.
+It builds the kernel's index maps (``geometry.fold_index``, the texture mapping of ``_lattice``)
+with a few torch ops, so its results are the kernel's bit for bit. Every process runs
+``forward`` for its first CPU calls (the warm-up): it builds index vectors only and writes the
+canvas once.
 """
 
 from __future__ import annotations
@@ -18,18 +18,24 @@ from .geometry import PadCall, PadGeometry, fold_index
 __all__ = ["backward", "forward", "tile_index"]
 
 
-def tile_index(call: PadCall, g: PadGeometry) -> Tensor:
-    """``(N, 1, H'*W')`` flat ``ty * tw + tx`` of every canvas pixel (the texture mapping;
-    ``copies`` draws its walls with it too)."""
+def _lattice(call: PadCall, g: PadGeometry) -> tuple[Tensor, Tensor]:
+    """``(N, H')`` tile row ``ty`` and tile column ``tx`` at ``X = 0`` of every canvas row: ``y = Y
+    - top - oy``, ``v = floor(y / th)``, ``ty = y - v*th``, ``tx = (X - left - ox - v*stagger) mod
+    tw`` (the texture mapping; the kernel's too)."""
     dev = call.texture.device
     th, tw = call.texture.shape[-2:]
-    iy = torch.arange(g.out_h, device=dev) - g.top
-    ix = torch.arange(g.out_w, device=dev) - g.left
     off = call.offset.to(device=dev, dtype=torch.long)
-    y = iy[None, :] - off[:, :1]  # (N, H')
+    y = (torch.arange(g.out_h, device=dev) - g.top)[None, :] - off[:, :1]
     v = torch.div(y, th, rounding_mode="floor")
-    ty = y - v * th
-    tx = (ix[None, None, :] - off[:, 1, None, None] - v[:, :, None] * call.stagger).remainder(tw)
+    return y - v * th, (-g.left - off[:, 1:] - v * call.stagger).remainder(tw)
+
+
+def tile_index(call: PadCall, g: PadGeometry) -> Tensor:
+    """``(N, 1, H'*W')`` flat ``ty * tw + tx`` of every canvas pixel (``copies`` draws its
+    walls with it too)."""
+    ty, tx0 = _lattice(call, g)
+    tw = call.texture.shape[-1]
+    tx = (tx0[:, :, None] + torch.arange(g.out_w, device=ty.device)).remainder(tw)
     return (ty[:, :, None] * tw + tx).reshape(g.n, 1, -1)
 
 
@@ -37,18 +43,13 @@ def _texture_rows(call: PadCall, g: PadGeometry) -> Tensor:
     """``(N, Ct, H', W')``: every canvas pixel's texture value, indexed per row.
 
     Along a canvas row the tile column advances by one per pixel, wrapping at ``tw``: the row is
-    the window ``[s, s + W')`` of its tile row repeated ``ceil((tw + W' - 1) / tw)`` times, ``s``
-    being the row's first tile column. So the index math is per row and the canvas is one
-    ``index_select`` of contiguous windows.
+    the window ``[s, s + W')`` of its tile row repeated ``ceil((tw + W' - 1) / tw)`` times, so
+    the canvas is one ``index_select`` of contiguous windows.
     """
     texture = call.texture
     dev = texture.device
     _, ct, th, tw = texture.shape
-    off = call.offset.to(device=dev, dtype=torch.long)
-    y = (torch.arange(g.out_h, device=dev) - g.top)[None, :] - off[:, :1]  # (N, H')
-    v = torch.div(y, th, rounding_mode="floor")  # the lattice row: its bricks shift by stagger
-    ty = y - v * th
-    s = (-g.left - off[:, 1:] - v * call.stagger).remainder(tw)  # (N, H')
+    ty, s = _lattice(call, g)
     reps = -(-(tw + g.out_w - 1) // tw)
     chosen = texture[call.texture_index.to(device=dev, dtype=torch.long)]  # (N, Ct, th, tw)
     wide = chosen.unsqueeze(3).expand(g.n, ct, th, reps, tw).reshape(-1)  # rows of reps * tw
@@ -78,13 +79,16 @@ def _pad(call: PadCall, g: PadGeometry, image: Tensor) -> Tensor:
     return canvas
 
 
-def _per_image(call: PadCall) -> list[tuple[PadCall, PadGeometry, int]]:
-    """A ``pad_stack`` call as one call per image: its geometry and first element."""
-    assert not isinstance(call.geometry, PadGeometry)
+def _parts(call: PadCall) -> list[tuple[PadCall, PadGeometry, int, int]]:
+    """``call`` as calls of one geometry, each with its first image element and first canvas:
+    the whole batch, or for a ``pad_stack`` call one per image."""
+    g = call.geometry
+    if isinstance(g, PadGeometry):
+        return [(call, g, 0, 0)]
     return [
-        (replace(call, geometry=g, offset=call.offset[i : i + 1],
-                 texture_index=call.texture_index[i : i + 1]), g, start)
-        for i, (g, start) in enumerate(call.geometry.each())
+        (replace(call, geometry=gi, offset=call.offset[i : i + 1],
+                 texture_index=call.texture_index[i : i + 1]), gi, start, i)
+        for i, (gi, start) in enumerate(g.each())
     ]  # fmt: skip
 
 
@@ -92,13 +96,10 @@ def forward(call: PadCall, image: Tensor, canvas: Tensor) -> None:
     """Write every element of ``canvas`` (``N*C*H'*W'`` contiguous) from ``image``
     (``N*C*H*W`` contiguous; for a stack the packed images), the texture or the fill."""
     g = call.geometry
-    if isinstance(g, PadGeometry):
-        out = _pad(call, g, image.view(g.n, g.c, g.h, g.w))
-        canvas.view(g.n, g.c, g.out_h, g.out_w).copy_(out)
-        return
-    for i, (one, gi, start) in enumerate(_per_image(call)):
-        image_i = image[start : start + g.c * gi.h * gi.w].view(1, g.c, gi.h, gi.w)
-        canvas[i : i + 1].copy_(_pad(one, gi, image_i))
+    canvases, flat = canvas.view(g.n, g.c, g.out_h, g.out_w), image.reshape(-1)
+    for one, gi, start, i in _parts(call):
+        image_i = flat[start : start + gi.n * g.c * gi.h * gi.w].view(gi.n, g.c, gi.h, gi.w)
+        canvases[i : i + gi.n].copy_(_pad(one, gi, image_i))
 
 
 def _backward(
@@ -135,11 +136,7 @@ def backward(call: PadCall, canvas_grad: Tensor, grad_image: Tensor, grad_textur
     g = call.geometry
     if canvas_grad.numel() == 0:
         return
-    if isinstance(g, PadGeometry):
-        grad = canvas_grad.reshape(g.n, g.c, g.out_h * g.out_w)
-        _backward(call, g, grad, grad_image.view(g.n, g.c, g.h * g.w), grad_texture)
-        return
-    for i, (one, gi, start) in enumerate(_per_image(call)):
-        grad = canvas_grad[i : i + 1].reshape(1, g.c, g.out_h * g.out_w)
-        part = grad_image[start : start + g.c * gi.h * gi.w].view(1, g.c, gi.h * gi.w)
-        _backward(one, gi, grad, part, grad_texture)
+    grads, flat = canvas_grad.reshape(g.n, g.c, g.out_h * g.out_w), grad_image.view(-1)
+    for one, gi, start, i in _parts(call):
+        part = flat[start : start + gi.n * g.c * gi.h * gi.w].view(gi.n, g.c, gi.h * gi.w)
+        _backward(one, gi, grads[i : i + gi.n], part, grad_texture)

@@ -1,10 +1,8 @@
-"""The padding kernel, the Taichi backend's implementation of the padding family: one body
-for every mode, forward and backward, for batches of equal images and for packed images of
-different sizes (``forward``, ``backward``)."""
+"""The padding family's Taichi backend: one kernel body for every mode, forward and backward,
+for batches of equal images and for packed images of different sizes."""
 
-# No `from __future__ import annotations`: Taichi reads the kernels' annotations at runtime.
-# Taichi kernels annotate arguments with calls (ti.types.ndarray(...)), which mypy cannot read,
-# and stay unannotated (Taichi would read a "-> None").
+# No `from __future__ import annotations`: Taichi reads the kernels' annotations at runtime
+# (annotated with calls, ti.types.ndarray(...), which mypy cannot read; no "-> None").
 import sys
 from typing import Any
 
@@ -20,13 +18,11 @@ from .geometry import PadCall, PadGeometry, fold_index
 
 # Layout of the kernel's int32 `meta` argument: a header of scalars; the geometry records; for
 # standard modes the row and column index maps (one pair per record); then the per-sample
-# lattice offsets (oy, ox) and bank indices, at meta[_OFFSETS]. Host-made parts first, so
-# device-resident offsets need no round trip.
-# The mode itself is not there: the mode family is a kernel template and a standard mode lives
-# in its index maps. _PHASE: how many pixels of the image's first word precede it (its address
-# mod 8, in pixels), so image pixel p is pixel p + phase of the image's word view.
-# _SPAN: threads per canvas row in the GPU row order (_row_span). _SPREAD: the CPU order's loop
-# iterations per block of rows (backends.taichi.spread).
+# lattice offsets (oy, ox) and bank indices, at meta[_OFFSETS] (host-made parts first, so
+# device-resident offsets need no round trip). No mode: the mode family is a kernel template,
+# a standard mode lives in its index maps. _PHASE: the image's address mod 8, in pixels (image
+# pixel p is pixel p + phase of its word view). _SPAN: threads per canvas row in the GPU row
+# order (_row_span). _SPREAD: the CPU order's loop iterations per block of rows (spread).
 (_N_ROWS, _C, _OUT_H, _OUT_W, _TEX_C, _TH, _TW, _STAGGER, _USE_WORDS, _TEX_GRAD,
  _SAMPLES, _BANK, _REC_STEP, _IMG_STEP, _PHASE, _SPAN, _SPREAD, _OFFSETS,
  _HEADER) = range(19)  # fmt: skip
@@ -49,21 +45,17 @@ GPU_ROW_BLOCKS = True
 def _build_kernels(ti: Any) -> dict[str, Any]:
     """Compile-on-demand kernels: one body for every mode, forward and backward.
 
-    Layout: every tensor is flat; the canvas is ``N*C*H'`` rows of ``W'``. Each sample reads its
-    geometry (image size, placement, image start) from a record in ``meta``: one record shared
-    by a batch of equal images, or one per image of a packed batch of different sizes. Constant
-    mode runs as a 1x1 texture per channel; standard modes read precomputed row/column index
-    maps. Two loop orders share the index math (``record``, ``row_setup``, ``move``): on the CPU
-    a task walks a block of rows, advancing image row, texture row and tile column
-    incrementally (no division per row or pixel) and moving 8-byte words where aligned; on a GPU
-    a span of threads per canvas row striding across its columns (``GPU_ROW_BLOCKS``), or the
-    simple thread per pixel; either way a warp writes contiguous memory.
+    Every tensor is flat; the canvas is ``N*C*H'`` rows of ``W'``. Constant mode runs as a 1x1
+    texture per channel; standard modes read precomputed row/column index maps. Two loop orders
+    share the index math (``record``, ``row_setup``, ``move``): on the CPU a task walks a block
+    of rows, advancing image row, texture row and tile column incrementally (no division per row
+    or pixel) and moving 8-byte words where aligned; on a GPU a span of threads per canvas row
+    (``GPU_ROW_BLOCKS``) or a thread per pixel, so a warp writes contiguous memory.
 
-    The mode family is a template (``tiled``: texture and constant, else the standard modes):
-    a process compiles only the family it uses, and Taichi's offline cache keeps LLVM IR, which
-    LLVM turns into machine code again in every process at its first launch, so a smaller body
-    starts faster. The pixel loops of a run's head and tail stay separate: one loop with a
-    branch per pixel is slower for small dtypes.
+    The mode family is a template (``tiled``: texture and constant, else the standard modes): a
+    process compiles only the family it uses, and a smaller body starts faster (Taichi's offline
+    cache keeps LLVM IR, compiled again in every process). A run's head and tail loops stay
+    separate: one loop with a branch per pixel is slower for small dtypes.
     """
     nd = ti.types.ndarray
 
@@ -88,13 +80,11 @@ def _build_kernels(ti: Any) -> dict[str, Any]:
     def row_setup(plane: ti.i32, y: ti.i32, rec: ti.template(), meta: ti.template(),
                   c_count: ti.i32, tiled: ti.template(), tex_channels: ti.i32, th: ti.i32,
                   tw: ti.i32, stagger: ti.i32):
-        # Everything about row y of canvas plane `plane` (sample geometry `rec`) that does not
-        # depend on the column: the image row iy (outside [0, h) for border rows), the flat
-        # start of the source row (the mapped image row for standard modes, the texture row for
-        # texture mode), the tile column tx0 of canvas column 0, the tile row ty and the plane's
-        # first image element. The spec: y = Y - top - oy, v = floor(y / th), ty = y - v*th,
-        # tx = (X - left - ox - v*stagger) mod tw. int32 holds every index into a tensor (the
-        # runtime refuses larger ones), not their sums with lattice offsets: those run in i64.
+        # What row y of canvas plane `plane` (sample geometry `rec`) reads, whatever the column:
+        # the image row iy (outside [0, h) for border rows), the flat start of the source row
+        # (the mapped image row, or the texture row), the tile column tx0 of canvas column 0
+        # and tile row ty (the texture mapping of reference._lattice), the plane's first image
+        # element. Indices fit int32 (the runtime refuses larger); sums with offsets run in i64.
         h, w, top, left, start, maps = rec[0], rec[1], rec[2], rec[3], rec[4], rec[5]
         b = plane // c_count
         c = plane - b * c_count
@@ -125,8 +115,7 @@ def _build_kernels(ti: Any) -> dict[str, Any]:
               meta: ti.template(), rec: ti.template(), s: ti.template(), X: ti.i32, o: ti.i32,
               out_h: ti.i32, tw: ti.i32, tex_grad: ti.i32, tiled: ti.template(),
               backward: ti.template()):
-        # Canvas pixel o, column X of a row set up by row_setup (s) for sample geometry rec:
-        # the GPU orders' one pixel.
+        # The GPU orders' canvas pixel o, column X of a row set up by row_setup (s).
         h, w, left, maps = rec[0], rec[1], rec[3], rec[5]
         if 0 <= s[0] < h and left <= X < left + w:
             move(img, s[4] + s[0] * w + X - left, canvas, o, backward)
@@ -141,12 +130,10 @@ def _build_kernels(ti: Any) -> dict[str, Any]:
                  canvas_w: ti.template(), src: ti.i32, dst: ti.i32, n: ti.i32, phase: ti.i32,
                  lanes: ti.template(), backward: ti.template()):
         # Interior: n contiguous pixels, as pixels up to the canvas's next word boundary, then
-        # whole canvas words of `lanes` pixels (a power of two known at compile time), then
-        # pixels. Image rows of odd widths, and images at odd addresses, start anywhere in a
-        # word: a canvas word then takes the high pixels of one image word and the low pixels
-        # of the next (little-endian: lower addresses hold the low bits), one load per word.
-        # The image's word view starts at or before the image (`phase` pixels; _word_span) and
-        # ends at its last whole word, so the last word or two of the image are moved as pixels.
+        # whole canvas words of `lanes` pixels (a power of two), then pixels. An image row that
+        # starts inside a word gives each canvas word the high pixels of one image word and the
+        # low pixels of the next (little-endian), one load per word. The image's word view
+        # (_word_span) ends at its last whole word: the image's last words move as pixels.
         head = n
         body = 0
         ws = 0
@@ -198,9 +185,8 @@ def _build_kernels(ti: Any) -> dict[str, Any]:
                 if use_words:
                     head = ti.min((lanes - (dst & (lanes - 1))) & (lanes - 1), n)
                     body = (n - head) // lanes
-            # The head (up to a word's worth, or without a word table the whole run) as
-            # stretches of consecutive texture columns: a plain copy loop each, not a column
-            # wrapped per pixel (a compare and branch per pixel).
+            # The head (up to a word, or without a word table the whole run) as stretches of
+            # consecutive texture columns: a copy loop each, no wrap test per pixel.
             done = 0
             while done < head:
                 m = ti.min(head - done, tw - tx)
@@ -232,23 +218,18 @@ def _build_kernels(ti: Any) -> dict[str, Any]:
                    tiled: ti.template(),
                    row_blocks: ti.template()):
         # Forward: canvas <- image, texture. Backward: img += canvas and (if tex_grad)
-        # tex += canvas, along the same index map.  (No "-> None": Taichi would read it.)
-        # Scalars arrive packed in `meta` (layout beside _HEADER): each kernel argument costs
-        # tens of microseconds of Python per launch, which dominates single-image calls.
+        # tex += canvas, along the same index map. Scalars arrive packed in `meta` (layout
+        # beside _HEADER): each kernel argument costs tens of microseconds of Python per launch.
         n_rows, c_count, out_h, out_w = meta[_N_ROWS], meta[_C], meta[_OUT_H], meta[_OUT_W]
         tex_channels, th, tw = meta[_TEX_C], meta[_TH], meta[_TW]
         stagger, use_words, tex_grad = meta[_STAGGER], meta[_USE_WORDS], meta[_TEX_GRAD]
         phase = meta[_PHASE]
         if ti.static(per_pixel and row_blocks):
             # `span` threads per canvas row: thread t writes columns t, t + span, ..., so a warp
-            # writes consecutive columns (coalesced) and the row's setup (record, divisions,
-            # tile row) is made once per thread for about _GPU_COLUMNS pixels, not per pixel;
-            # a wide row still gets many threads (_row_span).
-            # The texture is not staged in shared memory: a row reads one texture row, whose
-            # consecutive columns the warp reads together (coalesced, wrapping at most once per
-            # tile width), and every block of that tile row reads the same few hundred bytes,
-            # which stay in L1/L2; staging would add a copy and a barrier per block for no
-            # fewer memory transactions.
+            # writes consecutive columns (coalesced) and the row's setup is made once per
+            # thread for about _GPU_COLUMNS pixels. The texture is not staged in shared memory:
+            # a warp reads consecutive columns of one texture row, which stays in L1/L2; staging
+            # would add a copy and a barrier per block for no fewer memory transactions.
             span = meta[_SPAN]
             ti.loop_config(block_dim=_GPU_BLOCK)
             for r, t in ti.ndrange(n_rows, span):
@@ -275,8 +256,7 @@ def _build_kernels(ti: Any) -> dict[str, Any]:
         else:
             blocks = (out_h - 1) // _ROW_BLOCK + 1  # per plane (out_h >= 1; no int32 overflow)
             row_shift = stagger % tw  # tile-column step from one tile row to the next
-            # A small canvas runs on the launching thread: waking the pool costs more (tens of
-            # microseconds quiet, milliseconds on a loaded machine) than the rows take.
+            # A small canvas runs on the launching thread: waking the pool costs more.
             ti.loop_config(serialize=serial)
             spread_rows = meta[_SPREAD]
             for it in range(n_rows // out_h * blocks * spread_rows):
@@ -292,9 +272,8 @@ def _build_kernels(ti: Any) -> dict[str, Any]:
                     iy, src_row, tx0, ty, first = s[0], s[1], s[2], s[3], s[4]
                     for big_y in range(y0, y0 + ti.min(_ROW_BLOCK, out_h - y0)):
                         row = (plane * out_h + big_y) * out_w
-                        # Standard modes: every canvas row is an image row (the row map's) whose
-                        # columns [left, left + w) map to themselves, so rows above and below the
-                        # image copy that stretch as the image's own rows do, not pixel by pixel.
+                        # Standard modes: every canvas row is an image row (the row map's), whose
+                        # columns [left, left + w) map to themselves: one run for every row.
                         inside = 0 <= iy < h
                         if ti.static(not tiled):
                             src_row = first + meta[maps + big_y] * w
@@ -303,10 +282,9 @@ def _build_kernels(ti: Any) -> dict[str, Any]:
                             copy_run(img, canvas, img_w, canvas_w,
                                      src_row if ti.static(not tiled) else first + iy * w,
                                      row + left, w, phase, lanes, backward)  # fmt: skip
-                        # The border of a row is [0, left) and [left + w, out_w) beside the image
-                        # (beside its stretch), the whole row above or below it; one call site
-                        # keeps the kernel small, and a trip count LLVM cannot fold keeps it from
-                        # unrolling the call twice.
+                        # The border: [0, left) and [left + w, out_w) beside the image, the whole
+                        # row above or below it; one call site with a trip count LLVM cannot fold
+                        # keeps it from unrolling the call twice (a smaller kernel).
                         for part in range(2 if inside else 1):
                             x0 = 0
                             x1 = out_w if part == 0 else 0
@@ -345,14 +323,11 @@ def _word_span(t: Tensor, before: bool) -> tuple[int, int] | None:
     """``(address, bytes)`` of the 8-byte words the kernel may read (``before``: an image) or
     write (a canvas) for ``t``, or None when there is not one whole word.
 
-    Only for a storage that starts on a word (the allocator's always do; ``torch.frombuffer``'s
-    need not): then the words are whole words of the storage, and ``t``'s address is a multiple
-    of its element size, so its phase is a whole number of pixels. A canvas's words are its own
-    whole words from its first byte, which must be 8-byte aligned (the kernel writes no byte
-    outside it). An image's words start at the aligned word that holds its first byte (read,
-    never written; the bytes before the image are shifted out), so an image at an odd address moves
-    words too. Either ends at the last whole word: a tail shorter than a word is left out, and
-    the kernel moves it as pixels.
+    Only in a storage that starts on a word (``torch.frombuffer``'s need not), so that the phase
+    is a whole number of pixels. A canvas's words start at its first byte, which must be
+    aligned (the kernel writes no byte outside it); an image's at the aligned word holding its
+    first byte (read only: the bytes before it are shifted out). Both end at the last whole
+    word; the kernel moves the tail as pixels.
     """
     address = t.data_ptr()
     start = address - address % 8
@@ -374,19 +349,18 @@ def _word_view(t: Tensor, span: tuple[int, int]) -> Tensor:
 _words_cache: ValueCache[Tensor] = ValueCache(8)
 
 
-def _cached_texture_words(tex: Tensor, tw: int, lanes: int) -> Tensor:
-    """``tex``'s word table (``_texture_words``; ``tex`` flat), made once per texture."""
-    return _words_cache.get(tex, (tw, lanes), lambda: _texture_words(tex.reshape(-1, tw), lanes))
+def _texture_words(tex: Tensor, tw: int, lanes: int) -> Tensor:
+    """The word table of ``tex`` (flat rows of ``tw``): ``(R, tw)`` int64 where word ``[r, t]``
+    packs pixels ``t .. t+lanes-1`` of row ``r`` (wrapping) in memory order, so one store
+    writes them all. Made once per texture (``_words_cache``)."""
 
+    def make() -> Tensor:
+        rows = tex.reshape(-1, tw)
+        wrapped = rows.repeat(1, -(-(tw + lanes - 1) // tw))[:, : tw + lanes - 1]
+        packed = wrapped.unfold(1, lanes, 1).contiguous()  # (R, tw, lanes): sliding windows
+        return packed.reshape(-1).view(torch.uint8).view(torch.int64).reshape(rows.shape[0], tw)
 
-def _texture_words(rows: Tensor, lanes: int) -> Tensor:
-    """``(R, tw)`` texture rows -> ``(R, tw)`` int64 where word ``[r, t]`` packs pixels
-    ``t .. t+lanes-1`` of row ``r`` (wrapping) in memory order: one store writes them all."""
-    tw = rows.shape[1]
-    reps = -(-(tw + lanes - 1) // tw)
-    wrapped = rows.repeat(1, reps)[:, : tw + lanes - 1]
-    packed = wrapped.unfold(1, lanes, 1).contiguous()  # (R, tw, lanes): sliding windows
-    return packed.reshape(-1).view(torch.uint8).view(torch.int64).reshape(rows.shape[0], tw)
+    return _words_cache.get(tex, (tw, lanes), make)
 
 
 def _fold_maps(mode: str, g: PadGeometry) -> list[Tensor]:
@@ -415,10 +389,8 @@ def _stack_records(call: PadCall) -> tuple[Tensor, list[Tensor]]:
     return records, maps
 
 
-# Launch plans of recent single-geometry calls: a transform applied to images of one size asks
-# for the same one on every call, a dataset of images of many sizes for the same ones every
-# epoch. A plan costs more to make than a small image's launch (index maps, host meta) and holds
-# a few KB, so 1,024 of them cover a dataset's common sizes (first in, first out).
+# Launch plans of recent single-geometry calls (first in, first out): a plan costs more to make
+# than a small image's launch and holds a few KB, so 1,024 of them cover a dataset's sizes.
 _plans: dict[tuple[Any, ...], "_Plan"] = {}
 _PLANS_SIZE = 1024
 # Lean raw-pointer launchers (``_compat.taichi.Bound``) per kernel signature, for every plan.
@@ -442,7 +414,7 @@ def _plan(
     plan = _plans.get(key)
     if plan is None:
         # One record serves every sample: the image of sample b starts b * C*H*W further on.
-        record = [g.h, g.w, g.top, g.left, 0, _HEADER + _RECORD]
+        record = torch.tensor([[g.h, g.w, g.top, g.left, 0, _HEADER + _RECORD]], dtype=torch.int32)
         maps = _fold_maps(call.mode, g)
         plan = _Plan(call, image, canvas, texture, backward, gpu, record, 0, g.c * g.h * g.w, maps)
         if len(_plans) >= _PLANS_SIZE:
@@ -452,24 +424,20 @@ def _plan(
 
 
 class _Plan:
-    """Everything about a ``pad_canvas`` launch that depends only on its signature (mode,
-    shapes, dtypes, device, padding, texture shape, stagger, direction): the kernel's scalars
-    and index maps in the host part of ``meta`` (variants with and without the texture's word
-    table and for each image phase, made when first needed), the lane width and whether words
-    can pay. What a call still decides (``forward``): whether its image and canvas addresses
-    allow word moves and the image's phase in its words, the texture's word table, the lattice
-    (offsets, bank indices) of texture mode, and which lean launcher runs it."""
+    """What a ``pad_canvas`` launch takes from its signature (mode, shapes, dtypes, device,
+    padding, texture shape, stagger, direction): the host part of ``meta`` (a variant per use
+    of the word table and image phase, made when first needed), the lane width and whether
+    words can pay. A call adds its word spans, phase, word table and lattice (``forward``)."""
 
     def __init__(
         self, call: PadCall, image: Tensor, canvas: Tensor, texture: Tensor, backward: bool,
-        gpu: bool, records: list[int] | Tensor, record_step: int, image_step: int,
+        gpu: bool, records: Tensor, record_step: int, image_step: int,
         maps: list[Tensor],
     ) -> None:  # fmt: skip
         g = call.geometry
         n, c, out_h, out_w = g.n, g.c, g.out_h, g.out_w
         mode, stagger, texture_grad = call.mode, call.stagger, call.mode == "texture"
         self.device = canvas.device
-        self.backward = backward
         self.constant = mode == "constant"
         self.c = c
         if self.constant:  # a 1x1 texture per channel, lattice at the origin
@@ -503,44 +471,41 @@ class _Plan:
         header = [n * c * out_h, c, out_h, out_w, tex_channels, th, tw, stagger, 0,
                   int(texture_grad), n, bank, record_step, image_step, 0, self.span,
                   spread(tasks, self.serial or gpu)]  # fmt: skip
-        n_records = len(records) // _RECORD if isinstance(records, list) else records.shape[0]
-        host_size = _HEADER + n_records * _RECORD + sum(m.numel() for m in maps)
+        host_size = _HEADER + records.numel() + sum(m.numel() for m in maps)
         if host_size + 3 * n > MAX_ELEMENTS:  # meta is indexed (and its values) in int32
             raise Refused(f"more than {MAX_ELEMENTS} index map entries")
-        if isinstance(records, list):
-            parts = [torch.tensor([*header, host_size, *records], dtype=torch.int32)]
-        else:
-            parts = [torch.tensor([*header, host_size], dtype=torch.int32), records.reshape(-1)]
+        parts = [torch.tensor([*header, host_size], dtype=torch.int32), records.reshape(-1)]
         host = torch.cat(parts + maps).to(device=self.device, dtype=torch.int32, non_blocking=True)
         self.n = n
         self.rows = n * c * out_h
-        # Per (use of the word table, image phase): the host part of meta, and for standard
-        # modes (which never read the lattice) and constant mode (whose lattice is zeros) the
-        # whole meta. Texture mode appends each call's offsets and indices.
-        self.hosts: dict[tuple[bool, int], Tensor] = {(False, 0): host}
-        self.metas: dict[tuple[bool, int], Tensor | None] = {(False, 0): self._whole(host)}
+        # Per (use of the word table, image phase): ``_add``'s pair.
+        self.variants: dict[tuple[bool, int], tuple[Tensor, Tensor | None]] = {}
+        self._add((False, 0), host)
         # The last call's lattice tensors, their versions and the meta made of them.
         self.last: tuple[Any, ...] = ()
 
-    def _whole(self, host: Tensor) -> Tensor | None:
+    def _add(self, variant: tuple[bool, int], host: Tensor) -> tuple[Tensor, Tensor | None]:
+        # The host part of meta and, where calls add nothing to it, the whole meta: standard
+        # modes never read the lattice, constant mode's is zeros (texture mode: ``meta``).
+        whole = None if self.texture_mode else host
         if self.constant:
             n, device = 3 * self.n, self.device
             zeros = constant(("lattice", n, 0, device),
                              lambda: torch.zeros(n, dtype=torch.int32, device=device))  # fmt: skip
-            return torch.cat([host, zeros])
-        return None if self.texture_mode else host
+            whole = torch.cat([host, zeros])
+        self.variants[variant] = (host, whole)
+        return host, whole
 
     def meta(
         self, variant: tuple[bool, int], offset: Tensor, texture_index: Tensor
     ) -> Tensor:
         """``meta`` for this variant (word table, image phase) and lattice."""
-        host = self.hosts.get(variant)
-        if host is None:  # first asked for now
-            host = self.hosts[False, 0].clone()
+        entry = self.variants.get(variant)
+        if entry is None:  # first asked for now
+            host = self.variants[False, 0][0].clone()
             host[_USE_WORDS], host[_PHASE] = int(variant[0]), variant[1]
-            self.metas[variant] = self._whole(host)
-            self.hosts[variant] = host
-        meta = self.metas[variant]
+            entry = self._add(variant, host)
+        host, meta = entry
         if meta is not None:
             return meta
         inference = offset.is_inference() or texture_index.is_inference()
@@ -588,10 +553,8 @@ def forward(
             return
         if not backward:
             advise_huge_pages(canvas)
-        # Constant mode on the CPU is torch's fill and window copies at every size (they cost
-        # less than even a serial launch); a large canvas of standard modes is faster as bulk
-        # copies too, a batch of textured canvases that share one border as the first canvas
-        # and copies, one of a bank index but per-sample lattices as crops of one wall.
+        # The CPU forms of ``copies``: constant mode at every size (cheaper than even a serial
+        # launch), the others for canvases the thread pool would write.
         cpu = not (backward or TAICHI.gpu_order)
         cpu_pool = cpu and not serial_launch(canvas)
         if (cpu_pool or (cpu and call.mode == "constant")) and copies.write(call, image, canvas):
@@ -612,15 +575,13 @@ def forward(
         kernel = kernels["pad_canvas"]
         if plan.constant:
             texture = call.fill if not backward else canvas.new_zeros(plan.c)
-        spans = None  # the image's and the canvas's word spans, where words can be moved
-        if plan.words:
-            image_span = _word_span(image, True)
-            canvas_span = _word_span(canvas, False) if image_span is not None else None
-            if image_span is not None and canvas_span is not None:
-                spans = (image_span, canvas_span)
+        # The image's and the canvas's word spans, where words can be moved.
+        image_span = _word_span(image, True) if plan.words else None
+        canvas_span = _word_span(canvas, False) if image_span else None
+        spans = (image_span, canvas_span) if image_span and canvas_span else None
         table = None
         if spans is not None and plan.table:
-            table = _cached_texture_words(copies.bits(texture), plan.tw, plan.lanes)
+            table = _texture_words(copies.bits(texture), plan.tw, plan.lanes)
         phase = (image.data_ptr() % 8) // image.element_size() if spans is not None else 0
         no_words = _dummy(torch.int64, plan.device)
         dummy = _dummy(plan.dtype, plan.device)

@@ -1,13 +1,11 @@
-"""RWKV-4 WKV: ``tipad::wkv_forward`` and ``tipad::wkv_backward`` (Taichi kernels) and ``wkv``.
+"""RWKV-4 WKV: the custom ops ``tipad::wkv_forward`` and ``tipad::wkv_backward`` (fakes and
+autograd registered: they trace under ``torch.compile(fullgraph=True)`` and pass
+``torch.library.opcheck``), ``wkv`` and ``init_wkv_state``.
 
-The recurrence runs per (batch, channel) chain in the numerically stable form of RWKV-4 (a
-numerator ``aa``, a denominator ``bb`` and their common scale, the running max ``pp``), in
-float32 for half and float32 inputs and in float64 for float64 ones. The backward is an explicit
-kernel: it reads the state before every step, saved by the forward when a gradient is needed
-(``3 * B * (T + 1) * C`` numbers) or recomputed, and gives gradients to ``time_decay``,
-``time_first``, ``k``, ``v`` and the incoming state, so long sequences can be trained in chunks.
-Being custom ops with fake implementations and registered autograd, they trace under
-``torch.compile(fullgraph=True)`` and pass ``torch.library.opcheck``.
+The recurrence runs per (batch, channel) chain in RWKV-4's numerically stable form (numerator
+``aa``, denominator ``bb``, running max ``pp``). The backward reads the state before every
+step, saved by the forward when a gradient is needed (``3 * B * (T + 1) * C`` numbers) or
+recomputed.
 """
 
 from __future__ import annotations
@@ -20,7 +18,7 @@ from torch import Tensor
 from ... import backends
 from ..._checks import check_float, check_tensor
 from ..._tracing import eager
-from .._common import check_meta
+from .._common import check_meta, math_dtype, register_state_autograd
 
 __all__ = ["WKV", "init_wkv_state", "wkv", "wkv_backward", "wkv_forward"]
 
@@ -73,10 +71,6 @@ def init_wkv_state(
     return state
 
 
-def _math(dtype: torch.dtype) -> torch.dtype:
-    return torch.float64 if dtype == torch.float64 else torch.float32
-
-
 def _check(
     time_decay: Tensor, time_first: Tensor, k: Tensor, v: Tensor, state: Tensor
 ) -> tuple[int, int, int]:
@@ -100,8 +94,9 @@ def _check(
         raise ValueError(
             f"state must be ({b}, 3, {c}) for k of shape {tuple(k.shape)}, got {tuple(state.shape)}"
         )
-    if state.dtype != _math(k.dtype):
-        raise TypeError(f"state must be {_math(k.dtype)} for {k.dtype} inputs, got {state.dtype}")
+    m = math_dtype(k.dtype)
+    if state.dtype != m:
+        raise TypeError(f"state must be {m} for {k.dtype} inputs, got {state.dtype}")
     named = [("time_decay", time_decay), ("time_first", time_first), ("v", v), ("state", state)]
     for name, p in named:
         if p.device != k.device:
@@ -113,8 +108,8 @@ def _operands(
     time_decay: Tensor, time_first: Tensor, k: Tensor, v: Tensor, state: Tensor
 ) -> tuple[Tensor, ...]:
     """``w = -exp(time_decay)``, ``u``, ``k``, ``v``, ``state``: detached, contiguous, in the
-    math dtype (the kernels take no bfloat16, and half precision loses the recurrence)."""
-    m = _math(k.dtype)
+    math dtype."""
+    m = math_dtype(k.dtype)
     w = -torch.exp(time_decay.detach().to(m))
     return tuple(_operand(t, m) for t in (w, time_first, k, v, state))
 
@@ -129,15 +124,12 @@ def _operand(t: Tensor, m: torch.dtype) -> Tensor:
 def _forward(
     time_decay: Tensor, time_first: Tensor, k: Tensor, v: Tensor, state: Tensor, save: bool
 ) -> tuple[Tensor, Tensor, Tensor | None]:
-    """``wkv_forward``'s implementation, also run directly by the eager no-grad path (``wkv``
-    and the layers' one-token steps): the same code, so the same bits.
-
-    Allocates what it returns (``y``, the new state, and with ``save`` the states before
-    every step, else None) and, for inputs that are not contiguous math-dtype tensors, their
-    converted copies (the kernel computes ``w = -exp(time_decay)`` itself).
-    """
+    """``wkv_forward``'s implementation, also run directly by ``wkv`` without a graph to
+    record (same code, same bits): ``y``, the new state, and with ``save`` the states before
+    every step, else None. Converts only the inputs that are not contiguous math-dtype
+    tensors (the kernel computes ``w = -exp(time_decay)`` itself)."""
     b, t, c = _check(time_decay, time_first, k, v, state)
-    m = _math(k.dtype)
+    m = math_dtype(k.dtype)
     kk, vv, s = _operand(k, m), _operand(v, m), _operand(state, m)
     y = kk.new_empty(b, t, c)
     states = kk.new_empty(3, b, t + 1, c) if save else kk.new_empty(b, 3, c)
@@ -160,9 +152,7 @@ def wkv_forward(
     """``(y, new_state, saved)``: ``y`` ``(B, T, C)`` in ``k``'s dtype, the state after the last
     token ``(B, 3, C)``, and ``saved`` ``(3, B, S, C)`` in the math dtype: with ``save`` (S = T
     + 1) the state before every step, what ``wkv_backward`` reads, else empty (S = 0: the
-    backward recomputes them). Arguments as ``wkv`` (``state`` required); TypeError/ValueError
-    naming the argument for the dtypes, shapes and devices the kernels cannot take.
-    """
+    backward recomputes them). Arguments and errors as ``wkv``'s (``state`` required)."""
     y, new_state, saved = _forward(time_decay, time_first, k, v, state, save)
     if saved is None:
         saved = y.new_empty(3, k.shape[0], 0, k.shape[2], dtype=new_state.dtype)
@@ -172,7 +162,7 @@ def wkv_forward(
 @wkv_forward.register_fake
 def _(time_decay, time_first, k, v, state, save):  # type: ignore[no-untyped-def]
     b, t, c = _check(time_decay, time_first, k, v, state)
-    saved = k.new_empty(3, b, t + 1 if save else 0, c, dtype=_math(k.dtype))
+    saved = k.new_empty(3, b, t + 1 if save else 0, c, dtype=math_dtype(k.dtype))
     return k.new_empty(k.shape), state.new_empty(state.shape), saved
 
 
@@ -186,7 +176,7 @@ def _check_backward(
             f"saved must be (3, {b}, 0 or {t + 1}, {c}) (wkv_forward's third output), got "
             f"{tuple(saved.shape)}"
         )
-    check_meta("saved", saved, dtype=_math(k.dtype), device=k.device, like="k")
+    check_meta("saved", saved, dtype=math_dtype(k.dtype), device=k.device, like="k")
     for name, g, shape in (("grad_y", grad_y, (b, t, c)), ("grad_state", grad_state, (b, 3, c))):
         check_float(name, g)
         check_meta(name, g, shape=shape, device=k.device, like="k")
@@ -201,11 +191,9 @@ def wkv_backward(
     """Gradients of ``wkv_forward`` w.r.t. ``(time_decay, time_first, k, v, state)``, each in
     its input's dtype, given those of ``y`` and of the new state.
 
-    ``saved``: the forward's third output; recomputed when it holds only the final state. The
+    ``saved``: the forward's third output (the states recomputed when it is empty). The
     per-chain gradients of ``w`` and ``u`` are summed over the batch here (a fixed order:
     deterministic); ``time_decay``'s is ``w``'s times ``w`` (``w = -exp(time_decay)``).
-    Arguments checked as ``wkv_forward``'s, ``saved`` as its output, the gradients as
-    ``y``'s and the state's (any float dtype).
     """
     b, _, c = _check_backward(time_decay, time_first, k, v, state, saved, grad_y, grad_state)
     w, u, kk, vv, s = _operands(time_decay, time_first, k, v, state)
@@ -242,25 +230,7 @@ def _(time_decay, time_first, k, v, state, saved, grad_y, grad_state):  # type: 
     )
 
 
-def _setup_context(ctx, inputs, output):  # type: ignore[no-untyped-def]
-    time_decay, time_first, k, v, state, _save = inputs
-    ctx.save_for_backward(time_decay, time_first, k, v, state, output[2])
-
-
-def _backward(ctx, grad_y, grad_state, _grad_saved):  # type: ignore[no-untyped-def]
-    time_decay, time_first, k, v, state, saved = ctx.saved_tensors
-    if grad_y is None:
-        grad_y = torch.zeros_like(k)
-    if grad_state is None:
-        grad_state = torch.zeros_like(state)
-    grads = wkv_backward(time_decay, time_first, k, v, state, saved, grad_y, grad_state)
-    return (
-        *(g if need else None for g, need in zip(grads, ctx.needs_input_grad[:5], strict=True)),
-        None,
-    )
-
-
-wkv_forward.register_autograd(_backward, setup_context=_setup_context)
+register_state_autograd(wkv_forward, wkv_backward, y_like=2)
 
 
 @overload
@@ -312,15 +282,13 @@ def wkv(
     if state is None:
         # The op reports a k that is not (B, T, C) or not floating point before this state.
         b, c = (k.shape[0], k.shape[2]) if k.dim() == 3 else (0, 0)
-        dtype = _math(k.dtype) if k.is_floating_point() else torch.float32
+        dtype = math_dtype(k.dtype) if k.is_floating_point() else torch.float32
         s = init_wkv_state(b, c, device=k.device, dtype=dtype)
     elif not isinstance(state, Tensor):
         raise TypeError(f"state must be a torch.Tensor or None, got {type(state).__name__}")
     else:
         s = check_tensor("state", state)
-    if eager(time_decay, time_first, k, v, s):
-        # No graph to record: the op's implementation itself, without the dispatcher (which
-        # costs a one-token step's WKV many times over).
+    if eager(time_decay, time_first, k, v, s):  # no graph to record: skip the dispatcher
         y, new_state, _ = _forward(time_decay, time_first, k, v, s, False)
     else:
         save = torch.is_grad_enabled() and any(

@@ -1,18 +1,13 @@
 """The RWKV-4 WKV kernels (forward and explicit backward): the Taichi backend of ``ops.wkv``.
 
-One chain per (batch, channel): the recurrence is sequential in time and independent across
-chains. The tensors are ``(B, T, C)`` row-major, so adjacent channels are adjacent in memory:
-on CUDA one thread per chain (a warp reads 32 adjacent floats per step); on the CPU one task
-walks ``_LANES`` adjacent channels at once, in lanes unrolled at compile time, which reads whole
-cache lines and gives LLVM's vectorizer independent work to pack into SIMD registers (Taichi's
-CPU backend emits scalar code; the kernels are shaped so that LLVM's SLP vectorizer turns the
-lanes into 8-wide AVX operations, exponentials included: see ``exp_neg``, ``lanes_at`` and
-the one-step-late stores in ``forward_chain``).
+One chain per (batch, channel), sequential in time. On the GPU a thread per chain (adjacent
+channels, adjacent in memory, to adjacent threads); on the CPU a task walks ``_LANES`` adjacent
+channels in lanes unrolled at compile time, which LLVM's SLP vectorizer turns into SIMD
+operations, exponentials included (see ``exp_neg``, ``lanes_at`` and the one-step-late stores
+in ``forward_chain``).
 """
 
 # No `from __future__ import annotations`: Taichi reads the kernels' annotations at runtime.
-# Taichi kernels annotate arguments with calls (ti.types.ndarray(...)), which mypy cannot read,
-# and stay unannotated (Taichi would read a "-> None").
 from typing import Any
 
 import torch
@@ -31,19 +26,11 @@ _SERIAL_BYTES = 1 << 16
 
 # fmt: off
 def _build_kernels(ti: Any) -> dict[str, Any]:
-    """Compile-on-demand kernels ``forward`` and ``backward`` (float32 or float64), and their
-    ``_packed`` twins (float32, the loaded arrays viewed as ``(N / _LANES, _LANES)``).
-
-    Layouts (all flat): ``k, v, y, gy, gk, gv``: ``(B, T, C)``. ``states``: with ``save``
-    ``(3, B, T + 1, C)``, rows aa, bb, pp, slot t the state before step t (slot T the final
-    state); without, ``(B, 3, C)``, the final state alone (the op's output, written in place).
-    The forward's ``decay`` and ``first``: ``time_decay (C)`` and ``u = time_first (C)`` as
-    the user holds them (``w = -exp(time_decay)`` is computed per chain: a one-token step then
-    spends no torch call on it) and its ``state`` ``(B, 3, C)``; the backward's ``params``:
-    ``w, u, gstate (B, 3, C)`` (the gradient of the final state). ``grads``: ``gw (B, C), gu (B, C),
-    gstate_in (B, 3, C)``. ``meta``: int32 ``[B, T, C, spread]`` (``backends.taichi.spread``).
-    Scalars travel packed because each kernel argument costs tens of microseconds of Python per
-    launch.
+    """Kernels ``forward`` and ``backward`` (float32 or float64), and their ``_packed`` twins
+    (float32, the loaded arrays viewed as ``(N / _LANES, _LANES)``). Layouts as ``forward``'s
+    and ``backward``'s below, flat; ``forward`` computes ``w = -exp(time_decay)`` per chain (a
+    one-token step spends no torch call on it). ``meta``: int32 ``[B, T, C, spread]``, the
+    scalars in one argument: each costs tens of microseconds of Python per launch.
     """
     nd = ti.types.ndarray
 
@@ -264,6 +251,20 @@ def _build_kernels(ti: Any) -> dict[str, Any]:
             grads[sc + n_c + j] = gb[j]
             grads[sc + 2 * n_c + j] = gp[j]
 
+    @ti.func
+    def each_block(chain: ti.template(), arrays: ti.template(), flags: ti.template(), b: ti.i32,
+                   c0: ti.i32, n_b: ti.i32, n_t: ti.i32, n_c: ti.i32, lanes: ti.template(),
+                   packed: ti.template()):
+        # chain(*arrays, b, c, n_b, n_t, n_c, n, *flags, packed) on channels c0 .. c0+lanes-1.
+        if ti.static(lanes == 1 or packed):
+            chain(*arrays, b, c0, n_b, n_t, n_c, lanes, *flags, packed)
+        else:
+            if c0 <= n_c - lanes:
+                chain(*arrays, b, c0, n_b, n_t, n_c, lanes, *flags, False)
+            else:  # the last, partial block: one channel at a time
+                for c in range(c0, n_c):
+                    chain(*arrays, b, c, n_b, n_t, n_c, 1, *flags, False)
+
     def make(packed):
         # packed: k, v (and the backward's gy, states) arrive as vectors of _LANES float32
         # (C a multiple of _LANES): the CPU's fast path. Else flat arrays of any float dtype.
@@ -284,18 +285,9 @@ def _build_kernels(ti: Any) -> dict[str, Any]:
                 if it % sp == 0:  # sp iterations per task: see backends.taichi.spread
                     task = it // sp
                     b = task // blocks
-                    c0 = (task - b * blocks) * lanes
-                    if ti.static(lanes == 1 or packed):
-                        forward_chain(decay, first, state, k, v, y, states, b, c0, n_b, n_t,
-                                      n_c, lanes, save, single, packed)
-                    else:
-                        if c0 <= n_c - lanes:
-                            forward_chain(decay, first, state, k, v, y, states, b, c0, n_b,
-                                          n_t, n_c, lanes, save, single, False)
-                        else:  # the last, partial block: one channel at a time
-                            for c in range(c0, n_c):
-                                forward_chain(decay, first, state, k, v, y, states, b, c,
-                                              n_b, n_t, n_c, 1, save, single, False)
+                    each_block(forward_chain, (decay, first, state, k, v, y, states),
+                               (save, single), b, (task - b * blocks) * lanes, n_b, n_t, n_c,
+                               lanes, packed)
 
         @ti.kernel
         def wkv_backward(params: nd(ndim=1), k: loads, v: loads, gy: loads, states: loads,
@@ -303,23 +295,14 @@ def _build_kernels(ti: Any) -> dict[str, Any]:
                          meta: nd(dtype=ti.i32, ndim=1), lanes: ti.template(),
                          single: ti.template()):
             n_b, n_t, n_c, sp = meta[0], meta[1], meta[2], meta[3]
-            blocks = (n_c - 1) // lanes + 1  # n_c >= 1; n_c + lanes could pass 2**31
+            blocks = (n_c - 1) // lanes + 1
             for it in range(n_b * blocks * sp):
                 if it % sp == 0:
                     task = it // sp
                     b = task // blocks
-                    c0 = (task - b * blocks) * lanes
-                    if ti.static(lanes == 1 or packed):
-                        backward_chain(params, k, v, gy, states, gk, gv, grads, b, c0, n_b,
-                                       n_t, n_c, lanes, single, packed)
-                    else:
-                        if c0 <= n_c - lanes:
-                            backward_chain(params, k, v, gy, states, gk, gv, grads, b, c0,
-                                           n_b, n_t, n_c, lanes, single, False)
-                        else:
-                            for c in range(c0, n_c):
-                                backward_chain(params, k, v, gy, states, gk, gv, grads, b, c,
-                                               n_b, n_t, n_c, 1, single, False)
+                    each_block(backward_chain, (params, k, v, gy, states, gk, gv, grads),
+                               (single,), b, (task - b * blocks) * lanes, n_b, n_t, n_c, lanes,
+                               packed)
 
         return wkv_forward, wkv_backward
 

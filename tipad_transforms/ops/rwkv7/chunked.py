@@ -60,14 +60,10 @@ SCRATCH_BYTES = 256 << 20
 
 
 class _Scratch:
-    """The form's temporaries, kept per thread for the next call of the same shapes.
-
-    A fresh tensor of a few MB can come from ``mmap`` and page-fault on its first touch, every
-    call (docs/padding-guide.md, "Large outputs in a loop"); the form makes a few dozen of them,
-    and their faults cost as much as its arithmetic. So each thread keeps the last call's
-    buffers (up to ``SCRATCH_BYTES``; a larger call allocates afresh), and a call of other
-    shapes or dtype replaces them. Per thread, so concurrent calls never share a buffer.
-    """
+    """The form's temporaries, kept per thread (concurrent calls never share a buffer) for the
+    next call of the same shapes and dtype, up to ``SCRATCH_BYTES``: a fresh tensor of a few MB
+    can page-fault on its first touch every call (docs/padding-guide.md, "Large outputs in a
+    loop"), and the form's few dozen cost as much as its arithmetic."""
 
     _local = threading.local()
 

@@ -1,22 +1,11 @@
-"""RWKV-7 WKV: ``tipad::wkv7_forward`` and ``tipad::wkv7_backward`` (Taichi kernels), ``wkv7``.
+"""RWKV-7 WKV: the custom ops ``tipad::wkv7_forward`` and ``tipad::wkv7_backward`` (fakes and
+autograd registered: they trace under ``torch.compile(fullgraph=True)`` and pass
+``torch.library.opcheck``) and ``wkv7``.
 
-The x070 recurrence per (batch, head), state ``S`` ``(N, N)`` indexed ``[value, key]``:
-``S_t = S_{t-1} diag(exp(w_t)) + (S_{t-1} a_t) b_t^T + v_t k_t^T`` and ``y_t = S_t r_t``, in
-float32 for half and float32 inputs and in float64 for float64 ones. The backward is an
-explicit kernel that does not keep a state per step: the forward saves the state every
-``_CHUNK`` steps (when a gradient is needed) and the backward recomputes the states inside one
-chunk at a time, so it holds ``B * H * N^2 * (ceil(T / _CHUNK) + 1)`` checkpoint numbers plus
-``B * H * N^2 * (2 * _CHUNK + 1)`` of scratch, instead of ``B * H * N^2 * T``. Gradients reach
-all six inputs and the initial state, so long sequences can be trained in chunks and the state
-itself can be trained. Custom ops with fake implementations and registered autograd: they trace
-under ``torch.compile(fullgraph=True)`` and pass ``torch.library.opcheck``.
-
-The six inputs may mix float dtypes (under ``torch.autocast`` the linear maps hand ``r``, ``k``,
-``v`` in bfloat16 next to float32 ``w``, ``a``, ``b``): they are promoted as torch promotes
-(``torch.promote_types``), the math runs in float32 (float64 when the promoted dtype is), and
-``y`` comes back in the promoted dtype, each gradient in its input's dtype. No autocast rule is
-registered: autocast leaves the op alone, so eager, compiled and autocast calls all take the
-same path.
+The backward keeps no state per step: the forward saves the state every ``_CHUNK`` steps (when
+a gradient is needed) and the backward recomputes one chunk's states at a time. Mixed input
+dtypes are promoted as ``wkv7`` says; no autocast rule is registered, so eager, compiled and
+autocast calls take the same path.
 """
 
 from __future__ import annotations
@@ -30,6 +19,7 @@ from torch import Tensor
 from ... import backends
 from ..._checks import check_float, check_tensor
 from ..._tracing import eager
+from .._common import math_dtype, register_state_autograd
 
 __all__ = ["MAX_HEAD_SIZE", "WKV7", "wkv7", "wkv7_backward", "wkv7_forward"]
 
@@ -47,10 +37,6 @@ _CHUNK = 32
 _NAMES = ("r", "w", "k", "v", "a", "b")
 # Fresh row-major outputs (never views of another output, as custom ops require).
 _DENSE = torch.contiguous_format
-
-
-def _math(dtype: torch.dtype) -> torch.dtype:
-    return torch.float64 if dtype == torch.float64 else torch.float32
 
 
 def _slots(t: Any, save: bool) -> Any:
@@ -89,8 +75,9 @@ def _check(inputs: tuple[Any, ...], state: Any) -> tuple[int, int, int, int]:
                 f"got {tuple(state.shape)}"
             )
         dtype = _result_dtype(inputs)
-        if state.dtype != _math(dtype):
-            raise TypeError(f"state must be {_math(dtype)} for {dtype} inputs, got {state.dtype}")
+        m = math_dtype(dtype)
+        if state.dtype != m:
+            raise TypeError(f"state must be {m} for {dtype} inputs, got {state.dtype}")
         named.append(("state", state))
     for name, p in named:
         if p.device != r.device:
@@ -103,9 +90,8 @@ Six = tuple[Tensor, Tensor, Tensor, Tensor, Tensor, Tensor]
 
 def _operands(inputs: Six) -> Six:
     """``r, d = exp(w), k, v, a, b``: detached, contiguous, in the math dtype of the promoted
-    one (the kernels take no bfloat16, and half precision loses the recurrence). ``exp`` keeps
-    NaN and inf."""
-    m = _math(_result_dtype(inputs))
+    one. ``exp`` keeps NaN and inf."""
+    m = math_dtype(_result_dtype(inputs))
     r, w, k, v, a, b = (t.detach().to(m).contiguous() for t in inputs)
     return r, torch.exp(w), k, v, a, b
 
@@ -153,7 +139,7 @@ def _(r, w, k, v, a, b, state, save):  # type: ignore[no-untyped-def]
     _check((r, w, k, v, a, b), state)
     n_b, n_t, n_h, n_n = r.shape
     dtype = _result_dtype((r, w, k, v, a, b))
-    saved = r.new_empty(n_b, n_h, _slots(n_t, save), n_n, n_n, dtype=_math(dtype))
+    saved = r.new_empty(n_b, n_h, _slots(n_t, save), n_n, n_n, dtype=math_dtype(dtype))
     return r.new_empty(r.shape, dtype=dtype), state.new_empty(state.shape), saved
 
 
@@ -194,25 +180,7 @@ def _(r, w, k, v, a, b, state, saved, grad_y, grad_state):  # type: ignore[no-un
     return (*(x.new_empty(x.shape) for x in (r, w, k, v, a, b)), state.new_empty(state.shape))
 
 
-def _setup_context(ctx, inputs, output):  # type: ignore[no-untyped-def]
-    *tensors, _save = inputs
-    ctx.save_for_backward(*tensors, output[2])
-
-
-def _backward(ctx, grad_y, grad_state, _grad_saved):  # type: ignore[no-untyped-def]
-    *tensors, saved = ctx.saved_tensors
-    if grad_y is None:
-        grad_y = torch.zeros_like(tensors[0])
-    if grad_state is None:
-        grad_state = torch.zeros_like(tensors[6])
-    grads = wkv7_backward(*tensors, saved, grad_y, grad_state)
-    return (
-        *(g if need else None for g, need in zip(grads, ctx.needs_input_grad[:7], strict=True)),
-        None,
-    )
-
-
-wkv7_forward.register_autograd(_backward, setup_context=_setup_context)
+register_state_autograd(wkv7_forward, wkv7_backward, y_like=0)
 
 
 @overload
@@ -264,7 +232,7 @@ def wkv7(
     n_b, _, n_h, n_n = _check(inputs, state)
     s = state
     if s is None:
-        s = r.new_zeros(n_b, n_h, n_n, n_n, dtype=_math(_result_dtype(inputs)))
+        s = r.new_zeros(n_b, n_h, n_n, n_n, dtype=math_dtype(_result_dtype(inputs)))
     if eager(*inputs, s):  # no graph to record: the implementation, without the dispatcher
         y, new_state, _ = _forward(r, w, k, v, a, b, s, False, checked=True)
     else:

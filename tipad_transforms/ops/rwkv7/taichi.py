@@ -1,32 +1,20 @@
 """The RWKV-7 WKV kernels (forward and explicit, checkpointed backward): the Taichi backend of
 ``ops.wkv7``.
 
-Per head the state ``S`` is ``N x N``, indexed ``[value i, key j]``. Its rows never mix:
-``S_t[i] = S_{t-1}[i] * d_t + (S_{t-1}[i] . a_t) b_t + v_t[i] k_t`` and ``y_t[i] = S_t[i] .
-r_t``, so the forward is one independent chain per (batch, head, value row), and so is the
-backward's recurrence for the state's gradient. Only the gradients of ``r, d, k, a, b`` sum
-over the rows: a second loop computes them per (batch, step, head) from the rows' results.
+Per head the state ``S`` is ``N x N``, indexed ``[value i, key j]``, and its rows never mix:
+the forward, and the backward's recurrence for the state's gradient, are one independent chain
+per (batch, head, value row); only the gradients of ``r, d, k, a, b`` sum over the rows, in a
+second loop per (batch, step, head). Loop orders: the GPU's block order (``GPU_BLOCK_ORDER``)
+and simple order (``forward``, ``backward_chunk``; also what a GPU order on Taichi's CPU arch
+runs), and the CPU's (``forward_rows``, ``backward_rows``), where long forwards take the
+chunked form (``chunked.py``) instead.
 
-Loop orders: the GPU's (``TAICHI.gpu_order``) block order, a block per (batch, head) and a thread
-per value row holding its row locally, each step's vectors staged in shared memory
-(``forward_block``, ``backward_block``); the GPU's simple order (``GPU_BLOCK_ORDER = False``, also
-what a GPU order on Taichi's CPU arch runs) one thread per row, and one thread per (step, head,
-key) for the sums, with the rows in the arrays; on the CPU one task per (batch, head, ``_ROWS``
-rows) holding its rows in a local array (see ``forward_rows``), and one task per (step, head) for
-the sums, the keys innermost (contiguous, for the vectorizer). On the CPU a forward of
-``chunked.MIN_STEPS`` steps or more takes the chunked form (``chunked.py``: batched torch products
-per chunk) where its decay bound allows.
-
-Tensor layout: ``r, d, k, v, a, b, y`` and their gradients ``(B, T, H, N)`` row-major; states
-``(B, H, S, N, N)``. The backward runs one launch per chunk of ``chunk`` steps, from the last:
-it recomputes that chunk's states from its checkpoint into a scratch ``(B, H, chunk + 1, N, N)``
-and the state's gradients into ``(B, H, chunk, N, N)``, so the memory is the checkpoints plus
-one chunk, never a state per step.
+Layout: ``r, d, k, v, a, b, y`` and their gradients ``(B, T, H, N)`` row-major; states ``(B,
+H, S, N, N)``. The backward runs one launch per chunk of steps, from the last, recomputing that
+chunk's states from its checkpoint: its memory is the checkpoints plus one chunk.
 """
 
 # No `from __future__ import annotations`: Taichi reads the kernels' annotations at runtime.
-# Taichi kernels annotate arguments with calls (ti.types.ndarray(...)), which mypy cannot read,
-# and stay unannotated (Taichi would read a "-> None").
 from typing import Any
 
 import torch
@@ -40,11 +28,9 @@ from . import chunked
 # Value rows per task of the CPU's kernels (their states held in a local array).
 _ROWS = 16
 
-#: The GPU's loop order: True takes the block order (a block per (batch, head), the steps'
-#: vectors in shared memory), False the simple one (a thread per value row reading each step's
-#: vectors from global memory, a thread per (step, head, key) for the backward's sums). The block
-#: order needs a GPU arch (shared memory, barriers): on Taichi's CPU arch, where tests switch
-#: ``TAICHI.gpu_order`` on, the simple one runs.
+#: The GPU's loop order: True the block order, False the simple one (a thread per value row
+#: reading each step's vectors from global memory, a thread per (step, head, key) for the
+#: backward's sums). Taichi's CPU arch (tests switch ``TAICHI.gpu_order`` on) runs the simple one.
 GPU_BLOCK_ORDER = True
 
 
@@ -68,8 +54,7 @@ _B, _T, _H, _N, _CHUNK, _SLOTS, _SPREAD, _SPREAD_SUMS = range(8)
 
 # fmt: off
 def _build_kernels(ti: Any) -> dict[str, Any]:
-    """Compile-on-demand kernels (float32 or float64): ``forward`` and ``backward_chunk`` in
-    the CUDA order, ``forward_rows`` and ``backward_rows`` in the CPU's."""
+    """The kernels, float32 or float64 (``dt``), in the loop orders of the module docstring."""
     nd = ti.types.ndarray
 
     @ti.func
@@ -78,6 +63,14 @@ def _build_kernels(ti: Any) -> dict[str, Any]:
         i = task % n_n
         bh = task // n_n
         return bh // n_h, bh % n_h, i, bh
+
+    @ti.func
+    def chunk_of(meta: ti.template(), c: ti.i32, n: ti.template()):
+        # The backward's sizes for chunk c, steps t0 .. t0 + ln - 1 (q_plane: sq's plane).
+        n_b, n_t, n_h, chunk = meta[_B], meta[_T], meta[_H], meta[_CHUNK]
+        t0 = c * chunk
+        return (n_b, n_t, n_h, chunk, meta[_SLOTS], n * n, t0, ti.min(chunk, n_t - t0),
+                n_b * n_h * chunk * n, n_h * n)
 
     @ti.func
     def dot(x: ti.template(), xo: ti.i32, y: ti.template(), yo: ti.i32, n: ti.i32,
@@ -133,13 +126,8 @@ def _build_kernels(ti: Any) -> dict[str, Any]:
         # on entry, before it on exit. Scratch: ss (B, H, L + 1, N, N) the states before each
         # step and after the last; gg (B, H, L, N, N) the gradient of the state after each
         # step; sq (2, B, H, L, N) the rows' S_{t-1} . a_t and g_t . b_t.
-        n_b, n_t, n_h, n_n = meta[_B], meta[_T], meta[_H], meta[_N]
-        chunk, slots = meta[_CHUNK], meta[_SLOTS]
-        nn = n_n * n_n
-        t0 = c * chunk
-        ln = ti.min(chunk, n_t - t0)
-        q_plane = n_b * n_h * chunk * n_n
-        step = n_h * n_n
+        n_n = meta[_N]
+        n_b, n_t, n_h, chunk, slots, nn, t0, ln, q_plane, step = chunk_of(meta, c, n_n)
         for task in range(n_b * n_h * n_n):
             bi, h, i, bh = row_of(task, n_h, n_n)
             row0 = bh * (chunk + 1) * nn + i * n_n
@@ -295,14 +283,8 @@ def _build_kernels(ti: Any) -> dict[str, Any]:
                       ga: nd(ndim=1), gb: nd(ndim=1), meta: nd(dtype=ti.i32, ndim=1),
                       c: ti.i32, nk: ti.template(), dt: ti.template()):
         # backward_chunk's scheme and scratch layouts in the CPU's order.
-        n_b, n_t, n_h = meta[_B], meta[_T], meta[_H]
-        chunk, slots = meta[_CHUNK], meta[_SLOTS]
+        n_b, n_t, n_h, chunk, slots, nn, t0, ln, q_plane, step = chunk_of(meta, c, nk)
         spread_rows, spread_sums = meta[_SPREAD], meta[_SPREAD_SUMS]
-        nn = nk * nk
-        t0 = c * chunk
-        ln = ti.min(chunk, n_t - t0)
-        q_plane = n_b * n_h * chunk * nk
-        step = n_h * nk
         for it in range(n_b * n_h * ((nk + _ROWS - 1) // _ROWS) * spread_rows):
             if it % spread_rows == 0:  # see backends.taichi.spread
                 task = it // spread_rows
@@ -387,6 +369,41 @@ def _build_kernels(ti: Any) -> dict[str, Any]:
     # step that followed its last use. Threads i >= N stage nothing and compute nothing, but
     # reach every barrier (a barrier inside a divergent branch is undefined behaviour).
 
+    @ti.func
+    def stage(pad: ti.template(), p: ti.i32, nb: ti.template(), nk: ti.template(), i: ti.i32,
+              x: ti.i32, r: ti.template(), d: ti.template(), k: ti.template(), a: ti.template(),
+              b: ti.template(), with_r: ti.template()):
+        # Step x's r (with with_r), d, k, a, b into buffer p of pad, then the barrier.
+        if i < nk:
+            if ti.static(with_r):
+                pad[p + i] = r[x + i]
+            pad[p + nb + i] = d[x + i]
+            pad[p + 2 * nb + i] = k[x + i]
+            pad[p + 3 * nb + i] = a[x + i]
+            pad[p + 4 * nb + i] = b[x + i]
+        ti.simt.block.sync()
+
+    @ti.func
+    def block_step(row: ti.template(), pad: ti.template(), p: ti.i32, nb: ti.template(),
+                   nk: ti.template(), vi, out: ti.template(), o: ti.i32, forward: ti.template(),
+                   dt: ti.template()):
+        # row <- row diag(d) + (row . a) b + vi k from buffer p; returns row . a. forward:
+        # out[o] = the new row . r; else out[o:] = the old row.
+        sa = ti.cast(0, dt)
+        for j in range(nk):
+            if ti.static(not forward):
+                out[o + j] = row[j]
+            sa += row[j] * pad[p + 3 * nb + j]
+        acc = ti.cast(0, dt)
+        for j in range(nk):
+            sj = row[j] * pad[p + nb + j] + sa * pad[p + 4 * nb + j] + vi * pad[p + 2 * nb + j]
+            row[j] = sj
+            if ti.static(forward):
+                acc += sj * pad[p + j]
+        if ti.static(forward):
+            out[o] = acc
+        return sa
+
     @ti.kernel
     def forward_block(r: nd(ndim=1), d: nd(ndim=1), k: nd(ndim=1), v: nd(ndim=1),
                       a: nd(ndim=1), b: nd(ndim=1), state: nd(ndim=1), y: nd(ndim=1),
@@ -409,30 +426,14 @@ def _build_kernels(ti: Any) -> dict[str, Any]:
             x = (bi * n_t * n_h + h) * nk
             for t in range(n_t):
                 p = (t % 2) * 5 * nb
-                if i < nk:
-                    pad[p + i] = r[x + i]
-                    pad[p + nb + i] = d[x + i]
-                    pad[p + 2 * nb + i] = k[x + i]
-                    pad[p + 3 * nb + i] = a[x + i]
-                    pad[p + 4 * nb + i] = b[x + i]
-                ti.simt.block.sync()
+                stage(pad, p, nb, nk, i, x, r, d, k, a, b, True)
                 if i < nk:
                     if ti.static(save):
                         if t % chunk == 0:
                             ck = (bh * slots + t // chunk) * nn + i * nk
                             for j in range(nk):
                                 states[ck + j] = row[j]
-                    sa = ti.cast(0, dt)
-                    for j in range(nk):
-                        sa += row[j] * pad[p + 3 * nb + j]
-                    vi = v[x + i]
-                    acc = ti.cast(0, dt)
-                    for j in range(nk):
-                        sj = row[j] * pad[p + nb + j] + sa * pad[p + 4 * nb + j] \
-                            + vi * pad[p + 2 * nb + j]
-                        row[j] = sj
-                        acc += sj * pad[p + j]
-                    y[x + i] = acc
+                    block_step(row, pad, p, nb, nk, v[x + i], y, x + i, True, dt)
                 x += step
             if i < nk:
                 fin = (bh * slots + slots - 1) * nn + i * nk
@@ -452,13 +453,7 @@ def _build_kernels(ti: Any) -> dict[str, Any]:
         # backward_chunk's scheme and scratch layouts in the block order: the rows' recompute
         # and state gradients with the steps' vectors staged, then the sums over the rows with
         # a block per (batch, head, step), a thread per key, the rows' scalars staged.
-        n_b, n_t, n_h = meta[_B], meta[_T], meta[_H]
-        chunk, slots = meta[_CHUNK], meta[_SLOTS]
-        nn = nk * nk
-        t0 = c * chunk
-        ln = ti.min(chunk, n_t - t0)
-        q_plane = n_b * n_h * chunk * nk
-        step = n_h * nk
+        n_b, n_t, n_h, chunk, slots, nn, t0, ln, q_plane, step = chunk_of(meta, c, nk)
         ti.loop_config(block_dim=nb)
         for tid in range(n_b * n_h * nb):
             i = tid % nb
@@ -474,23 +469,11 @@ def _build_kernels(ti: Any) -> dict[str, Any]:
             for st in range(ln):  # the states inside the chunk: buffers d, k, a, b
                 x = x0 + st * step
                 p = (st % 2) * 5 * nb
-                if i < nk:
-                    pad[p + nb + i] = d[x + i]
-                    pad[p + 2 * nb + i] = k[x + i]
-                    pad[p + 3 * nb + i] = a[x + i]
-                    pad[p + 4 * nb + i] = b[x + i]
-                ti.simt.block.sync()
+                stage(pad, p, nb, nk, i, x, r, d, k, a, b, False)
                 if i < nk:
                     cur = (bh * (chunk + 1) + st) * nn + i * nk
-                    sa = ti.cast(0, dt)
-                    for j in range(nk):
-                        ss[cur + j] = row[j]
-                        sa += row[j] * pad[p + 3 * nb + j]
+                    sa = block_step(row, pad, p, nb, nk, v[x + i], ss, cur, False, dt)
                     sq[(bh * chunk + st) * nk + i] = sa
-                    vi = v[x + i]
-                    for j in range(nk):
-                        row[j] = row[j] * pad[p + nb + j] + sa * pad[p + 4 * nb + j] \
-                            + vi * pad[p + 2 * nb + j]
             if i < nk:
                 last = (bh * (chunk + 1) + ln) * nn + i * nk
                 cr = bh * nn + i * nk
@@ -501,13 +484,7 @@ def _build_kernels(ti: Any) -> dict[str, Any]:
                 st = ln - 1 - back
                 x = x0 + st * step
                 p = ((ln + back) % 2) * 5 * nb
-                if i < nk:
-                    pad[p + i] = r[x + i]
-                    pad[p + nb + i] = d[x + i]
-                    pad[p + 2 * nb + i] = k[x + i]
-                    pad[p + 3 * nb + i] = a[x + i]
-                    pad[p + 4 * nb + i] = b[x + i]
-                ti.simt.block.sync()
+                stage(pad, p, nb, nk, i, x, r, d, k, a, b, True)
                 if i < nk:
                     gyi = gy[x + i]
                     g0 = (bh * chunk + st) * nn + i * nk

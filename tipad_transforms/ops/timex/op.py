@@ -1,12 +1,7 @@
-"""Causal depthwise time convolution: ``tipad::time_conv_forward``, ``tipad::time_conv_backward``
-and the public ``time_conv``.
-
-``out[b,c,t] = eps + sum_{j=0..min(t, L-1)} w[c, L-1-j] * k[b,c,t-j]``: RWKV-2/3's "timex",
-the same as ``F.conv1d(F.pad(k, (L - 1, 0)), w.unsqueeze(1), groups=C) + eps``. Forward and
-backward run as Taichi kernels (``taichi.py``) for any ``B``, ``C``, ``T`` and kernel
-length ``L``, in float32 (float16/bfloat16/float32 inputs) or float64. Being custom ops with
-fake implementations and registered autograd, they trace under ``torch.compile(fullgraph=True)``
-and pass ``torch.library.opcheck``.
+"""Causal depthwise time convolution (RWKV-2/3's "timex"): the custom ops
+``tipad::time_conv_forward`` and ``tipad::time_conv_backward`` (fakes and autograd registered:
+they trace under ``torch.compile(fullgraph=True)`` and pass ``torch.library.opcheck``) and the
+public ``time_conv``, ``F.conv1d(F.pad(k, (L - 1, 0)), w.unsqueeze(1), groups=C) + eps``.
 """
 
 from __future__ import annotations
@@ -18,7 +13,7 @@ from torch import Tensor
 
 from ... import backends
 from ..._checks import check_float, check_tensor
-from .._common import check_meta
+from .._common import check_meta, math_dtype
 
 __all__ = ["TIME_CONV", "time_conv", "time_conv_backward", "time_conv_forward"]
 
@@ -27,11 +22,6 @@ __all__ = ["TIME_CONV", "time_conv", "time_conv_backward", "time_conv_forward"]
 TIME_CONV = backends.family(
     "time_conv", __package__, "computing time_conv", ("forward", "backward")
 )
-
-
-def _math(*dtypes: torch.dtype) -> torch.dtype:
-    """The kernels' dtype: float64 if any input is, else float32 (Taichi has no bfloat16)."""
-    return torch.float64 if torch.float64 in dtypes else torch.float32
 
 
 def _check(w: Tensor, k: Tensor) -> None:
@@ -51,8 +41,7 @@ def _check(w: Tensor, k: Tensor) -> None:
         )
     if w.shape[1] < 1:
         raise ValueError(f"w must hold at least one tap (L >= 1), got shape {tuple(w.shape)}")
-    if w.device != k.device:
-        raise ValueError(f"w is on {w.device}, k on {k.device}: use one device")
+    check_meta("w", w, device=k.device, like="k")
 
 
 def _operand(t: Tensor, dtype: torch.dtype) -> Tensor:
@@ -64,7 +53,7 @@ def time_conv_forward(w: Tensor, k: Tensor, eps: float) -> Tensor:
     """``time_conv`` for ``w`` ``(C, L)`` (checked as ``time_conv`` checks): a new ``(B, C, T)``
     tensor of dtype ``promote_types(w.dtype, k.dtype)``."""
     _check(w, k)
-    m = _math(w.dtype, k.dtype)
+    m = math_dtype(w.dtype, k.dtype)
     kk = _operand(k, m)
     out = kk.new_empty(kk.shape)
     TIME_CONV.forward(_operand(w, m), kk, out, eps)
@@ -94,7 +83,7 @@ def time_conv_backward(
     ``grad_k`` false) is returned as zeros without being computed.
     """
     _check_backward(grad, w, k)
-    m = _math(grad.dtype, w.dtype, k.dtype)
+    m = math_dtype(grad.dtype, w.dtype, k.dtype)
     g = _operand(grad, m)
     dw, dk = g.new_zeros(w.shape), g.new_zeros(k.shape)
     TIME_CONV.backward(g, _operand(w, m), _operand(k, m), dw, dk, grad_w, grad_k)

@@ -24,14 +24,10 @@ def forward(w: Tensor, k: Tensor, out: Tensor, eps: float) -> None:
 
 
 def hand_over(result: Tensor, out: Tensor) -> None:
-    """Give ``out`` the values of ``result`` (a fresh tensor of ``out``'s shape and dtype).
-
-    Where ``out`` is a whole contiguous tensor (its storage holds just its elements, as the
-    ops' fresh outputs do), ``out`` takes over ``result``'s storage (``Tensor.set_``): no copy,
-    and an untouched fresh ``out`` never pays its first-touch page faults. Anything else (a
-    view into a larger buffer, other strides or dtype) gets a copy. Another tensor viewing
-    ``out``'s old storage (``buf.view(...)`` passed as ``out``) would not see the values: the
-    time_conv family's callers pass the op's own fresh tensors only.
+    """Give ``out`` the values of ``result`` (a fresh tensor of ``out``'s shape and dtype): a
+    whole contiguous ``out`` (its storage holds just its elements, as the ops' fresh outputs
+    do) takes over ``result``'s storage (``Tensor.set_``: no copy, no first-touch page faults;
+    another view of ``out``'s old storage would not see the values), anything else a copy.
     """
     whole = (
         out.is_contiguous()

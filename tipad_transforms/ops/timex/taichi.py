@@ -1,29 +1,23 @@
 """The causal depthwise time convolution's Taichi backend: one windowed-dot kernel for forward
-and backward.
+and backward, and torch's own forms where they are faster on the CPU.
 
-Every pass of the operator is the same sum, ``y[o] = sum_s a[s] * x[o - off + s]`` over the
-``s`` in ``[0, len(a))`` that keep ``o - off + s`` inside ``x``'s row of ``T``:
+Every pass is the sum ``y[o] = sum_s a[s] * x[o - off + s]`` over the ``s`` in ``[0, len(a))``
+that keep ``o - off + s`` inside ``x``'s row of ``T``:
 
 * forward ``out[b,c,t]``: ``a = w[c]``, ``x = k[b,c]``, ``o = t``, ``off = L - 1`` (plus eps);
 * ``dk[b,c,u]``: ``a = flip(w[c])``, ``x = g[b,c]``, ``o = u``, ``off = 0``;
 * ``dw[c,d]``: ``a = g[b,c]``, ``x = k[b,c]``, ``o = d``, ``off = L - 1``, summed over ``b``.
 
-The reduction index ``s`` walks ``a`` and ``x`` forwards in both, which is what the LLVM loop
-vectoriser wants (Taichi compiles with fast-math, so it may reassociate the sums).
-
-On the CPU, torch's own forms take over where they are faster (``_use_fft``, ``_use_conv1d``):
-long kernels with finite inputs the FFT form (``_fft_forward``, ``_fft_backward``; the direct
-sum costs ``T * min(L, T)`` multiply-adds per row, the FFT ``O((T + L) log(T + L))``; an FFT
-spreads one non-finite value over every output, so it runs on finite inputs only), and the rest
-``F.conv1d`` over the zero-padded ``k``, which is the op's definition, non-finite values
-included, and runs vectorised where Taichi's CPU code for these shifted windows is scalar.
-``dk`` takes ``F.conv1d`` only with a finite ``w`` (its zero padding would add ``w * 0`` terms
-that are no part of ``dk``); ``dw``, a few long dot products, stays on the kernel.
+``s`` walks ``a`` and ``x`` forwards, as the LLVM loop vectoriser wants (fast-math lets it
+reassociate the sums). On the CPU, long kernels with finite inputs take the FFT form
+(``_use_fft``: ``O((T + L) log(T + L))`` per row against ``T * min(L, T)``; an FFT spreads a
+non-finite value over every output) and the rest ``F.conv1d`` over the zero-padded ``k``
+(``_use_conv1d``, vectorised where Taichi's CPU code for these shifted windows is scalar);
+``dk`` takes it only with a finite ``w`` (its zero padding would add ``w * 0`` terms), ``dw``
+stays on the kernel.
 """
 
 # No `from __future__ import annotations`: Taichi reads the kernels' annotations at runtime.
-# Taichi kernels annotate arguments with calls (ti.types.ndarray(...)), which mypy cannot read,
-# and stay unannotated (Taichi would read a "-> None").
 import math
 from collections.abc import Iterator
 from typing import Any
@@ -35,11 +29,9 @@ from ...backends import Refused
 from ...backends.taichi import MAX_ELEMENTS, TAICHI, spread
 from . import reference
 
-# Layout of the kernel's int32 `meta` argument. ROWS: (b, c) rows of the output (B*C), or its
-# channels when the sum runs over b (dw). LA: len(a). N_OUT: outputs per row (T, or L for dw).
-# SUM_B: 1 for dw. XS: the row stride of the padded x (T + 2 * _PAD).
-# SPREAD: the CPU loop's iterations per task (backends.taichi.spread). Then, at _FINITE, one
-# flag per channel: 1 where that row of `a` is finite (the loop may run into x's end padding).
+# The kernel's int32 `meta`: ROWS, the output's (b, c) rows (its channels for dw); LA, len(a);
+# N_OUT, outputs per row; SUM_B, 1 for dw; XS, the padded x's row stride; SPREAD, see
+# backends.taichi.spread; from _FINITE, a flag per channel: whether that row of `a` is finite.
 _ROWS, _C, _B, _T, _LA, _N_OUT, _OFF, _SUM_B, _XS, _SPREAD, _FINITE = range(11)
 # Consecutive outputs per CPU task. They share each load of `a`; each needs its own (shifted)
 # load of `x`: 4 amortises the loads of `a` where more gives no more.
@@ -52,24 +44,20 @@ _TILES_PER_TASK = 16
 # float32 and would leave up to 31 steps to a slow scalar remainder loop.
 _ROUND = 32
 _PAD = 32
-#: Taps (``min(L, T)``) from which the CPU forward and backward take the FFT form (finite
-#: inputs); None turns the FFT form off.
+#: Taps (``min(L, T)``) from which the CPU takes the FFT form (finite inputs); None: never.
 FFT_MIN_TAPS: int | None = 128
 #: The FFT form's spectra per block of rows, at most, in bytes, for batches whose spectra take
-#: more than ``FFT_BLOCKS_FROM``: a block's buffers (its spectra, its inverse transform, its
-#: rows) then stay near the cache instead of streaming a whole batch's through memory. Smaller
-#: batches run as one block: each block's few ops are parallel regions of their own, and on a
-#: busy machine every region waits for a descheduled thread, which small blocks cannot repay.
+#: more than ``FFT_BLOCKS_FROM``: a block's buffers then stay near the cache. Smaller batches
+#: run as one block: each block's ops are parallel regions of their own, and on a busy machine
+#: every region waits for a descheduled thread, which small blocks cannot repay.
 FFT_BLOCK_BYTES = 2 << 20
 FFT_BLOCKS_FROM = 32 << 20
-#: Whether the CPU forward and ``dk`` take ``F.conv1d`` where the FFT form does not run; False
-#: (and ``FFT_MIN_TAPS = None``) leaves every size to the Taichi kernel, for comparison and tests.
+#: Whether the CPU takes ``F.conv1d`` where the FFT form does not run; False (and
+#: ``FFT_MIN_TAPS = None``) leaves every size to the Taichi kernel, for comparison and tests.
 TORCH_CONV = True
-#: The GPU's loop order: True takes the tiled one (``window_tiles``: a block per tile of
-#: outputs of one row, ``x`` and the taps staged in shared memory, each thread holding
-#: ``_GPU_PER_THREAD`` outputs in registers), False the simple one (a thread per output reading
-#: global memory). The tiled order needs a GPU arch (shared memory, barriers): on Taichi's CPU
-#: arch, where tests switch ``TAICHI.gpu_order`` on, the simple one runs.
+#: The GPU's loop order: True the tiled one (``window_tiles``), False the simple one (a thread
+#: per output reading global memory). Taichi's CPU arch (tests switch ``TAICHI.gpu_order`` on)
+#: runs the simple one.
 GPU_TILES = True
 # The tiled order's sizes: threads per block, outputs per thread (strided by the block size, so
 # neighbouring threads read neighbouring shared words and write neighbouring outputs), and taps
@@ -83,13 +71,10 @@ _GPU_WINDOW = _GPU_TILE + _GPU_SPAN - 1
 
 # fmt: off
 def _build_kernels(ti: Any) -> dict[str, Any]:
-    """The windowed dot product in two loop orders (see the module docstring for the sum).
-
-    CPU: a task computes ``_TILE`` consecutive outputs of one row; the ``s`` range valid for all
-    of them is one branch-free loop (vectorised along ``s``, one load of ``a`` shared by the
-    tile), the few ``s`` valid for only some of them are scalar edge loops. GPU, simple: one
-    thread per output, so neighbouring threads read neighbouring ``x``. GPU, tiled
-    (``window_tiles``): see ``GPU_TILES``.
+    """The windowed dot product of the module docstring. CPU: a task computes ``_TILE``
+    consecutive outputs of one row, the ``s`` valid for all of them in one branch-free loop
+    (vectorised along ``s``, one load of ``a`` shared by the tile), the few valid for only some
+    in scalar edge loops. GPU: simple (``per_output``) or tiled (``window_tiles``).
     """
     nd = ti.types.ndarray
 
@@ -256,14 +241,12 @@ def _build_kernels(ti: Any) -> dict[str, Any]:
 def _window_dot(
     a: Tensor, x: Tensor, y: Tensor, *, offset: int, sum_batch: bool = False, eps: float = 0.0
 ) -> None:
-    """Write every element of ``y`` with the windowed dot of the module docstring.
-
-    All tensors contiguous, detached, float32 or float64 (one dtype) and on one device.
-    ``x``: ``(B, C, T)``. Without ``sum_batch``: ``a`` is ``(C, La)`` and ``y`` ``(B, C, T)``;
-    with it: ``a`` has ``x``'s shape and ``y`` is ``(C, n_out)``, each output summed over the
-    batch. ``offset`` is ``off``. Non-finite values follow ``F.conv1d`` over ``x`` zero-padded
-    by ``off`` in front: each sum also holds ``a[s] * 0`` for the ``s`` that fall into that
-    padding, which is NaN where ``a[s]`` is NaN or infinite; nothing past ``x``'s end.
+    """Write every element of ``y`` with the windowed dot of the module docstring (``off`` =
+    ``offset``). Tensors contiguous, detached, of one float dtype, on one device; ``x``: ``(B,
+    C, T)``; ``a`` ``(C, La)`` and ``y`` ``(B, C, T)``, or with ``sum_batch`` ``a`` of ``x``'s
+    shape and ``y`` ``(C, n_out)`` summed over the batch. Non-finite values follow ``F.conv1d``
+    over ``x`` zero-padded by ``off`` in front: NaN where a non-finite ``a[s]`` meets that
+    padding; nothing past ``x``'s end.
     """
     batch, channels, length = x.shape
     # The padded copy of x is what the kernel indexes; T + L + padding bound its int32 sums.
@@ -367,10 +350,8 @@ def _check_allowed(k: Tensor) -> None:
 
 
 def _finite(t: Tensor) -> bool:
-    """Whether every element of ``t`` (a CPU tensor) is finite, or may not be: its sum, one
-    vectorised pass (``isfinite().all()`` costs ten times more), is NaN or infinite wherever
-    ``t`` holds a NaN or an infinity, and also where finite values overflow the sum. That last
-    case answers False for finite values too, which only sends the call to the exact path."""
+    """Whether ``t`` (a CPU tensor) is finite, by its sum (``isfinite().all()`` costs ten times
+    more); a sum that overflows answers False, which only sends the call to the exact path."""
     return math.isfinite(float(t.detach().sum()))
 
 
@@ -436,10 +417,9 @@ def _fft_blocks(
 
 
 def _fft_forward(w: Tensor, k: Tensor, out: Tensor, eps: float) -> None:
-    """``forward`` as a product of spectra: the causal convolution of each row of ``k`` with
-    ``h``; tensors as ``forward``'s, finite, on the CPU. Block by block of rows
-    (``_fft_blocks``), products in place: a whole batch's spectra are fresh buffers far larger
-    than the cache, written and read back from memory, and each pays its page faults."""
+    """``forward`` as a product of spectra, the causal convolution of each row of ``k`` with
+    ``h``, block by block of rows (``_fft_blocks``), in place; tensors as ``forward``'s,
+    finite, on the CPU."""
     batch, channels, length = k.shape
     h, n = _fft_taps(w, length)
     taps = torch.fft.rfft(h, n=n)
