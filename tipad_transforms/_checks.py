@@ -93,7 +93,9 @@ def check_number(value: Any, name: str) -> Number:
 
 def check_generator(generator: Any) -> torch.Generator | None:
     if generator is not None and not isinstance(generator, torch.Generator):
-        raise TypeError(f"generator must be a torch.Generator or None, got {type(generator)}")
+        raise TypeError(
+            f"generator must be a torch.Generator or None, got {type(generator).__name__}"
+        )
     return generator
 
 

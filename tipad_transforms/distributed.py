@@ -73,20 +73,29 @@ _bound: tuple[int, str | None, torch.device] | None = None
 def bind_device(index: int | None = None) -> torch.device:
     """Make this process see one GPU, its rank's, as ``cuda:0``; return the device to use.
 
-    Call it first thing in every process, then use the returned device everywhere and never
-    ``torch.cuda.set_device``. The rank's GPU is entry ``index`` (default: ``local_rank()``) of
-    ``CUDA_VISIBLE_DEVICES`` if set, else of the machine's GPUs; ``CUDA_VISIBLE_DEVICES`` is
-    set to that one entry. One visible device already (Ray ``num_gpus=1``, SLURM
-    ``--gpus-per-task=1``) is kept unless ``index`` is given; a repeat is a no-op. The rule per
-    launcher is in docs/distributed.md.
+    Call it first thing in every process (before anything asks torch about CUDA), then use the
+    returned device everywhere (model, ``DeviceLoader``, ``GPUCollate``, NCCL) and never
+    ``torch.cuda.set_device``. The rank's GPU is entry ``index`` (default: ``LOCAL_RANK``, else
+    0) of the visible devices: of ``CUDA_VISIBLE_DEVICES`` if a scheduler narrowed it (indices or
+    UUIDs, kept as written), else of the machine's GPUs; ``os.environ[CUDA_VISIBLE_DEVICES]``
+    (inherited by child processes) is set to that one entry. A process whose
+    ``CUDA_VISIBLE_DEVICES`` names one device is bound already (a Ray actor with
+    ``num_gpus=1``, SLURM's ``--gpus-per-task=1``) and kept unless ``index`` is given. A repeat
+    for the same rank, with ``CUDA_VISIBLE_DEVICES`` as the first call left it, is a no-op.
+    Works under ``torchrun``, ``torch.multiprocessing.spawn`` (pass the process index),
+    SLURM-style launchers that export ``LOCAL_RANK``, Ray Train, and without a GPU.
 
-    Returns ``cuda:0`` when CUDA sees the bound GPU, else ``cpu``.
+    Returns:
+        ``torch.device("cuda", 0)`` when CUDA sees the bound GPU, else ``torch.device("cpu")``
+        (no GPU, no driver, or a CPU build of torch).
 
     Raises:
         TypeError / ValueError: ``index`` (or ``LOCAL_RANK``) negative, not an int, or beyond
-            the visible devices.
-        RuntimeError: CUDA already started with other devices visible (``torch.cuda`` calls,
-            even ``is_available()`` unless ``PYTORCH_NVML_BASED_CUDA_CHECK=1``); it says the fix.
+            the visible devices (the message names them).
+        RuntimeError: CUDA already started in this process with other devices visible: torch
+            initialised CUDA, or a device query started the CUDA runtime (which reads
+            ``CUDA_VISIBLE_DEVICES`` once): ``torch.cuda.is_available()`` does, unless
+            ``PYTORCH_NVML_BASED_CUDA_CHECK=1``. The message says what to do instead.
     """
     global _bound
     explicit = index is not None
@@ -139,11 +148,16 @@ def _bind(rank: int, explicit: bool, before: str | None) -> torch.device:
 
 
 def rank_generator(seed: int, rank: int | None = None) -> torch.Generator:
-    """A CPU ``torch.Generator`` seeded from a hash of ``(seed, rank)``: ranks draw different
-    augmentation parameters, and the same ``seed`` draws them again. Give each user its own
-    (``rank_generator(seed + k)`` for the ``k``-th: ``PadCollate``, ``BrickPad``,
-    ``DataLoader``). ``rank`` defaults to ``torch.distributed.get_rank()`` when a process group
-    is up, else ``RANK``, else 0.
+    """A CPU ``torch.Generator`` of its own for ``rank`` (default: this process's rank).
+
+    The seed is a hash of ``(seed, rank)``, so ranks draw different augmentation parameters and
+    a run with the same ``seed`` draws them again. Give one to ``PadCollate(generator=...)``,
+    ``BrickPad(generator=...)`` and ``DataLoader(generator=...)`` (each its own: pass
+    ``rank_generator(seed + k)`` for the ``k``-th). ``rank`` defaults to
+    ``torch.distributed.get_rank()`` when a process group is up, else ``RANK``, else 0.
+
+    The generator pickles as any ``torch.Generator``; ``PadCollate`` sends it to ``spawn`` and
+    ``forkserver`` DataLoader workers as its state's bytes.
 
     Raises:
         TypeError: ``seed`` not an int, ``rank`` not an int or None.

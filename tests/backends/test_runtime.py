@@ -524,6 +524,30 @@ def test_users_taichi_with_default_ip_i64_is_refused_with_the_reason() -> None:
     assert report["again"]["warnings"] == []  # once per operation and reason
 
 
+def test_users_default_ip_i64_is_refused_after_a_fork_too() -> None:
+    # A fork (DataLoader workers) before the first call records the parent's pid; the user's
+    # runtime must still be checked at the start, not taken as this package's own.
+    report = _child_report(
+        """
+        import os
+        import taichi as ti
+        ti.init(arch=ti.cpu, default_ip=ti.i64)
+        import tipad_transforms
+        tipad_transforms.set_warmup(0)
+        pid = os.fork()
+        if pid == 0:
+            os._exit(0)
+        os.waitpid(pid, 0)
+        report = {}
+        checks(report, 2)
+        print("REPORT " + json.dumps(report))
+        """
+    )
+    assert report["pad_ok"] and report["wkv_err"] < 1e-5 and not report["started"]
+    assert len(report["warnings"]) == 2, report["warnings"]
+    assert all("default_ip=i64" in w for w in report["warnings"])
+
+
 def test_users_failed_default_ip_i16_start_leaves_the_kernels_working() -> None:
     # Taichi's own ti.init refuses i16 (an AssertionError); caught, the next padding and wkv
     # calls start Taichi as usual and run the kernels.

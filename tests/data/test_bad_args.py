@@ -217,7 +217,7 @@ CASES: dict[str, tuple[Callable[[], Any], type[Exception], str]] = {
     "ray-complex": (
         lambda: RayPadBatch()({"image": [np.zeros((3, 3, 3), np.complex64)], "path": ["a"]}),
         TypeError,
-        "image 'a': a numpy image must hold real numbers",
+        "image 'a': pixels must be real numbers",
     ),
     "ray-keys-str": (
         lambda: RayPadBatch().make_params("ab", [(1, 2), (2, 2)]),

@@ -247,3 +247,26 @@ def test_per_sample_takes_plain_callables_and_refuses_non_callables() -> None:
     assert torch.equal(images, batch[0] * 2) and torch.equal(labels, batch[1])
     with pytest.raises(TypeError, match="transform must be callable, got int"):
         PerSample(3)  # type: ignore[arg-type]
+
+
+@pytest.mark.parametrize("kind", ["dict", "dict-subclass", "UserDict"])
+@pytest.mark.parametrize("wrapped", [True, False])
+def test_mapping_batches_of_every_kind_are_transformed(kind: str, wrapped: bool) -> None:
+    # torchvision's pytree walks plain dicts only: any Mapping batch is handed over as a dict,
+    # so a dict subclass or a UserDict is transformed too, never passed through as one leaf
+    # (DeviceLoader's device copy already makes dicts of them; the stage must not rely on it).
+    import collections
+
+    class Batch(dict):  # type: ignore[type-arg]
+        pass
+
+    images = torch.arange(2 * 3 * 4 * 5, dtype=torch.float32).reshape(2, 3, 4, 5)
+    image = tv_tensors.Image(images) if wrapped else images
+    make = {"dict": dict, "dict-subclass": Batch, "UserDict": collections.UserDict}[kind]
+    batch = make(image=image, label=torch.tensor([0, 1]))
+    from tipad_transforms.data._device import apply_transforms  # what every stage runs
+
+    out = apply_transforms(batch, (v2.RandomHorizontalFlip(p=1),))
+    assert torch.equal(out["image"].as_subclass(torch.Tensor), images.flip(-1))
+    assert type(out["image"]) is (tv_tensors.Image if wrapped else torch.Tensor)
+    assert torch.equal(out["label"], torch.tensor([0, 1]))

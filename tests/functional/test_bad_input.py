@@ -395,3 +395,12 @@ def test_text_and_bytes_are_not_paddings(padding: Any) -> None:
     ):
         with pytest.raises(TypeError, match=r"^padding must be"):
             call()
+
+
+def test_texture_pad_checks_padding_before_texture_and_out() -> None:
+    # As pad does: a bad padding is named first, before any texture conversion runs.
+    x = torch.zeros(3, 4, 4)
+    with pytest.raises(TypeError, match="padding"):
+        F.texture_pad(x, "ab", torch.zeros(5, 2, 2))  # type: ignore[arg-type]
+    with pytest.raises(TypeError, match="padding"):
+        F.texture_pad(x, "ab", torch.zeros(3, 2, 2), out=torch.zeros(1))  # type: ignore[arg-type]

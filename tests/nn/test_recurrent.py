@@ -410,3 +410,31 @@ def test_rwkv7_one_token_step_is_the_module_path_bit_for_bit(
         got = rec(idx, state)
     assert module_calls == []
     assert_same(got, want)
+
+
+def test_a_users_subclass_of_a_layer_is_called_as_a_module(module_calls: list[str]) -> None:
+    # Its math may read what the package's snapshot does not hold (here: `gain`).
+    from tipad_transforms.nn import RWKVChannelMix
+    from tipad_transforms.nn._rwkv4 import channel_mix
+
+    class GainMix(RWKVChannelMix):
+        def __init__(self, *args: Any, **kwargs: Any) -> None:
+            super().__init__(*args, **kwargs)
+            self.gain = nn.Parameter(torch.tensor(0.5))
+
+        @staticmethod
+        def _math(m: Any, x: torch.Tensor, state: Any) -> tuple[torch.Tensor, Any]:
+            y, new_state = channel_mix(m, x, state)
+            return y * m.gain, new_state
+
+    model, state = model_and_state(6)
+    idx = torch.tensor([[1], [2]])
+    with torch.no_grad():
+        mix = GainMix(C, layer_id=1, n_layer=3)
+        mix.load_state_dict(model.blocks[1].ffn.state_dict(), strict=False)
+        model.blocks[1].ffn = ref.step_layout(mix)
+        want = by_blocks(model, idx, state)
+        module_calls.clear()
+        got = model.recurrent()(idx, state)
+    assert "GainMix" in module_calls
+    assert_same(got, want)

@@ -92,6 +92,23 @@ def _any_runtime() -> bool:
     return any(compat.runtime_arch(ti) is not None for ti in imported())
 
 
+def _user_runtime(ti: Any, arch: str, device: torch.device) -> str | None:
+    """Why a Taichi runtime the user initialised (on ``arch``) cannot serve ``device``'s
+    tensors, else None."""
+    if arch != device.type:
+        return f"Taichi was initialised on {arch}, the tensor is on {device.type}"
+    # The kernels' index arithmetic and int literals take the default integer type: under i64
+    # LLVM aborts the process on their first compile, under i16 Taichi fails an assertion.
+    ip = compat.default_ip(ti)
+    if ip != ti.i32:
+        return (
+            f"this program initialised Taichi with default_ip={ip}, and tipad_transforms' "
+            "kernels need default_ip=ti.i32 (Taichi's default): pass it to ti.init, or let "
+            "tipad_transforms start Taichi"
+        )
+    return None
+
+
 class TaichiBackend(Backend):
     """Taichi and its state in this process.
 
@@ -244,21 +261,12 @@ class TaichiBackend(Backend):
                 "DataLoader workers to run the kernels there"
             )
         ti = self.ti
-        arch = None if self.pid is not None or ti is None else compat.runtime_arch(ti)
-        if ti is not None and arch is not None:  # a runtime the user initialised
-            if arch != device.type:
-                return f"Taichi was initialised on {arch}, the tensor is on {device.type}"
-            # The kernels' index arithmetic and int literals take the default integer type:
-            # under i64 LLVM aborts the process on their first compile, under i16 Taichi fails
-            # an assertion.
-            ip = compat.default_ip(ti)
-            if ip != ti.i32:
-                return (
-                    f"this program initialised Taichi with default_ip={ip}, and "
-                    "tipad_transforms' kernels need default_ip=ti.i32 (Taichi's default): pass "
-                    "it to ti.init, or let tipad_transforms start Taichi"
-                )
-            return None
+        # A runtime the user initialised: known here once Taichi is imported; one that starts
+        # before a fork, or before `load`, is checked again by `_start`.
+        if self.arch is None and ti is not None:
+            arch = compat.runtime_arch(ti)
+            if arch is not None:
+                return _user_runtime(ti, arch, device)
         if self.arch is not None and self.arch != device.type:
             return f"Taichi runs on {self.arch} in this process, the tensor is on {device.type}"
         return None
@@ -267,10 +275,10 @@ class TaichiBackend(Backend):
         """Initialise Taichi for ``device``'s tensors (once); the caller holds the lock and
         checked ``refusal``. The one place that picks Taichi's arch and the loop order."""
         ti = self.load()
-        reason = self.refusal(device)  # again: a runtime the user started is known only now
+        arch = compat.runtime_arch(ti)
+        reason = None if arch is None else _user_runtime(ti, arch, device)
         if reason is not None:
             raise Refused(reason)
-        arch = compat.runtime_arch(ti)
         if arch is None:
             wanted = os.environ.get(TEST_ARCH_ENV, "") if device.type == "cpu" else ""
             if wanted not in ("", "cpu", "vulkan"):

@@ -168,12 +168,20 @@ class PadCollate(GeneratorsPickleAsBytes):
     placement = property(attrgetter("sampler.placement"))
 
     def canvas_size(self, sizes: Sequence[tuple[int, int]]) -> tuple[int, int]:
-        """The canvas ``(H, W)`` for images of ``sizes`` (see ``CanvasSampler.canvas_size``)."""
+        """The canvas ``(H, W)`` for images of ``sizes`` ``[(h, w), ...]``.
+
+        Raises ValueError naming the first sample larger than a fixed ``size``; TypeError /
+        ValueError naming ``sizes`` when it is not a non-empty list of ``(h, w)`` int pairs.
+        """
         return self.sampler.canvas_size(sizes)
 
     def make_params(self, sizes: Sequence[tuple[int, int]]) -> dict[str, Any]:
-        """Draw one batch's parameters for images of ``sizes`` ``[(h, w), ...]``: see
-        ``CanvasSampler.sample``."""
+        """Draw one batch's parameters for images of ``sizes`` ``[(h, w), ...]``.
+
+        Returns ``{"size": (H, W), "placement": int64 (B, 2) (top, left), "offset": int64
+        (B, 2) (oy, ox)}``, on the CPU. Draws, in this order: the placements (``"random"``),
+        then the lattice offsets (texture mode with ``random_offset``).
+        """
         return self.sampler.sample(sizes, generator_draw(self.generator))
 
     def __call__(self, samples: Sequence[Any], *, params: dict[str, Any] | None = None) -> Any:

@@ -114,14 +114,17 @@ def check_followable(t: Any) -> None:
 
 
 def _transform_structure(batch: Any, t: v2.Transform) -> Any:
-    slot = find_image(batch) if is_container(batch) else None
-    image = batch if slot is None else batch[slot]
-    if not is_plain_tensor(image):
-        return t(batch)
-    if slot is None:
-        return _unwrap(t(tv_tensors.Image(image)))
-    out = t(replace(batch, slot, tv_tensors.Image(image)))
-    return replace(out, slot, _unwrap(out[slot]))
+    plain = is_plain_tensor(batch)
+    if plain or not is_container(batch):
+        out = t(tv_tensors.Image(batch) if plain else batch)
+        return _unwrap(out) if plain else out
+    slot = find_image(batch)
+    image = batch[slot]
+    wrapped = is_plain_tensor(image)
+    # Always through `replace`: it rebuilds a Mapping as a dict, which torchvision's pytree
+    # walks (a dict subclass or a UserDict would pass through the transform as one leaf).
+    out = t(replace(batch, slot, tv_tensors.Image(image) if wrapped else image))
+    return replace(out, slot, _unwrap(out[slot])) if wrapped else out
 
 
 def _unwrap(value: Any) -> Any:

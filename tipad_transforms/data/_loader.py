@@ -152,9 +152,10 @@ class DeviceLoader:
     def _plain(self) -> Iterator[Any]:
         batches = iter(self.loader)
         try:
-            for batch in batches:
-                batch = to_device(batch, self.device, non_blocking=True)
-                yield apply_transforms(batch, self.transforms)
+            for batch in batches:  # (the device batch is not kept while the caller runs)
+                yield apply_transforms(
+                    to_device(batch, self.device, non_blocking=True), self.transforms
+                )
         finally:
             # Drop the iterator now (not when this generator is collected): a DataLoader's
             # iterator shuts its worker processes down when it goes away.

@@ -17,7 +17,6 @@ from ..distributed import visible_devices
 from ._collate import GPUCollate, PadCollate
 from ._device import check_device
 from ._sampler import keyed_draw
-from ._samples import check_array
 
 _SAMPLE = re.compile(r"samples\[(\d+)\]")
 # PadCollate's arguments that a Ray batch has no use for, and why.
@@ -205,7 +204,16 @@ class RayPadBatch:
         """One row's image as a ``(C, h, w)`` (or ``(h, w)``) tensor, sharing its memory."""
         if not isinstance(value, np.ndarray):
             raise TypeError(f"image {key!r}: expected a numpy array, got {type(value).__name__}")
-        image = torch.from_numpy(np.ascontiguousarray(check_array(value, f"image {key!r}")))
+        if value.ndim not in (2, 3):
+            raise ValueError(
+                f"image {key!r}: expected (h, w) or (h, w, C) pixels, got shape {value.shape}"
+            )
+        if value.dtype.kind not in "biuf":
+            raise TypeError(
+                f"image {key!r}: pixels must be real numbers (bool, int, uint, float), got "
+                f"dtype {value.dtype}"
+            )
+        image = torch.from_numpy(np.ascontiguousarray(value))
         if image.dim() == 3 and self.channels_last:
             image = image.permute(2, 0, 1)
         return image

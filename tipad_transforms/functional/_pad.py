@@ -152,13 +152,15 @@ def _texture_call(
     x: Tensor, padding: Padding, texture: Any, stagger: int, offset: Offset,
     texture_index: int | Tensor | None, out: Any,
 ) -> tuple[PadCall, tuple[int, int, int, int]]:  # fmt: skip
-    """The record (and crop) of a texture padding of ``x``, the user's arguments checked."""
+    """The record (and crop) of a texture padding of ``x``, the user's arguments checked
+    (``padding`` first, as ``pad`` checks it)."""
+    pads = parse_padding(padding)
     _check_out(out, x, texture)
     border = textured(
         texture, x, tuple(x.shape[:-3]), image_channels(x.shape),
         stagger=check_int(stagger, "stagger"), offset=offset, texture_index=texture_index,
     )  # fmt: skip
-    return pad_call(x, parse_padding(padding), border)
+    return pad_call(x, pads, border)
 
 
 @register_kernel(texture_pad, tv_tensors.Video)

@@ -76,7 +76,8 @@ def snapshot(part: Any) -> Any:
                        weight=_detached(g.weight), bias=_detached(g.bias), eps=g.eps)  # fmt: skip
     if kind is nn.Embedding and cast(nn.Embedding, part).max_norm is None:
         return partial(F.embedding, weight=cast(nn.Embedding, part).weight.detach())
-    if "_math" in vars(kind):  # one of the layers, not a subclass of one
+    # One of this package's layers, not a user's subclass of one (whose code may read more).
+    if hasattr(kind, "_recurrent") and kind.__module__.startswith(f"{__package__}."):
         return _Snapshot(part)
     return part
 

@@ -81,8 +81,9 @@ def bits(t: Tensor) -> Tensor:
 
 
 def _planes(g: PadGeometry | StackGeometry, canvas: Tensor) -> Tensor:
-    """``canvas`` (contiguous) as ``(N, C, H', W')`` of its integer kind."""
-    return bits(canvas).view(g.n, g.c, g.out_h, g.out_w)
+    """``canvas`` (contiguous) as ``(N, C, H', W')`` of its integer kind: a view, so writes
+    reach ``canvas`` (``view`` raises where ``bits``' reshape would copy)."""
+    return canvas.view(BITS[canvas.element_size()]).view(g.n, g.c, g.out_h, g.out_w)
 
 
 def borders(g: PadGeometry, planes: Tensor) -> list[Tensor]:

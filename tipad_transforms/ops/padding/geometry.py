@@ -106,10 +106,14 @@ class StackGeometry:
 
 @dataclass(frozen=True)
 class PadCall:
-    """One padding call in the ops' canonical form (``op``'s module docstring), built once (by
-    the functional layer, or by the op from its arguments) and passed whole to the backends:
-    ``geometry`` and ``mode`` (a name of ``MODES``), the tensors contiguous on the image's
-    device (``fill`` and ``texture`` empty where the mode reads neither)."""
+    """One padding call in the ops' canonical form, built once (by the functional layer, or by
+    the op from its arguments) and passed whole to the backends.
+
+    ``geometry``: where each image lands. ``mode``: a name of ``MODES``. ``fill``: ``(C,)`` in
+    the image's dtype for ``"constant"``, else empty. ``texture``: the ``(K, Ct, th, tw)`` bank
+    (``Ct`` in {1, C}) in the image's dtype for ``"texture"``, else empty. ``offset``: ``(N, 2)``
+    int32 ``(oy, ox)``; ``texture_index``: ``(N,)`` int32 in the bank (the kernel clamps it);
+    ``stagger``: an int32. Tensors contiguous, on the image's device."""
 
     geometry: PadGeometry | StackGeometry
     mode: str
