@@ -20,6 +20,7 @@ __all__ = [
     "PADDING_MODES",
     "Number",
     "check_dense",
+    "check_device",
     "check_flag",
     "check_float",
     "check_generator",
@@ -89,6 +90,17 @@ def check_number(value: Any, name: str) -> Number:
     if not isinstance(value, (int, float, bool)):
         raise TypeError(f"{name} must be a number, got {type(value).__name__}")
     return value
+
+
+def check_device(device: Any) -> torch.device | None:
+    """``device`` (a ``torch.device``, a str or None) as a ``torch.device`` or None; TypeError
+    for another type, ValueError for a string torch does not know."""
+    if device is not None and not isinstance(device, (str, torch.device)):
+        raise TypeError(f"device must be a torch.device, a str or None, got {device!r}")
+    try:
+        return None if device is None else torch.device(device)
+    except RuntimeError as exc:
+        raise ValueError(f"device={device!r} is not a device: {exc}") from None
 
 
 def check_generator(generator: Any) -> torch.Generator | None:

@@ -12,7 +12,7 @@ import torch
 import torch.nn.functional as nnF
 from torch import Tensor
 
-from .._checks import INT32_MAX, check_int, is_int
+from .._checks import INT32_MAX, check_device, check_int, is_int
 from .._tracing import untraced
 
 __all__ = ["brick_channels", "brick_options", "make_brick_texture", "running_bond_stagger"]
@@ -206,12 +206,7 @@ def make_brick_texture(
         raise TypeError(f"dtype must be a torch.dtype, got {type(dtype).__name__}")
     if not dtype.is_floating_point:
         raise ValueError(f"dtype must be a floating dtype, got {dtype}")
-    if device is not None and not isinstance(device, (str, torch.device)):
-        raise TypeError(f"device must be a torch.device, a str or None, got {device!r}")
-    try:
-        device = None if device is None else torch.device(device)
-    except RuntimeError as exc:
-        raise ValueError(f"device={device!r} is not a device: {exc}") from None
+    device = check_device(device)
 
     # Rendered (and cached) where no tracer sees it: under torch.export the tile is a constant
     # of the program, not a trace of the generator's draws (and no fake tile is cached).

@@ -4,7 +4,6 @@ type (the dispatch rules: ``_registry``)."""
 from __future__ import annotations
 
 import functools
-import math
 from collections.abc import Sequence
 from typing import Any, TypeVar
 
@@ -267,7 +266,9 @@ def pad_image(
     pads = parse_padding(padding)
     mode = check_mode(padding_mode, "padding_mode")
     _check_out(out, x)
-    n = math.prod([int(s) for s in x.shape[:-3]])  # a list: Dynamo cannot trace a generator here
+    n = 1
+    for s in x.shape[:-3]:  # (Dynamo cannot trace math.prod of a generator)
+        n *= int(s)
     border = standard(mode, fill, x, n, image_channels(x.shape), fill_name)
     call, crop = pad_call(x, pads, border)
     return cropped(x, call, crop, out) if any(crop) else pad_direct(x, call, out)

@@ -96,7 +96,11 @@ def forward(call: PadCall, image: Tensor, canvas: Tensor) -> None:
     """Write every element of ``canvas`` (``N*C*H'*W'`` contiguous) from ``image``
     (``N*C*H*W`` contiguous; for a stack the packed images), the texture or the fill."""
     g = call.geometry
-    canvases, flat = canvas.view(g.n, g.c, g.out_h, g.out_w), image.reshape(-1)
+    canvases = canvas.view(g.n, g.c, g.out_h, g.out_w)
+    if isinstance(g, PadGeometry):  # no per-image views: a small call's cost is its torch ops
+        canvases.copy_(_pad(call, g, image.view(g.n, g.c, g.h, g.w)))
+        return
+    flat = image.reshape(-1)
     for one, gi, start, i in _parts(call):
         image_i = flat[start : start + gi.n * g.c * gi.h * gi.w].view(gi.n, g.c, gi.h, gi.w)
         canvases[i : i + gi.n].copy_(_pad(one, gi, image_i))

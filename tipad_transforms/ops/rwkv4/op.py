@@ -16,7 +16,7 @@ import torch
 from torch import Tensor
 
 from ... import backends
-from ..._checks import check_float, check_tensor
+from ..._checks import check_device, check_float, check_tensor
 from ..._tracing import eager
 from .._common import check_meta, math_dtype, register_state_autograd
 
@@ -51,12 +51,7 @@ def init_wkv_state(
             raise TypeError(f"{name} must be an int, got {type(value).__name__}")
         if value < 0:
             raise ValueError(f"{name} must be >= 0, got {value}")
-    if device is not None and not isinstance(device, (str, torch.device)):
-        raise TypeError(f"device must be a torch.device, a str or None, got {device!r}")
-    try:
-        device = None if device is None else torch.device(device)
-    except RuntimeError as exc:
-        raise ValueError(f"device={device!r} is not a device: {exc}") from None
+    device = check_device(device)
     nbytes = batch_size * 3 * channels * (8 if dtype == torch.float64 else 4)
     try:
         if nbytes >= 2**63:
