@@ -136,10 +136,14 @@ def _into_windows(
     (a collate's samples, any strides: no batch assembled first)."""
     if g.h * g.w == 0:
         return
-    # Few, cheap views (narrow, not indexing): a small image's whole call is a few of them.
-    windows = planes.narrow(0, first, g.n - first).narrow(2, g.top, g.h).narrow(3, g.left, g.w)
+    # Few, cheap views (narrow, not indexing; none that changes nothing): a small image's
+    # whole call is a few of them.
+    windows = planes.narrow(2, g.top, g.h).narrow(3, g.left, g.w)
+    if first:
+        windows = windows.narrow(0, first, g.n - first)
     if isinstance(images, Tensor):
-        windows.copy_(bits(images).view(g.n, g.c, g.h, g.w).narrow(0, first, g.n - first))
+        src = images.view(planes.dtype).view(g.n, g.c, g.h, g.w)
+        windows.copy_(src.narrow(0, first, g.n - first) if first else src)
         return
     # One call for every window: torch.stack writes into the strided view in place. A view
     # per image costs a microsecond or more: none where they already are of the kind.
