@@ -530,9 +530,10 @@ def test_users_default_ip_i64_is_refused_after_a_fork_too() -> None:
     report = _child_report(
         """
         import os
-        import taichi as ti
-        ti.init(arch=ti.cpu, default_ip=ti.i64)
         import tipad_transforms
+        from tipad_transforms.backends.taichi import TAICHI
+        ti = TAICHI.load()  # the Taichi the package runs (upstream or taichi_forge)
+        ti.init(arch=ti.cpu, default_ip=ti.i64)
         tipad_transforms.set_warmup(0)
         pid = os.fork()
         if pid == 0:
