@@ -21,6 +21,7 @@ sampling made both); an edge of a box or region may lie ``EDGE`` pixels from the
 
 from __future__ import annotations
 
+import collections
 from typing import Any
 
 import pytest
@@ -31,6 +32,7 @@ from torchvision import tv_tensors
 from torchvision.transforms import v2
 
 from tipad_transforms.data import DeviceLoader, PadCollate, PerSample, Regions
+from tipad_transforms.data._device import apply_transforms  # what every device stage runs
 
 N, BATCH, EPOCHS = 8, 4, 3
 NEAREST = v2.InterpolationMode.NEAREST
@@ -255,8 +257,6 @@ def test_mapping_batches_of_every_kind_are_transformed(kind: str, wrapped: bool)
     # torchvision's pytree walks plain dicts only: any Mapping batch is handed over as a dict,
     # so a dict subclass or a UserDict is transformed too, never passed through as one leaf
     # (DeviceLoader's device copy already makes dicts of them; the stage must not rely on it).
-    import collections
-
     class Batch(dict):  # type: ignore[type-arg]
         pass
 
@@ -264,8 +264,6 @@ def test_mapping_batches_of_every_kind_are_transformed(kind: str, wrapped: bool)
     image = tv_tensors.Image(images) if wrapped else images
     make = {"dict": dict, "dict-subclass": Batch, "UserDict": collections.UserDict}[kind]
     batch = make(image=image, label=torch.tensor([0, 1]))
-    from tipad_transforms.data._device import apply_transforms  # what every stage runs
-
     out = apply_transforms(batch, (v2.RandomHorizontalFlip(p=1),))
     assert torch.equal(out["image"].as_subclass(torch.Tensor), images.flip(-1))
     assert type(out["image"]) is (tv_tensors.Image if wrapped else torch.Tensor)

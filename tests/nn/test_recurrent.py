@@ -25,7 +25,8 @@ import rwkv7_reference as ref
 import torch
 from torch import nn
 
-from tipad_transforms.nn import RWKV4, RWKV7, BlockState, Recurrent, RWKVBlock
+from tipad_transforms.nn import RWKV4, RWKV7, BlockState, Recurrent, RWKVBlock, RWKVChannelMix
+from tipad_transforms.nn._rwkv4 import channel_mix
 
 pytestmark = pytest.mark.usefixtures("one_torch_thread")
 
@@ -414,9 +415,6 @@ def test_rwkv7_one_token_step_is_the_module_path_bit_for_bit(
 
 def test_a_users_subclass_of_a_layer_is_called_as_a_module(module_calls: list[str]) -> None:
     # Its math may read what the package's snapshot does not hold (here: `gain`).
-    from tipad_transforms.nn import RWKVChannelMix
-    from tipad_transforms.nn._rwkv4 import channel_mix
-
     class GainMix(RWKVChannelMix):
         def __init__(self, *args: Any, **kwargs: Any) -> None:
             super().__init__(*args, **kwargs)

@@ -84,6 +84,8 @@ class _RWKV(nn.Module, Generic[S]):
     ) -> tuple[torch.Tensor, list[Any] | None]:
         """``x`` through ``blocks``, each called as ``call(block, x, [v_first,] [state])``, with
         ``states`` (one per block) or without (``None``); returns ``x`` and the new states."""
+        # RWKV-7's value residual, passed from block to block: [v_first], or nothing (RWKV-4).
+        # A block returns x alone, or (x, v_first) where it takes one; a state comes last.
         v: list[Any] = [None] if cls._value_residual else []
         if states is None:
             for block in blocks:
