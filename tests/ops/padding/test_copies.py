@@ -54,8 +54,8 @@ def copies(request: pytest.FixtureRequest, monkeypatch: pytest.MonkeyPatch) -> I
     seen: list[bool] = []
     real = pad_copies.write
 
-    def spy(*args: object) -> bool:
-        done = real(*args)  # type: ignore[arg-type]
+    def spy(*args: object, **kwargs: bool) -> bool:
+        done = real(*args, **kwargs)  # type: ignore[arg-type]
         seen.append(done)
         return done
 
@@ -185,17 +185,25 @@ def test_runs_step_by_one_minus_one_or_zero() -> None:
 
 
 @pytest.mark.parametrize("copies", [True], ids=["copies"], indirect=True)
-def test_a_serial_launch_keeps_the_kernel_but_for_constant_mode(
-    copies: list[bool], monkeypatch: pytest.MonkeyPatch
+@pytest.mark.parametrize("dtype", [torch.uint8, torch.float32], ids=str)
+def test_a_small_serial_launch_keeps_the_kernel_but_for_constant_mode(
+    dtype: torch.dtype, copies: list[bool], monkeypatch: pytest.MonkeyPatch
 ) -> None:
     monkeypatch.setattr(TAICHI, "serial_bytes", 1 << 19)
-    x = random_image((3, 20, 30), torch.uint8, seed=1)
+    x = random_image((3, 20, 30), dtype, seed=1)
     assert_bitwise_equal(F.pad(x, [2, 3, 4, 5], padding_mode="reflect"),
                          pad_ref(x, [2, 3, 4, 5], "reflect"))  # fmt: skip
-    assert copies == []  # the plan said serial: copies.write never asked
+    assert copies == [False]  # asked, and below STANDARD_SERIAL_BYTES the kernel's
     # Constant mode's two copies cost less than a serial launch: they run at every size.
     assert_bitwise_equal(F.pad(x, [2, 3, 4, 5], fill=9), pad_ref(x, [2, 3, 4, 5], "constant", 9))
-    assert copies == [True]
+    assert copies == [False, True]
+    # A serial canvas of STANDARD_SERIAL_BYTES or more: the copies.
+    side = int((pad_copies.STANDARD_SERIAL_BYTES / 3 / dtype.itemsize) ** 0.5) + 1
+    big = random_image((3, side - 9, side - 6), dtype, seed=2)
+    assert 3 * side * side * dtype.itemsize <= TAICHI.serial_bytes
+    assert_bitwise_equal(F.pad(big, [2, 3, 4, 6], padding_mode="symmetric"),
+                         pad_ref(big, [2, 3, 4, 6], "symmetric"))  # fmt: skip
+    assert copies == [False, True, True]
 
 
 @pytest.mark.parametrize("copies", [True], ids=["copies"], indirect=True)

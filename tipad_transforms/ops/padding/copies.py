@@ -26,10 +26,13 @@ __all__ = [
 #: Constant mode as copies (vectorised passes cost less than the kernel on every dtype).
 CONSTANT = True
 #: Edge, reflect, symmetric and circular as copies, for elements up to ``STANDARD_MAX_BYTES``
-#: wide (textured batches too): on wider elements the kernel's word moves carry most of a row
-#: and its one pass is as fast as the copies' several.
+#: wide (textured batches too): on 8-byte elements the kernel's word moves carry a pixel each
+#: and its one pass is as fast as the copies' several. A canvas the kernel would write on the
+#: launching thread alone (``serial_launch``) is copied from ``STANDARD_SERIAL_BYTES``: below,
+#: the kernel's one pass costs less than the copies' few dispatches.
 STANDARD = True
-STANDARD_MAX_BYTES = 2
+STANDARD_MAX_BYTES = 4
+STANDARD_SERIAL_BYTES = 1 << 17
 #: A stack's constant mode runs as copies where its canvases average at least this many bytes:
 #: a copy per image costs microseconds of dispatch, which small images do not repay.
 STACK_MIN_BYTES = 16 << 10
@@ -52,10 +55,14 @@ Run = tuple[int, int, int, int]
 _runs_cache: KeyedCache[tuple[list[Run], list[Run]] | tuple[()]] = KeyedCache(256)
 
 
-def write(call: PadCall, image: Tensor, canvas: Tensor) -> bool:
+def write(
+    call: PadCall, image: Tensor, canvas: Tensor, *, any_width: bool = False, serial: bool = False
+) -> bool:  # fmt: skip
     """Write ``canvas`` (every element) from ``image`` with torch copies; True when done,
-    False where this call is the kernel's (texture mode, a switch off, a stack of small images
-    or in a standard mode, wide elements, too many runs).
+    False where this call is the kernel's: texture mode, a switch off, a stack of small images
+    or in a standard mode, too many runs, and unless ``any_width`` (the torch backend, which has
+    no kernel to leave them to) wide elements or (``serial``: the kernel's launch would be
+    serial) a small canvas.
 
     ``image`` is ``N*C*H*W`` contiguous (a stack: its images flat, concatenated), ``canvas``
     ``N*C*H'*W'`` contiguous, both on the CPU, same dtype; ``call.fill`` is ``(C,)`` in that dtype.
@@ -65,7 +72,12 @@ def write(call: PadCall, image: Tensor, canvas: Tensor) -> bool:
         return CONSTANT and _constant(g, call.fill, image, canvas)
     if not isinstance(g, PadGeometry):
         return False
-    if call.mode == "texture" or not STANDARD or canvas.element_size() > STANDARD_MAX_BYTES:
+    if call.mode == "texture" or not STANDARD:
+        return False
+    size = canvas.element_size()
+    if not any_width and (
+        size > STANDARD_MAX_BYTES or (serial and canvas.numel() * size < STANDARD_SERIAL_BYTES)
+    ):
         return False
     return _standard(call.mode, g, image, canvas)
 
@@ -242,21 +254,22 @@ def _one_value(t: Tensor) -> bool:
     return torch.equal(t, t[:1].expand_as(t))
 
 
-def _texture_batch(call: PadCall, switch: bool, listed: bool) -> bool:
+def _texture_batch(call: PadCall, switch: bool, any_width: bool) -> bool:
     """A texture-mode batch that a form's ``switch`` allows, of elements up to
-    ``STANDARD_MAX_BYTES`` wide unless ``listed`` (images given one by one, which the kernel
-    could only read once packed into a batch: a pass the copies do not need)."""
+    ``STANDARD_MAX_BYTES`` wide unless ``any_width``: images given one by one (which the kernel
+    could only read once packed into a batch, a pass the copies do not need), or the torch
+    backend's call."""
     g = call.geometry
     return (
         switch
         and call.mode == "texture"
         and isinstance(g, PadGeometry)
         and g.n > 1
-        and (listed or call.texture.element_size() <= STANDARD_MAX_BYTES)
+        and (any_width or call.texture.element_size() <= STANDARD_MAX_BYTES)
     )
 
 
-def shares_border(call: PadCall, listed: bool = False) -> bool:
+def shares_border(call: PadCall, any_width: bool = False) -> bool:
     """Whether every canvas of ``call``, a batch, has sample 0's border, so that the others can
     copy it (``repeat_first``): constant mode (``CONSTANT`` on), or texture mode where every
     sample has sample 0's lattice offset and bank index (``TEXTURE``, ``_texture_batch``)."""
@@ -264,20 +277,20 @@ def shares_border(call: PadCall, listed: bool = False) -> bool:
         g = call.geometry
         return CONSTANT and isinstance(g, PadGeometry) and g.n > 1
     return (
-        _texture_batch(call, TEXTURE, listed)
+        _texture_batch(call, TEXTURE, any_width)
         and _one_value(call.offset)
         and _one_value(call.texture_index)
     )
 
 
-def shares_texture(call: PadCall, listed: bool = False) -> bool:
+def shares_texture(call: PadCall, any_width: bool = False) -> bool:
     """Whether every sample of ``call``, a texture-mode batch, reads one texture (lattice
     offsets any), so that ``crop_walls`` serves it (``LATTICES``, ``_texture_batch``). The wall
     is cached by its texture's bytes, compared on every call: a tile larger than the batch's
     canvases together would cost more to compare (and to keep) than the kernel's work."""
     g = call.geometry
     return (
-        _texture_batch(call, LATTICES, listed)
+        _texture_batch(call, LATTICES, any_width)
         and call.texture.shape[-2] * call.texture.shape[-1] <= g.n * g.out_h * g.out_w
         and _one_value(call.texture_index)
     )

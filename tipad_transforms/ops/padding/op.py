@@ -91,8 +91,8 @@ def pad_samples_direct(images: list[Tensor], call: PadCall) -> Tensor | None:
     x = images[0]
     if not x.is_cpu:
         return None
-    shared = copies.shares_border(call, listed=True)
-    if not (shared or copies.shares_texture(call, listed=True)):
+    shared = copies.shares_border(call, any_width=True)
+    if not (shared or copies.shares_texture(call, any_width=True)):
         return None
     if not eager(*images, call.fill, call.texture, call.offset, call.texture_index):
         return None

@@ -2,8 +2,9 @@
 
 It builds the kernel's index maps (``geometry.fold_index``, the texture mapping of ``_lattice``)
 with a few torch ops, so its results are the kernel's bit for bit. Every process runs
-``forward`` for its first CPU calls (the warm-up): it builds index vectors only and writes the
-canvas once.
+``forward`` for its first CPU calls (the warm-up), and every call Taichi cannot serve: on the
+CPU it writes through the bulk copies of ``copies`` wherever one applies (as the Taichi backend
+does), elsewhere it builds index vectors and writes the canvas once.
 """
 
 from __future__ import annotations
@@ -13,6 +14,8 @@ from dataclasses import replace
 import torch
 from torch import Tensor
 
+from ...backends.taichi import advise_huge_pages
+from . import copies
 from .geometry import PadCall, PadGeometry, fold_index
 
 __all__ = ["backward", "forward", "tile_index"]
@@ -59,24 +62,42 @@ def _texture_rows(call: PadCall, g: PadGeometry) -> Tensor:
     return windows.index_select(0, starts.reshape(-1)).view(g.n, ct, g.out_h, g.out_w)
 
 
-def _pad(call: PadCall, g: PadGeometry, image: Tensor) -> Tensor:
-    """``(N, C, H, W)`` image -> ``(N, C, H', W')`` canvas (``g`` one geometry of ``call``)."""
+def _pad(call: PadCall, g: PadGeometry, image: Tensor, canvas: Tensor) -> None:
+    """``(N, C, H, W)`` image -> ``canvas`` ``(N, C, H', W')`` contiguous (``g`` one geometry
+    of ``call``), by index maps: the definition the copies below must match."""
     dev = image.device
-    if g.n * g.c * g.out_h * g.out_w == 0:  # no index maps for a canvas that holds nothing
-        return image.new_empty(g.n, g.c, g.out_h, g.out_w)
+    if canvas.numel() == 0:  # no index maps for a canvas that holds nothing
+        return
     if call.mode not in ("texture", "constant"):
         # The row and column maps cover the interior too: they fold an inside index to itself.
         rows = fold_index(torch.arange(g.out_h, device=dev) - g.top, g.h, call.mode)
         cols = fold_index(torch.arange(g.out_w, device=dev) - g.left, g.w, call.mode)
-        return image.index_select(2, rows).index_select(3, cols)
+        torch.index_select(image.index_select(2, rows), 3, cols, out=canvas)
+        return
     if call.mode == "texture":
         border = _texture_rows(call, g)
     else:
         border = call.fill.reshape(1, g.c, 1, 1)
-    # A copy for an expanded border; a gathered one is already a fresh canvas.
-    canvas = border.to(image.dtype).expand(g.n, g.c, g.out_h, g.out_w).contiguous()
+    canvas.copy_(border.to(image.dtype).expand_as(canvas))
     canvas[:, :, g.top : g.top + g.h, g.left : g.left + g.w] = image  # padding is >= 0 here
-    return canvas
+
+
+def _write(call: PadCall, g: PadGeometry, image: Tensor, canvas: Tensor) -> None:
+    """``_pad``, or on the CPU the bulk copies that give its bits (``copies``: each element
+    written once, no index map and no gather where a form applies)."""
+    if canvas.is_cpu and canvas.numel():
+        if copies.write(call, image, canvas, any_width=True):
+            return
+        if copies.shares_border(call, any_width=True):  # one lattice offset: copy canvas 0's
+            first = copies.first_sample(call)
+            assert isinstance(first.geometry, PadGeometry)
+            _pad(first, first.geometry, image[:1], canvas[:1])
+            copies.repeat_first(call, image, canvas)
+            return
+        if copies.shares_texture(call, any_width=True):
+            copies.crop_walls(call, image, canvas)
+            return
+    _pad(call, g, image, canvas)
 
 
 def _parts(call: PadCall) -> list[tuple[PadCall, PadGeometry, int, int]]:
@@ -96,14 +117,17 @@ def forward(call: PadCall, image: Tensor, canvas: Tensor) -> None:
     """Write every element of ``canvas`` (``N*C*H'*W'`` contiguous) from ``image``
     (``N*C*H*W`` contiguous; for a stack the packed images), the texture or the fill."""
     g = call.geometry
+    advise_huge_pages(canvas)
     canvases = canvas.view(g.n, g.c, g.out_h, g.out_w)
     if isinstance(g, PadGeometry):  # no per-image views: a small call's cost is its torch ops
-        canvases.copy_(_pad(call, g, image.view(g.n, g.c, g.h, g.w)))
+        _write(call, g, image.view(g.n, g.c, g.h, g.w), canvases)
+        return
+    if canvas.is_cpu and copies.write(call, image, canvas):  # a constant stack of large images
         return
     flat = image.reshape(-1)
     for one, gi, start, i in _parts(call):
         image_i = flat[start : start + gi.n * g.c * gi.h * gi.w].view(gi.n, g.c, gi.h, gi.w)
-        canvases[i : i + gi.n].copy_(_pad(one, gi, image_i))
+        _write(one, gi, image_i, canvases[i : i + gi.n])
 
 
 def _backward(

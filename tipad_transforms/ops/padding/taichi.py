@@ -554,10 +554,11 @@ def forward(
         if not backward:
             advise_huge_pages(canvas)
         # The CPU forms of ``copies``: constant mode at every size (cheaper than even a serial
-        # launch), the others for canvases the thread pool would write.
+        # launch), the standard modes but on small canvases, textured batches for canvases the
+        # thread pool would write.
         cpu = not (backward or TAICHI.gpu_order)
         cpu_pool = cpu and not serial_launch(canvas)
-        if (cpu_pool or (cpu and call.mode == "constant")) and copies.write(call, image, canvas):
+        if cpu and copies.write(call, image, canvas, serial=not cpu_pool):
             return
         repeat = cpu_pool and copies.shares_border(call)
         if cpu_pool and not repeat and copies.shares_texture(call):
