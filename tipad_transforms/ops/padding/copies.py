@@ -26,13 +26,17 @@ __all__ = [
 #: Constant mode as copies (vectorised passes cost less than the kernel on every dtype).
 CONSTANT = True
 #: Edge, reflect, symmetric and circular as copies, for elements up to ``STANDARD_MAX_BYTES``
-#: wide (textured batches too): on 8-byte elements the kernel's word moves carry a pixel each
-#: and its one pass is as fast as the copies' several. A canvas the kernel would write on the
-#: launching thread alone (``serial_launch``) is copied from ``STANDARD_SERIAL_BYTES``: below,
-#: the kernel's one pass costs less than the copies' few dispatches.
+#: wide: on wider elements the kernel's word moves carry most of a row, and where the canvas
+#: does not fit the caches its one pass beats the copies' several (their flipped borders read
+#: and write again). A canvas the kernel would write on the launching thread alone
+#: (``serial_launch``) is copied from ``STANDARD_SERIAL_BYTES``: below, the kernel's one pass
+#: costs no more than the copies' few dispatches.
 STANDARD = True
-STANDARD_MAX_BYTES = 4
-STANDARD_SERIAL_BYTES = 1 << 17
+STANDARD_MAX_BYTES = 2
+STANDARD_SERIAL_BYTES = 1 << 18
+#: The textured batches' forms (``shares_border``, ``shares_texture``) for elements up to this
+#: wide: their copies are whole canvases or crops, no flipped border.
+TEXTURE_MAX_BYTES = 4
 #: A stack's constant mode runs as copies where its canvases average at least this many bytes:
 #: a copy per image costs microseconds of dispatch, which small images do not repay.
 STACK_MIN_BYTES = 16 << 10
@@ -256,7 +260,7 @@ def _one_value(t: Tensor) -> bool:
 
 def _texture_batch(call: PadCall, switch: bool, any_width: bool) -> bool:
     """A texture-mode batch that a form's ``switch`` allows, of elements up to
-    ``STANDARD_MAX_BYTES`` wide unless ``any_width``: images given one by one (which the kernel
+    ``TEXTURE_MAX_BYTES`` wide unless ``any_width``: images given one by one (which the kernel
     could only read once packed into a batch, a pass the copies do not need), or the torch
     backend's call."""
     g = call.geometry
@@ -265,7 +269,7 @@ def _texture_batch(call: PadCall, switch: bool, any_width: bool) -> bool:
         and call.mode == "texture"
         and isinstance(g, PadGeometry)
         and g.n > 1
-        and (any_width or call.texture.element_size() <= STANDARD_MAX_BYTES)
+        and (any_width or call.texture.element_size() <= TEXTURE_MAX_BYTES)
     )
 
 
