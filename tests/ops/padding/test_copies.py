@@ -193,12 +193,12 @@ def test_a_small_serial_launch_keeps_the_kernel_but_for_constant_mode(
     x = random_image((3, 20, 30), dtype, seed=1)
     assert_bitwise_equal(F.pad(x, [2, 3, 4, 5], padding_mode="reflect"),
                          pad_ref(x, [2, 3, 4, 5], "reflect"))  # fmt: skip
-    assert copies == [False]  # asked, and below STANDARD_SERIAL_BYTES the kernel's
+    assert copies == [False]  # asked, and below STANDARD_SERIAL_ELEMENTS the kernel's
     # Constant mode's two copies cost less than a serial launch: they run at every size.
     assert_bitwise_equal(F.pad(x, [2, 3, 4, 5], fill=9), pad_ref(x, [2, 3, 4, 5], "constant", 9))
     assert copies == [False, True]
-    # A serial canvas of STANDARD_SERIAL_BYTES or more: the copies.
-    side = int((pad_copies.STANDARD_SERIAL_BYTES / 3 / dtype.itemsize) ** 0.5) + 1
+    # A serial canvas of STANDARD_SERIAL_ELEMENTS or more: the copies.
+    side = int((pad_copies.STANDARD_SERIAL_ELEMENTS / 3) ** 0.5) + 1
     big = random_image((3, side - 9, side - 6), dtype, seed=2)
     assert 3 * side * side * dtype.itemsize <= TAICHI.serial_bytes
     assert_bitwise_equal(F.pad(big, [2, 3, 4, 6], padding_mode="symmetric"),

@@ -29,11 +29,11 @@ CONSTANT = True
 #: wide: on wider elements the kernel's word moves carry most of a row, and where the canvas
 #: does not fit the caches its one pass beats the copies' several (their flipped borders read
 #: and write again). A canvas the kernel would write on the launching thread alone
-#: (``serial_launch``) is copied from ``STANDARD_SERIAL_BYTES``: below, the kernel's one pass
-#: costs no more than the copies' few dispatches.
+#: (``serial_launch``) is copied from ``STANDARD_SERIAL_ELEMENTS``: below, the kernel's one
+#: pass, whose cost goes with the pixels it moves, costs no more than the copies' dispatches.
 STANDARD = True
 STANDARD_MAX_BYTES = 2
-STANDARD_SERIAL_BYTES = 1 << 18
+STANDARD_SERIAL_ELEMENTS = 1 << 17
 #: The textured batches' forms (``shares_border``, ``shares_texture``) for elements up to this
 #: wide: their copies are whole canvases or crops, no flipped border.
 TEXTURE_MAX_BYTES = 4
@@ -78,9 +78,9 @@ def write(
         return False
     if call.mode == "texture" or not STANDARD:
         return False
-    size = canvas.element_size()
     if not any_width and (
-        size > STANDARD_MAX_BYTES or (serial and canvas.numel() * size < STANDARD_SERIAL_BYTES)
+        canvas.element_size() > STANDARD_MAX_BYTES
+        or (serial and canvas.numel() < STANDARD_SERIAL_ELEMENTS)
     ):
         return False
     return _standard(call.mode, g, image, canvas)
