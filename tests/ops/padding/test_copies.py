@@ -193,17 +193,17 @@ def test_a_small_serial_launch_keeps_the_kernel_but_for_constant_mode(
     x = random_image((3, 20, 30), dtype, seed=1)
     assert_bitwise_equal(F.pad(x, [2, 3, 4, 5], padding_mode="reflect"),
                          pad_ref(x, [2, 3, 4, 5], "reflect"))  # fmt: skip
-    assert copies == [False]  # asked, and below STANDARD_SERIAL_ELEMENTS the kernel's
+    assert copies == []  # below SERIAL_MIN_ELEMENTS: copies.write never asked
     # Constant mode's two copies cost less than a serial launch: they run at every size.
     assert_bitwise_equal(F.pad(x, [2, 3, 4, 5], fill=9), pad_ref(x, [2, 3, 4, 5], "constant", 9))
-    assert copies == [False, True]
-    # A serial canvas of STANDARD_SERIAL_ELEMENTS or more: the copies.
-    side = int((pad_copies.STANDARD_SERIAL_ELEMENTS / 3) ** 0.5) + 1
+    assert copies == [True]
+    # A serial canvas of SERIAL_MIN_ELEMENTS or more: the copies.
+    side = int((pad_copies.SERIAL_MIN_ELEMENTS / 3) ** 0.5) + 1
     big = random_image((3, side - 9, side - 6), dtype, seed=2)
     assert 3 * side * side * dtype.itemsize <= TAICHI.serial_bytes
     assert_bitwise_equal(F.pad(big, [2, 3, 4, 6], padding_mode="symmetric"),
                          pad_ref(big, [2, 3, 4, 6], "symmetric"))  # fmt: skip
-    assert copies == [False, True, True]
+    assert copies == [True, True]
 
 
 @pytest.mark.parametrize("copies", [True], ids=["copies"], indirect=True)
@@ -357,6 +357,51 @@ def test_a_wall_follows_its_texture_written_in_place(walls: list[int]) -> None:
         assert_bitwise_equal(got, want)
         tile[:, 1:3] = 255 - tile[:, 1:3]
     assert walls == [4, 4]
+
+
+@pytest.mark.parametrize("copies", [True], ids=["copies"], indirect=True)
+@pytest.mark.parametrize("dtype", [torch.uint8, torch.float32], ids=str)
+def test_single_images_of_many_sizes_share_one_growing_wall(
+    dtype: torch.dtype, walls: list[int], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # One image per call, launches serial: from SERIAL_MIN_ELEMENTS the wall's crop. The
+    # first canvas draws the wall, a taller or wider one grows it, a smaller one crops it as
+    # it is; a wall beyond WALL_MAX_PIXELS, or a canvas below SERIAL_MIN_ELEMENTS, is the
+    # kernel's. Per-call lattice offsets, negative and beyond a tile.
+    monkeypatch.setattr(TAICHI, "serial_bytes", 1 << 30)
+    monkeypatch.setattr(pad_copies, "SERIAL_MIN_ELEMENTS", 200)
+    monkeypatch.setattr(pad_copies, "_walls", type(pad_copies._walls)(8))
+    draws: list[tuple[int, int]] = []
+    real = pad_copies._wall
+
+    def drawing(call: Any, texture: torch.Tensor, height: int, width: int) -> torch.Tensor:
+        draws.append((height, width))
+        return real(call, texture, height, width)
+
+    monkeypatch.setattr(pad_copies, "_wall", drawing)
+    tile = random_image((3, 4, 6), dtype, seed=54)  # (th, tw) = (4, 6)
+    cases = [  # (h, w, padding (l, t, r, b), offset): canvases 11x14, 17x9, 8x10, 19x18
+        (5, 7, (3, 2, 4, 4), (1, -7)),
+        (9, 4, (2, 5, 3, 3), (-9, 13)),
+        (3, 3, (4, 2, 3, 3), (0, 0)),
+        (11, 9, (5, 4, 4, 4), (2, 2)),
+    ]
+    for i, (h, w, pads, offset) in enumerate(cases):
+        x = random_image((3, h, w), dtype, seed=55 + i)
+        want = texture_pad_ref(x, pads, tile, stagger=5, offset=offset)
+        got = F.texture_pad(x, list(pads), tile, stagger=5, offset=offset)
+        assert_bitwise_equal(got, want)
+    assert walls == [1] * 4
+    # 15x20 drawn; 21x20 grown (taller); 12x16 cropped from it; 23x24 grown each way.
+    assert draws == [(15, 20), (21, 20), (23, 24)]
+    monkeypatch.setattr(pad_copies, "WALL_MAX_PIXELS", 23 * 24 - 1)
+    x = random_image((3, 11, 9), dtype, seed=60)
+    got = F.texture_pad(x, [5, 4, 4, 4], tile, stagger=5)
+    assert_bitwise_equal(got, texture_pad_ref(x, (5, 4, 4, 4), tile, stagger=5))
+    small = random_image((3, 2, 2), dtype, seed=61)  # a 3 x 7 x 8 canvas: 168 elements
+    got = F.texture_pad(small, [3, 2, 3, 3], tile, stagger=5)
+    assert_bitwise_equal(got, texture_pad_ref(small, (3, 2, 3, 3), tile, stagger=5))
+    assert walls == [1] * 4  # both the kernel's
 
 
 @pytest.mark.parametrize("copies", [True], ids=["copies"], indirect=True)

@@ -93,7 +93,8 @@ def _call(x: torch.Tensor, pads: tuple[int, ...], mode: str, dtype: torch.dtype)
 def _expected_forms(x: torch.Tensor, pads: tuple[int, ...], mode: str, on: bool) -> list[str]:
     """The forms one call takes: the copies for constant and standard modes (but a border of
     many folds, which edge's one constant run aside keeps the maps), a textured batch's copies
-    of its first canvas or crops of one wall, the maps for everything else."""
+    of its first canvas, crops of one wall for one texture (one image included), the maps for
+    everything else."""
     if not on:
         return ["maps"]
     n = int(torch.tensor(x.shape[:-3]).prod()) if x.dim() > 3 else 1
@@ -102,9 +103,9 @@ def _expected_forms(x: torch.Tensor, pads: tuple[int, ...], mode: str, on: bool)
     if mode not in TEXTURES:
         many = pads == (40, 1, 2, 40) and mode != "edge"
         return ["maps"] if many else ["copies"]
-    if n == 1 or mode == "texture-indices":
+    if n > 1 and mode == "texture-indices":
         return ["maps"]
-    return ["maps", "repeat"] if mode == "texture-one-offset" else ["walls"]
+    return ["maps", "repeat"] if n > 1 and mode == "texture-one-offset" else ["walls"]
 
 
 @pytest.mark.parametrize("mode", MODES)
@@ -157,10 +158,10 @@ def test_a_stack_of_sizes_gives_each_images_bits(
     on = pad_copies.CONSTANT
     if mode == "constant" and on:
         assert forms == ["copies"]  # the whole stack in one pass of runs
-    elif mode == "reflect" and on:
-        assert forms == ["copies"] * len(sizes)  # the images one by one, each as copies
+    elif on:  # the images one by one, each as copies or a crop of the texture's one wall
+        assert forms == ["copies" if mode == "reflect" else "walls"] * len(sizes)
     else:
-        assert "copies" not in forms and "maps" in forms
+        assert forms == ["maps"] * len(sizes)
 
 
 @pytest.mark.parametrize("forms", [True], ids=["copies"], indirect=True)

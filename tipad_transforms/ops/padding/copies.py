@@ -28,12 +28,14 @@ CONSTANT = True
 #: Edge, reflect, symmetric and circular as copies, for elements up to ``STANDARD_MAX_BYTES``
 #: wide: on wider elements the kernel's word moves carry most of a row, and where the canvas
 #: does not fit the caches its one pass beats the copies' several (their flipped borders read
-#: and write again). A canvas the kernel would write on the launching thread alone
-#: (``serial_launch``) is copied from ``STANDARD_SERIAL_ELEMENTS``: below, the kernel's one
-#: pass, whose cost goes with the pixels it moves, costs no more than the copies' dispatches.
+#: and write again).
 STANDARD = True
 STANDARD_MAX_BYTES = 2
-STANDARD_SERIAL_ELEMENTS = 1 << 17
+#: A canvas the kernel would write on the launching thread alone (``serial_launch``) is the
+#: standard modes' and the walls' (``LATTICES``) from this many elements: below, the kernel's
+#: one pass, whose cost goes with the pixels it moves, costs no more than the copies'
+#: dispatches.
+SERIAL_MIN_ELEMENTS = 1 << 17
 #: The textured batches' forms (``shares_border``, ``shares_texture``) for elements up to this
 #: wide: their copies are whole canvases or crops, no flipped border.
 TEXTURE_MAX_BYTES = 4
@@ -42,8 +44,11 @@ TEXTURE_MAX_BYTES = 4
 STACK_MIN_BYTES = 16 << 10
 #: A texture batch of one lattice and bank index as the kernel's first canvas and copies.
 TEXTURE = True
-#: A texture batch of one bank index, per-sample offsets, as crops of one wall (``crop_walls``).
+#: A texture batch of one bank index, per-sample offsets, as crops of one wall (``crop_walls``),
+#: a single image too, where the wall (a canvas and a tile each way) has at most
+#: ``WALL_MAX_PIXELS``: drawing it takes an index of 8 bytes a pixel, and it stays cached.
 LATTICES = True
+WALL_MAX_PIXELS = 1 << 22
 #: Canvases (all of a call's together) from this many bytes, with window rows of at least
 #: ``BORDERS_MIN_ROW_BYTES``, have their border written around their windows (``borders``),
 #: not over them: below either, the windows' second write costs less than the border views'
@@ -59,14 +64,11 @@ Run = tuple[int, int, int, int]
 _runs_cache: KeyedCache[tuple[list[Run], list[Run]] | tuple[()]] = KeyedCache(256)
 
 
-def write(
-    call: PadCall, image: Tensor, canvas: Tensor, *, any_width: bool = False, serial: bool = False
-) -> bool:  # fmt: skip
+def write(call: PadCall, image: Tensor, canvas: Tensor, any_width: bool = False) -> bool:
     """Write ``canvas`` (every element) from ``image`` with torch copies; True when done,
     False where this call is the kernel's: texture mode, a switch off, a stack of small images
-    or in a standard mode, too many runs, and unless ``any_width`` (the torch backend, which has
-    no kernel to leave them to) wide elements or (``serial``: the kernel's launch would be
-    serial) a small canvas.
+    or in a standard mode, too many runs, or wide elements unless ``any_width`` (the torch
+    backend, which has no kernel to leave them to).
 
     ``image`` is ``N*C*H*W`` contiguous (a stack: its images flat, concatenated), ``canvas``
     ``N*C*H'*W'`` contiguous, both on the CPU, same dtype; ``call.fill`` is ``(C,)`` in that dtype.
@@ -78,10 +80,7 @@ def write(
         return False
     if call.mode == "texture" or not STANDARD:
         return False
-    if not any_width and (
-        canvas.element_size() > STANDARD_MAX_BYTES
-        or (serial and canvas.numel() < STANDARD_SERIAL_ELEMENTS)
-    ):
+    if canvas.element_size() > STANDARD_MAX_BYTES and not any_width:
         return False
     return _standard(call.mode, g, image, canvas)
 
@@ -263,12 +262,10 @@ def _texture_batch(call: PadCall, switch: bool, any_width: bool) -> bool:
     ``TEXTURE_MAX_BYTES`` wide unless ``any_width``: images given one by one (which the kernel
     could only read once packed into a batch, a pass the copies do not need), or the torch
     backend's call."""
-    g = call.geometry
     return (
         switch
         and call.mode == "texture"
-        and isinstance(g, PadGeometry)
-        and g.n > 1
+        and isinstance(call.geometry, PadGeometry)
         and (any_width or call.texture.element_size() <= TEXTURE_MAX_BYTES)
     )
 
@@ -282,20 +279,25 @@ def shares_border(call: PadCall, any_width: bool = False) -> bool:
         return CONSTANT and isinstance(g, PadGeometry) and g.n > 1
     return (
         _texture_batch(call, TEXTURE, any_width)
+        and call.geometry.n > 1
         and _one_value(call.offset)
         and _one_value(call.texture_index)
     )
 
 
 def shares_texture(call: PadCall, any_width: bool = False) -> bool:
-    """Whether every sample of ``call``, a texture-mode batch, reads one texture (lattice
-    offsets any), so that ``crop_walls`` serves it (``LATTICES``, ``_texture_batch``). The wall
-    is cached by its texture's bytes, compared on every call: a tile larger than the batch's
-    canvases together would cost more to compare (and to keep) than the kernel's work."""
+    """Whether every sample of ``call`` (texture mode; a batch or one image) reads one texture
+    (lattice offsets any), so that ``crop_walls`` serves it (``LATTICES``, ``_texture_batch``,
+    ``WALL_MAX_PIXELS``). The wall is cached by its texture's bytes, compared on every call: a
+    tile larger than the call's canvases together would cost more to compare (and to keep)
+    than the kernel's work."""
+    if not _texture_batch(call, LATTICES, any_width):
+        return False
     g = call.geometry
+    th, tw = call.texture.shape[-2:]
     return (
-        _texture_batch(call, LATTICES, any_width)
-        and call.texture.shape[-2] * call.texture.shape[-1] <= g.n * g.out_h * g.out_w
+        th * tw <= g.n * g.out_h * g.out_w
+        and (g.out_h + th) * (g.out_w + tw) <= WALL_MAX_PIXELS
         and _one_value(call.texture_index)
     )
 
@@ -336,9 +338,10 @@ def repeat_first(call: PadCall, images: Tensor | Sequence[Tensor], canvas: Tenso
     _into_windows(g, planes, images, first=1)
 
 
-# Walls of recent textures (the brick tile of a collate, a transform's tile), by the texture's
-# bytes and the wall's shape.
-_walls: ValueCache[Tensor] = ValueCache(8)
+# The walls of recent textures (the brick tile of a collate, a transform's tile), by the
+# texture's bytes and the stagger: one each, grown to the largest canvas asked for (a wall
+# serves every smaller canvas), so that images of many sizes share it.
+_walls: ValueCache[list[Tensor]] = ValueCache(8)
 
 
 def _wall(call: PadCall, texture: Tensor, height: int, width: int) -> Tensor:
@@ -369,8 +372,15 @@ def crop_walls(call: PadCall, images: Tensor | Sequence[Tensor], canvas: Tensor)
     texture = bank[int(call.texture_index[0])]
     height, width = g.out_h + th, g.out_w + tw
     stagger = call.stagger
-    wall = _walls.get(texture, (stagger, height, width),
-                      lambda: _wall(call, texture, height, width))  # fmt: skip
+    kept = _walls.get(texture, stagger, list)
+    if not kept or kept[0].shape[1] < height or kept[0].shape[2] < width:
+        if kept:  # grown to serve this canvas and every one it served
+            grown = (max(height, kept[0].shape[1]), max(width, kept[0].shape[2]))
+            if grown[0] * grown[1] <= WALL_MAX_PIXELS:
+                height, width = grown
+        kept[:] = [_wall(call, texture, height, width)]  # (two threads: either wall serves)
+    wall = kept[0]
+    height, width = wall.shape[1], wall.shape[2]
     shape = (g.c, g.out_h, g.out_w)
     # A one-channel texture serves every channel: its crops repeat the one plane.
     strides = (0 if wall.shape[0] == 1 else height * width, width, 1)

@@ -554,14 +554,16 @@ def forward(
         if not backward:
             advise_huge_pages(canvas)
         # The CPU forms of ``copies``: constant mode at every size (cheaper than even a serial
-        # launch), the standard modes but on small canvases, textured batches for canvases the
-        # thread pool would write.
+        # launch); the standard modes and a texture's wall for canvases the thread pool would
+        # write or of ``SERIAL_MIN_ELEMENTS``; a textured batch's first canvas repeated where
+        # the thread pool would write it.
         cpu = not (backward or TAICHI.gpu_order)
         cpu_pool = cpu and not serial_launch(canvas)
-        if cpu and copies.write(call, image, canvas, serial=not cpu_pool):
+        large = cpu_pool or (cpu and canvas.numel() >= copies.SERIAL_MIN_ELEMENTS)
+        if (large or (cpu and call.mode == "constant")) and copies.write(call, image, canvas):
             return
         repeat = cpu_pool and copies.shares_border(call)
-        if cpu_pool and not repeat and copies.shares_texture(call):
+        if large and not repeat and copies.shares_texture(call):
             copies.crop_walls(call, image, canvas)
             return
         # The kernel writes the first canvas only, whose border every canvas then copies.
