@@ -405,6 +405,33 @@ def test_single_images_of_many_sizes_share_one_growing_wall(
 
 
 @pytest.mark.parametrize("copies", [True], ids=["copies"], indirect=True)
+def test_a_wall_another_thread_puts_in_meanwhile_is_not_cropped(
+    walls: list[int], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # The cached wall is read once: another thread that puts a wall too small for this canvas
+    # (drawn for its own) between this call's check and its crops does not make it crop that.
+    stand_in = torch.zeros(3, 1, 1, dtype=torch.uint8)
+
+    class Swapping(list):  # type: ignore[type-arg]
+        reads = 0
+
+        def __getitem__(self, i: Any) -> Any:
+            Swapping.reads += 1  # from the second read on, what the other thread left
+            return super().__getitem__(i) if Swapping.reads == 1 else stand_in
+
+    kept = Swapping()
+    monkeypatch.setattr(pad_copies._walls, "get", lambda t, extra, make: kept)
+    x = random_image((2, 3, 9, 11), torch.uint8, seed=63)
+    tile = random_image((3, 4, 6), torch.uint8, seed=62)
+    offset = torch.tensor([[1, -3], [7, 2]])
+    want = texture_pad_ref(x, (4, 3, 5, 2), tile, stagger=3, offset=offset)
+    for _ in range(2):  # the first call draws the wall and puts it, the second reads it
+        got = F.texture_pad(x, [4, 3, 5, 2], tile, stagger=3, offset=offset)
+        assert_bitwise_equal(got, want)
+    assert walls == [2, 2]
+
+
+@pytest.mark.parametrize("copies", [True], ids=["copies"], indirect=True)
 def test_a_tile_larger_than_the_batchs_canvases_keeps_the_kernel(walls: list[int]) -> None:
     # Its wall would cost more to compare and keep than the kernel's lattice arithmetic.
     x = random_image((3, 2, 4, 5), torch.uint8, seed=52)

@@ -373,13 +373,15 @@ def crop_walls(call: PadCall, images: Tensor | Sequence[Tensor], canvas: Tensor)
     height, width = g.out_h + th, g.out_w + tw
     stagger = call.stagger
     kept = _walls.get(texture, stagger, list)
-    if not kept or kept[0].shape[1] < height or kept[0].shape[2] < width:
-        if kept:  # grown to serve this canvas and every one it served
-            grown = (max(height, kept[0].shape[1]), max(width, kept[0].shape[2]))
+    # Read once: another thread may put a wall that does not fit this canvas in meanwhile.
+    wall = kept[0] if kept else None
+    if wall is None or wall.shape[1] < height or wall.shape[2] < width:
+        if wall is not None:  # grown to serve this canvas and every one it served
+            grown = (max(height, wall.shape[1]), max(width, wall.shape[2]))
             if grown[0] * grown[1] <= WALL_MAX_PIXELS:
                 height, width = grown
-        kept[:] = [_wall(call, texture, height, width)]  # (two threads: either wall serves)
-    wall = kept[0]
+        wall = _wall(call, texture, height, width)
+        kept[:] = [wall]
     height, width = wall.shape[1], wall.shape[2]
     shape = (g.c, g.out_h, g.out_w)
     # A one-channel texture serves every channel: its crops repeat the one plane.
