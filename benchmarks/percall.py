@@ -9,11 +9,12 @@ Workloads (peers interleaved, medians; see ``_common.measure``):
 * ``image``: one ``(3, 224, 224)`` uint8 image padded by 32: ``v2.Pad(32, padding_mode="reflect")``
   (the yardstick), ``F.pad`` constant, ``v2.Pad(32)`` and tipad ``pad`` constant (the peer a
   user of constant padding would pick), tipad ``pad(reflect)`` (bit-equal to v2's),
-  ``TexturePad``, ``BrickPad``, and ``texture_pad`` again through Taichi's public launcher on
-  its thread pool (the lean launch path and the serial small launch switched off: how the
-  package launched before them; the direct route past the custom-op dispatch and the launch
-  plans stay on); ``pad(reflect)`` and ``BrickPad`` as a process runs them during its
-  torch-route warm-up (``TIPAD_WARMUP``).
+  ``TexturePad``, ``BrickPad`` (both, at this size, crops of their texture's wall), and
+  ``texture_pad`` again on the kernel (the copy forms switched off), by the lean launch path
+  and through Taichi's public launcher on its thread pool (the lean launch path and the
+  serial small launch switched off: how the package launched before them; the direct route
+  past the custom-op dispatch and the launch plans stay on); ``pad(reflect)`` and
+  ``BrickPad`` as a process runs them during its torch-route warm-up (``TIPAD_WARMUP``).
 * ``sizes``: the images of ``loader.py`` (256 of 150-256 px sides, views into one flat buffer
   as its workers get them: most at odd addresses, rows of odd widths), one per call in turn,
   padded to a centred 256 x 256 square: ``v2.functional.pad`` reflect (the yardstick), tipad
@@ -97,6 +98,7 @@ from tipad_transforms.backends.taichi import advise_huge_pages
 from tipad_transforms.backends.warmup import WORKER_WARMUP_ENV
 from tipad_transforms.nn import RWKV4
 from tipad_transforms.ops import init_wkv_state, wkv
+from tipad_transforms.ops.padding import copies as pad_copies
 
 
 @contextlib.contextmanager
@@ -118,6 +120,20 @@ def public_launcher() -> Iterator[None]:
         for k, e in zip(kernels, saved[0], strict=True):
             k.enabled = e
         TAICHI.serial_bytes = saved[1]
+
+
+def texture_kernel(fn: Callable[[], Any]) -> Callable[[], Any]:
+    """``fn`` with texture mode on the kernel (no copy form: a wall's crops serve one image)."""
+
+    def run() -> Any:
+        saved = pad_copies.TEXTURE, pad_copies.LATTICES
+        pad_copies.TEXTURE = pad_copies.LATTICES = False
+        try:
+            return fn()
+        finally:
+            pad_copies.TEXTURE, pad_copies.LATTICES = saved
+
+    return run
 
 
 def warming_up(fn: Callable[[], Any]) -> Callable[[], Any]:
@@ -180,9 +196,15 @@ def image_peers() -> list[Peer]:
             "brick",
         ),
         Peer(
+            "tipad.tex-kernel",
+            "tipad texture_pad, the kernel",
+            texture_kernel(lambda: F.texture_pad(x, 32, tex)),
+            "tex",
+        ),
+        Peer(
             "tipad.tex-public",
-            "tipad texture_pad, public launcher",
-            publicly(lambda: F.texture_pad(x, 32, tex)),
+            "tipad texture_pad, the kernel, public launcher",
+            texture_kernel(publicly(lambda: F.texture_pad(x, 32, tex))),
             "tex",
         ),
     ]

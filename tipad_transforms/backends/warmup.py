@@ -31,7 +31,7 @@ WARMUP_ENV = "TIPAD_WARMUP"
 WORKER_WARMUP_ENV = "TIPAD_WORKER_WARMUP"
 _DEFAULT_S = 0.5
 #: Outputs larger than this launch at once: one torch-route call on them could cost more than
-#: the whole budget and needs a second canvas.
+#: the whole budget (where no copy form applies, its index maps take temporaries as large).
 MAX_BYTES = 1 << 26
 
 

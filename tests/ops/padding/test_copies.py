@@ -277,7 +277,8 @@ def test_a_textured_batch_of_one_border_is_its_first_canvas_copied(
     dtype: torch.dtype, shape: tuple[int, ...], pads: tuple[int, ...], copies: list[bool],
     repeats: list[int], border_form: str, monkeypatch: pytest.MonkeyPatch,
 ) -> None:  # fmt: skip
-    monkeypatch.setattr(pad_copies, "TEXTURE", pad_copies.CONSTANT)  # the fixture's switch
+    for form in ("TEXTURE", "LATTICES"):  # the fixture's switch (the wall would serve too)
+        monkeypatch.setattr(pad_copies, form, pad_copies.CONSTANT)
     x = random_image(shape, dtype, seed=20 + dtype.itemsize)
     tile = random_image((shape[1], 5, 7), dtype, seed=21)
     before = x.clone()
@@ -366,8 +367,8 @@ def test_single_images_of_many_sizes_share_one_growing_wall(
 ) -> None:
     # One image per call, launches serial: from SERIAL_MIN_ELEMENTS the wall's crop. The
     # first canvas draws the wall, a taller or wider one grows it, a smaller one crops it as
-    # it is; a wall beyond WALL_MAX_PIXELS, or a canvas below SERIAL_MIN_ELEMENTS, is the
-    # kernel's. Per-call lattice offsets, negative and beyond a tile.
+    # it is; a canvas whose own wall passes WALL_MAX_PIXELS, or one below SERIAL_MIN_ELEMENTS,
+    # is the kernel's. Per-call lattice offsets, negative and beyond a tile.
     monkeypatch.setattr(TAICHI, "serial_bytes", 1 << 30)
     monkeypatch.setattr(pad_copies, "SERIAL_MIN_ELEMENTS", 200)
     monkeypatch.setattr(pad_copies, "_walls", type(pad_copies._walls)(8))
@@ -394,6 +395,18 @@ def test_single_images_of_many_sizes_share_one_growing_wall(
     assert walls == [1] * 4
     # 15x20 drawn; 21x20 grown (taller); 12x16 cropped from it; 23x24 grown each way.
     assert draws == [(15, 20), (21, 20), (23, 24)]
+    # Tall and wide canvases in turn, where one wall for both would pass WALL_MAX_PIXELS:
+    # each draws its own once (two kept per texture), then both are cropped, never redrawn.
+    monkeypatch.setattr(pad_copies, "WALL_MAX_PIXELS", 30 * 25)  # one for both: 28 x 30
+    monkeypatch.setattr(pad_copies, "_walls", type(pad_copies._walls)(8))
+    draws.clear()
+    tall, wide = random_image((3, 20, 6), dtype, seed=62), random_image((3, 6, 20), dtype, seed=63)
+    for _ in range(3):
+        for x in (tall, wide):  # canvases 24x10 and 10x24: walls 28x16 and 14x30
+            got = F.texture_pad(x, 2, tile, stagger=5, offset=(3, -1))
+            assert_bitwise_equal(got, texture_pad_ref(x, 2, tile, stagger=5, offset=(3, -1)))
+    assert draws == [(28, 16), (14, 30)]
+    assert walls == [1] * 10
     monkeypatch.setattr(pad_copies, "WALL_MAX_PIXELS", 23 * 24 - 1)
     x = random_image((3, 11, 9), dtype, seed=60)
     got = F.texture_pad(x, [5, 4, 4, 4], tile, stagger=5)
@@ -401,23 +414,25 @@ def test_single_images_of_many_sizes_share_one_growing_wall(
     small = random_image((3, 2, 2), dtype, seed=61)  # a 3 x 7 x 8 canvas: 168 elements
     got = F.texture_pad(small, [3, 2, 3, 3], tile, stagger=5)
     assert_bitwise_equal(got, texture_pad_ref(small, (3, 2, 3, 3), tile, stagger=5))
-    assert walls == [1] * 4  # both the kernel's
+    assert walls == [1] * 10  # both the kernel's
 
 
 @pytest.mark.parametrize("copies", [True], ids=["copies"], indirect=True)
 def test_a_wall_another_thread_puts_in_meanwhile_is_not_cropped(
     walls: list[int], monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    # The cached wall is read once: another thread that puts a wall too small for this canvas
-    # (drawn for its own) between this call's check and its crops does not make it crop that.
+    # A call reads the texture's walls once: another thread that puts a wall too small for
+    # this canvas (drawn for its own) after that read does not make this call crop it.
     stand_in = torch.zeros(3, 1, 1, dtype=torch.uint8)
 
     class Swapping(list):  # type: ignore[type-arg]
         reads = 0
 
         def __getitem__(self, i: Any) -> Any:
-            Swapping.reads += 1  # from the second read on, what the other thread left
-            return super().__getitem__(i) if Swapping.reads == 1 else stand_in
+            Swapping.reads += 1  # from a call's second read on: what the other thread left
+            if Swapping.reads == 1:
+                return super().__getitem__(i)
+            return [stand_in] if isinstance(i, slice) else stand_in
 
     kept = Swapping()
     monkeypatch.setattr(pad_copies._walls, "get", lambda t, extra, make: kept)
@@ -426,9 +441,11 @@ def test_a_wall_another_thread_puts_in_meanwhile_is_not_cropped(
     offset = torch.tensor([[1, -3], [7, 2]])
     want = texture_pad_ref(x, (4, 3, 5, 2), tile, stagger=3, offset=offset)
     for _ in range(2):  # the first call draws the wall and puts it, the second reads it
+        Swapping.reads = 0
         got = F.texture_pad(x, [4, 3, 5, 2], tile, stagger=3, offset=offset)
         assert_bitwise_equal(got, want)
     assert walls == [2, 2]
+    assert len(kept) == 1  # one wall drawn and kept
 
 
 @pytest.mark.parametrize("copies", [True], ids=["copies"], indirect=True)

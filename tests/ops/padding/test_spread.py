@@ -39,8 +39,8 @@ def spreads(request: pytest.FixtureRequest, monkeypatch: pytest.MonkeyPatch) -> 
         pytest.skip("the spread is the CPU order's")
     monkeypatch.setattr(TAICHI, "cpu_iterations", request.param)
     monkeypatch.setattr(TAICHI, "serial_bytes", 0)  # every canvas a parallel launch
-    monkeypatch.setattr(pad_copies, "CONSTANT", False)
-    monkeypatch.setattr(pad_copies, "STANDARD", False)
+    for form in ("CONSTANT", "STANDARD", "TEXTURE", "LATTICES"):  # every canvas the kernel's
+        monkeypatch.setattr(pad_copies, form, False)
     monkeypatch.setattr(pad_taichi, "_plans", {})  # a plan holds its spread
     monkeypatch.setattr(pad_taichi, "_bounds", {})
     yield

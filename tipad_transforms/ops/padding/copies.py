@@ -46,9 +46,10 @@ STACK_MIN_BYTES = 16 << 10
 TEXTURE = True
 #: A texture batch of one bank index, per-sample offsets, as crops of one wall (``crop_walls``),
 #: a single image too, where the wall (a canvas and a tile each way) has at most
-#: ``WALL_MAX_PIXELS``: drawing it takes an index of 8 bytes a pixel, and it stays cached.
+#: ``WALL_MAX_PIXELS``, a batch's or an image's: drawing it takes an index of 8 bytes a pixel,
+#: and it stays cached.
 LATTICES = True
-WALL_MAX_PIXELS = 1 << 22
+WALL_MAX_PIXELS = 1 << 21
 #: Canvases (all of a call's together) from this many bytes, with window rows of at least
 #: ``BORDERS_MIN_ROW_BYTES``, have their border written around their windows (``borders``),
 #: not over them: below either, the windows' second write costs less than the border views'
@@ -339,9 +340,12 @@ def repeat_first(call: PadCall, images: Tensor | Sequence[Tensor], canvas: Tenso
 
 
 # The walls of recent textures (the brick tile of a collate, a transform's tile), by the
-# texture's bytes and the stagger: one each, grown to the largest canvas asked for (a wall
-# serves every smaller canvas), so that images of many sizes share it.
+# texture's bytes and the stagger: a wall serves every canvas it covers, so the newest is grown
+# to the canvas that needs more, and images of many sizes share it; where growing would pass
+# WALL_MAX_PIXELS (tall and wide images in turn), the canvas gets a wall of its own, and a
+# texture keeps the newest _WALLS_PER_TEXTURE.
 _walls: ValueCache[list[Tensor]] = ValueCache(8)
+_WALLS_PER_TEXTURE = 2
 
 
 def _wall(call: PadCall, texture: Tensor, height: int, width: int) -> Tensor:
@@ -373,15 +377,20 @@ def crop_walls(call: PadCall, images: Tensor | Sequence[Tensor], canvas: Tensor)
     height, width = g.out_h + th, g.out_w + tw
     stagger = call.stagger
     kept = _walls.get(texture, stagger, list)
-    # Read once: another thread may put a wall that does not fit this canvas in meanwhile.
-    wall = kept[0] if kept else None
-    if wall is None or wall.shape[1] < height or wall.shape[2] < width:
-        if wall is not None:  # grown to serve this canvas and every one it served
-            grown = (max(height, wall.shape[1]), max(width, wall.shape[2]))
-            if grown[0] * grown[1] <= WALL_MAX_PIXELS:
-                height, width = grown
-        wall = _wall(call, texture, height, width)
-        kept[:] = [wall]
+    # One read: another thread may change the list meanwhile (each of its walls stays whole).
+    walls = kept[:]
+    wall = next((w for w in walls if w.shape[1] >= height and w.shape[2] >= width), None)
+    if wall is None:
+        last = walls[-1] if walls else None
+        grown = (height, width)
+        if last is not None:  # the newest wall grown to serve this canvas too, if allowed
+            grown = (max(height, last.shape[1]), max(width, last.shape[2]))
+        if grown[0] * grown[1] <= WALL_MAX_PIXELS:
+            walls = walls[:-1]
+        else:  # a wall of its own beside the others: tall and wide canvases take turns
+            grown = (height, width)
+        wall = _wall(call, texture, *grown)
+        kept[:] = [*walls, wall][-_WALLS_PER_TEXTURE:]
     height, width = wall.shape[1], wall.shape[2]
     shape = (g.c, g.out_h, g.out_w)
     # A one-channel texture serves every channel: its crops repeat the one plane.
