@@ -85,11 +85,16 @@ def make_state(b: int, c: int, dtype: torch.dtype = torch.float32, seed: int = 1
     return torch.stack([aa, bb, pp], 1).to(dtype)
 
 
-@pytest.fixture(params=[False, True], ids=["cpu-order", "cuda-order"])
+@pytest.fixture(
+    params=[*wkv_taichi._WIDTHS, 1], ids=lambda n: f"cpu-order-{n}" if n > 1 else "cuda-order"
+)
 def lanes(request: pytest.FixtureRequest, monkeypatch: pytest.MonkeyPatch) -> Iterator[None]:
-    """Both loop orders of the kernels: lanes of adjacent channels (CPU), one chain per task."""
+    """Both loop orders of the kernels: lanes of adjacent channels (CPU), at every width the
+    host may pick (whichever it picked), and one chain per task."""
     wkv(torch.zeros(1), torch.zeros(1), torch.zeros(1, 1, 1), torch.zeros(1, 1, 1))  # started
-    monkeypatch.setattr(TAICHI, "gpu_order", request.param)
+    monkeypatch.setattr(TAICHI, "gpu_order", request.param == 1)
+    if request.param > 1:
+        monkeypatch.setattr(wkv_taichi, "_LANES", request.param)
     yield
 
 
@@ -112,9 +117,10 @@ def assert_close(a: torch.Tensor, b: torch.Tensor, rtol: float, atol: float) -> 
 # forward
 
 
-@pytest.mark.parametrize("shape", [(3, 11, 13), (2, 9, 16), (1, 1, 5), (5, 1, 7)])
+@pytest.mark.parametrize("shape", [(3, 11, 13), (2, 9, 16), (2, 5, 24), (1, 1, 5), (5, 1, 7)])
 def test_forward_matches_explicit_formula(shape: tuple[int, int, int], lanes: None) -> None:
-    # B*C of 39 and 35: not a multiple of the lane count; (2, 9, 16): whole lanes only.
+    # B*C of 39 and 35: not a multiple of the lane count; (2, 9, 16): whole lanes only;
+    # (2, 5, 24): whole lanes of 8, and 16 lanes with a partial block.
     td, tf, k, v = make_inputs(*shape)
     expected = explicit_wkv(td, tf, k, v)
     y = wkv(td, tf, k, v)
@@ -239,9 +245,11 @@ def _loss_grads(
     return [leaf.grad for leaf in leaves]  # type: ignore[misc]
 
 
+@pytest.mark.parametrize("c", [11, 48], ids=["partial-lanes", "whole-lanes"])
 @pytest.mark.parametrize("dtype", [torch.float32, torch.float64])
-def test_gradients_match_autograd_reference(dtype: torch.dtype, lanes: None) -> None:
-    b, t, c = 2, 13, 11
+def test_gradients_match_autograd_reference(dtype: torch.dtype, c: int, lanes: None) -> None:
+    # C = 48: float32 arrays go as vectors at either width (6 of 8, 3 of 16).
+    b, t = 2, 13
     td, tf, k, v = make_inputs(b, t, c, dtype, seed=4)
     state = make_state(b, c, dtype, seed=5)
     g = torch.Generator().manual_seed(6)
@@ -324,9 +332,10 @@ def test_chunks_equal_whole(dtype: torch.dtype) -> None:
 # launchers, custom ops, compile
 
 
+@pytest.mark.parametrize("c", [11, 32], ids=["partial-lanes", "whole-lanes"])
 @pytest.mark.parametrize("save", [False, True])
-def test_launchers_write_every_output(save: bool, lanes: None, spreads: None) -> None:
-    b, t, c = 2, 6, 11
+def test_launchers_write_every_output(save: bool, c: int, lanes: None, spreads: None) -> None:
+    b, t = 2, 6
     td, tf, k, v = make_inputs(b, t, c, seed=14)
     state = make_state(b, c)
     y = torch.full((b, t, c), float("nan"))

@@ -2,9 +2,9 @@
 
 One chain per (batch, channel), sequential in time. On the GPU a thread per chain (adjacent
 channels, adjacent in memory, to adjacent threads); on the CPU a task walks ``_LANES`` adjacent
-channels in lanes unrolled at compile time, which LLVM's SLP vectorizer turns into SIMD
-operations, exponentials included (see ``exp_neg``, ``lanes_at`` and the one-step-late stores
-in ``forward_chain``).
+channels (``_BACKWARD_LANES`` in the backward) in lanes unrolled at compile time, which LLVM's
+SLP vectorizer turns into SIMD operations, exponentials included (see ``exp_neg``, ``lanes_at``,
+``put_lanes`` and the one-step-late stores in ``forward_chain``).
 """
 
 # No `from __future__ import annotations`: Taichi reads the kernels' annotations at runtime.
@@ -17,8 +17,13 @@ from ..._compat.taichi import Steps
 from ..._value_cache import constant
 from ...backends.taichi import TAICHI, serial_launch, spread
 
-# Adjacent channels per CPU task (a power of two; 1 = the GPU order, one chain per task).
-_LANES = 8
+# Adjacent channels per CPU task of the forward: one SIMD register of float32 where torch
+# reports AVX-512 (16), else 8, which narrower CPUs run as two registers (one of _WIDTHS). The
+# backward takes 8 everywhere: at 16 LLVM vectorizes less of its larger step. The GPU order is
+# one chain per task.
+_WIDTHS = (8, 16)
+_LANES = 16 if torch.backends.cpu.get_cpu_capability().startswith("AVX512") else 8
+_BACKWARD_LANES = 8
 # A forward whose output is at most this large runs serially on the CPU (serial_launch):
 # 16k chains of one step (one-token generation), or fewer of a few steps.
 _SERIAL_BYTES = 1 << 16
@@ -26,8 +31,9 @@ _SERIAL_BYTES = 1 << 16
 
 # fmt: off
 def _build_kernels(ti: Any) -> dict[str, Any]:
-    """Kernels ``forward`` and ``backward`` (float32 or float64), and their ``_packed`` twins
-    (float32, the loaded arrays viewed as ``(N / _LANES, _LANES)``). Layouts as ``forward``'s
+    """Kernels ``forward`` and ``backward`` (float32 or float64), and their twins
+    ``forward_<n>`` for each width n of ``_WIDTHS`` and ``backward_<_BACKWARD_LANES>`` (float32,
+    the arrays of ``(B, T, C)`` elements viewed as ``(N / n, n)``). Layouts as ``forward``'s
     and ``backward``'s below, flat; ``forward`` computes ``w = -exp(time_decay)`` per chain (a
     one-token step spends no torch call on it). ``meta``: int32 ``[B, T, C, spread]``, the
     scalars in one argument: each costs tens of microseconds of Python per launch.
@@ -79,6 +85,16 @@ def _build_kernels(ti: Any) -> dict[str, Any]:
             return a[i // n]
         else:
             return ti.Vector([a[i + j] for j in ti.static(range(n))])
+
+    @ti.func
+    def put_lanes(a: ti.template(), i: ti.i32, x, n: ti.template(), packed: ti.template()):
+        # Stores x into elements i .. i+n-1, as lanes_at loads them: one SIMD store when
+        # packed, else n scalar stores, each with its own index and reload of a's base.
+        if ti.static(packed):
+            a[i // n] = x
+        else:
+            for j in ti.static(range(n)):
+                a[i + j] = x[j]
 
     @ti.func
     def is_pos_inf(x, single: ti.template()):
@@ -143,10 +159,9 @@ def _build_kernels(ti: Any) -> dict[str, Any]:
             vt = lanes_at(v, off, n, packed)
             yt = kt * 0
             if ti.static(save):
-                for j in ti.static(range(n)):
-                    states[so + j] = aa[j]
-                    states[so + plane + j] = bb[j]
-                    states[so + 2 * plane + j] = pp[j]
+                put_lanes(states, so, aa, n, packed)
+                put_lanes(states, so + plane, bb, n, packed)
+                put_lanes(states, so + 2 * plane, pp, n, packed)
             for j in ti.static(range(n)):
                 k_inf = is_pos_inf(kt[j], single)
                 e1, e2 = scales(pp[j], u[j] + kt[j], p_inf[j] | u_inf[j] | k_inf, single)
@@ -157,19 +172,16 @@ def _build_kernels(ti: Any) -> dict[str, Any]:
                 bb[j] = f1 * bb[j] + f2
                 pp[j] = nan_max(ww, kt[j])
                 p_inf[j] |= k_inf
-            for j in ti.static(range(n)):
-                y[dst + j] = y_prev[j]
+            put_lanes(y, dst, y_prev, n, packed)
             y_prev = yt
             dst = off
             off += n_c
             if ti.static(save):
                 so += n_c
-        for j in ti.static(range(n)):
-            y[dst + j] = y_prev[j]
-        for j in ti.static(range(n)):
-            states[so + j] = aa[j]
-            states[so + plane + j] = bb[j]
-            states[so + 2 * plane + j] = pp[j]
+        put_lanes(y, dst, y_prev, n, packed)
+        put_lanes(states, so, aa, n, packed)
+        put_lanes(states, so + plane, bb, n, packed)
+        put_lanes(states, so + 2 * plane, pp, n, packed)
 
     @ti.func
     def backward_chain(params: ti.template(), k: ti.template(), v: ti.template(),
@@ -231,17 +243,15 @@ def _build_kernels(ti: Any) -> dict[str, Any]:
                 ga[j] = ga[j] * f1 + g_num * e1
                 gb[j] = gb[j] * f1 + g_den * e1
                 gp[j] = g_ww - g_uk
-            for j in ti.static(range(n)):
-                gk[dst + j] = gk_prev[j]
-                gv[dst + j] = gv_prev[j]
+            put_lanes(gk, dst, gk_prev, n, packed)
+            put_lanes(gv, dst, gv_prev, n, packed)
             gk_prev = gkt
             gv_prev = gvt
             dst = off
             off -= n_c
             so -= n_c
-        for j in ti.static(range(n)):
-            gk[dst + j] = gk_prev[j]
-            gv[dst + j] = gv_prev[j]
+        put_lanes(gk, dst, gk_prev, n, packed)
+        put_lanes(gv, dst, gv_prev, n, packed)
         pc = b * n_c + c
         sc = 2 * n_b * n_c + b * 3 * n_c + c
         for j in ti.static(range(n)):
@@ -265,14 +275,16 @@ def _build_kernels(ti: Any) -> dict[str, Any]:
                 for c in range(c0, n_c):
                     chain(*arrays, b, c, n_b, n_t, n_c, 1, *flags, False)
 
-    def make(packed):
-        # packed: k, v (and the backward's gy, states) arrive as vectors of _LANES float32
-        # (C a multiple of _LANES): the CPU's fast path. Else flat arrays of any float dtype.
-        loads = nd(dtype=ti.types.vector(_LANES, ti.f32), ndim=1) if packed else nd(ndim=1)
+    def make(width):
+        # width > 0: the arrays read or written every step arrive as vectors of width float32
+        # (C a multiple of width, lanes == width): the CPU's fast path. width 0: flat arrays of
+        # any float dtype.
+        packed = width > 0
+        loads = nd(dtype=ti.types.vector(width, ti.f32), ndim=1) if packed else nd(ndim=1)
 
         @ti.kernel
         def wkv_forward(decay: nd(ndim=1), first: nd(ndim=1), state: nd(ndim=1), k: loads,
-                        v: loads, y: nd(ndim=1), states: nd(ndim=1),
+                        v: loads, y: loads, states: loads,
                         meta: nd(dtype=ti.i32, ndim=1), lanes: ti.template(),
                         save: ti.template(), single: ti.template(), serial: ti.template()):
             n_b, n_t, n_c, sp = meta[0], meta[1], meta[2], meta[3]
@@ -291,7 +303,7 @@ def _build_kernels(ti: Any) -> dict[str, Any]:
 
         @ti.kernel
         def wkv_backward(params: nd(ndim=1), k: loads, v: loads, gy: loads, states: loads,
-                         gk: nd(ndim=1), gv: nd(ndim=1), grads: nd(ndim=1),
+                         gk: loads, gv: loads, grads: nd(ndim=1),
                          meta: nd(dtype=ti.i32, ndim=1), lanes: ti.template(),
                          single: ti.template()):
             n_b, n_t, n_c, sp = meta[0], meta[1], meta[2], meta[3]
@@ -306,23 +318,31 @@ def _build_kernels(ti: Any) -> dict[str, Any]:
 
         return wkv_forward, wkv_backward
 
-    flat, packed = make(False), make(True)
-    return {"forward": flat[0], "backward": flat[1],
-            "forward_packed": packed[0], "backward_packed": packed[1]}
+    kernels = {}
+    for width in (0, *_WIDTHS):
+        forward, backward = make(width)
+        kernels[_name("forward", width)] = forward
+        if width in (0, _BACKWARD_LANES):
+            kernels[_name("backward", width)] = backward
+    return kernels
 
 
 # fmt: on
-def _switches(k: Tensor) -> tuple[int, bool, bool]:
-    """(lanes, single, packed loads) for a launch on ``k`` ``(B, T, C)``. single: float32 data
-    (the polynomial exp, 32-bit tests of the bits); the CPU reads float32 inputs as vectors of
-    ``_LANES`` where C allows."""
-    lanes = 1 if TAICHI.gpu_order else _LANES
+def _switches(k: Tensor, cpu_lanes: int) -> tuple[int, bool, int]:
+    """(lanes, single, width) for a launch on ``k`` ``(B, T, C)``. single: float32 data (the
+    polynomial exp, 32-bit tests of the bits); width: on the CPU, float32 arrays go as vectors of
+    ``cpu_lanes`` where C is a multiple of it, else flat (0)."""
+    lanes = 1 if TAICHI.gpu_order else cpu_lanes
     single = k.dtype == torch.float32
-    return lanes, single, single and lanes == _LANES and k.shape[2] % _LANES == 0
+    return lanes, single, lanes if single and lanes > 1 and k.shape[2] % lanes == 0 else 0
 
 
-def _loads(t: Tensor, packed: bool) -> Tensor:
-    return t.reshape(-1, _LANES) if packed else t.reshape(-1)
+def _loads(t: Tensor, width: int) -> Tensor:
+    return t.reshape(-1, width) if width else t.reshape(-1)
+
+
+def _name(kernel: str, width: int) -> str:
+    return f"{kernel}_{width}" if width else kernel
 
 
 def _meta(k: Tensor, lanes: int, serial: bool = False) -> Tensor:
@@ -355,16 +375,16 @@ def forward(
     save = states.dim() == 4
     tensors = (time_decay, time_first, state, k, v, y, states)
     with TAICHI.session(k.device, "wkv", _build_kernels, (k, states)) as kernels:
-        lanes, single, packed = _switches(k)
+        lanes, single, width = _switches(k, _LANES)
         key = (k.shape, k.dtype, k.device, save, lanes, TAICHI.cpu_iterations, _SERIAL_BYTES)
         step = _steps.get(key)
         if step is not None and step.launch(tensors):
             return
-        kernel = kernels["forward_packed" if packed else "forward"]
+        kernel = kernels[_name("forward", width)]
         serial = serial_launch(y, _SERIAL_BYTES)
         args = (
-            time_decay, time_first, state.reshape(-1), _loads(k, packed), _loads(v, packed),
-            y.reshape(-1), states.reshape(-1), _meta(k, lanes, serial), lanes, save, single,
+            time_decay, time_first, state.reshape(-1), _loads(k, width), _loads(v, width),
+            _loads(y, width), _loads(states, width), _meta(k, lanes, serial), lanes, save, single,
             serial,
         )  # fmt: skip
         kernel(*args)
@@ -390,9 +410,9 @@ def backward(
         forward(time_decay, u, state, k, v, torch.empty_like(k), states)
     params = torch.cat([w, u, gstate.reshape(-1)])
     with TAICHI.session(k.device, "wkv", _build_kernels, (k, states, params, grads)) as kernels:
-        lanes, single, packed = _switches(k)
-        kernels["backward_packed" if packed else "backward"](
-            params, _loads(k, packed), _loads(v, packed), _loads(gy, packed),
-            _loads(states, packed), gk.reshape(-1), gv.reshape(-1), grads.reshape(-1),
-            _meta(k, lanes), lanes, single,
+        lanes, single, width = _switches(k, _BACKWARD_LANES)
+        kernels[_name("backward", width)](
+            params, _loads(k, width), _loads(v, width), _loads(gy, width), _loads(states, width),
+            _loads(gk, width), _loads(gv, width), grads.reshape(-1), _meta(k, lanes), lanes,
+            single,
         )  # fmt: skip
