@@ -240,6 +240,8 @@ def check_close(peers: list[Peer], rtol: float, atol: float) -> dict[str, Any]:
     ref = peers[0].fn()
     report: dict[str, Any] = {}
     for p in peers[1:]:
+        if p.group == "copy":  # a yardstick of bytes, not the same function
+            continue
         got = p.fn()
         diff = (got.double() - ref.double()).abs()
         # Relative to the largest value: float32 sums of thousands of terms (dw sums B*T) in
@@ -328,6 +330,14 @@ def wkv_workloads(
     inputs = wkv_inputs(b, t, c, args.seed)
     xs = [inputs[n] for n in ("time_decay", "time_first", "k", "v")]
     pairs = _recurrence_workloads("wkv", tops.wkv, wkv_torch, wkv_step, xs, inputs["grad"], args)
+    # Issue 25's bandwidth target: the forward reads k and v and writes y, 3 B T C floats; a
+    # copy_ moving as many bytes (read + write) gives the machine's rate for them, in the same
+    # rounds.
+    src = torch.randn(3 * b * t * c // 2)
+    dst = torch.empty_like(src)
+    fwd_peers, fwd_extra = pairs[0]
+    fwd_peers.append(Peer("copy", "torch copy_ of the same bytes", lambda: dst.copy_(src), "copy"))
+    fwd_extra["copy_share"] = 0.25
     return [
         (f"wkv-{kind}-{b}x{t}x{c}", f"WKV {kind}, (B, T, C) = {shape}, float32", peers, extra)
         for kind, (peers, extra) in zip(("fwd", "fwd+bwd"), pairs, strict=True)
@@ -565,6 +575,15 @@ def main(argv: list[str] | None = None) -> int:
                         "target": f"{key}: tipad >= {extra['matmul_share']:.0%} of the matmul rate",
                         "measured": f"{share:.1%} ({flops / med[tipad] / 1e9:.1f} GFLOP/s)",
                         "met": share >= extra["matmul_share"],
+                    }
+                )
+            if extra.get("copy_share"):
+                share = med["copy"] / med[tipad]
+                targets.append(
+                    {
+                        "target": f"{key}: tipad >= {extra['copy_share']:.0%} of copy bandwidth",
+                        "measured": f"{share:.1%}",
+                        "met": share >= extra["copy_share"],
                     }
                 )
             if extra.get("best_peer_need"):
