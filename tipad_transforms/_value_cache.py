@@ -126,6 +126,13 @@ class ValueCache(Generic[V]):
         value: V = entry[1]
         return value
 
+    def values(self) -> list[V]:
+        """The values held now (a list of its own: other threads may change the cache)."""
+        return [entry[1] for entry in list(self._entries.values())]
+
+    def clear(self) -> None:
+        self._entries.clear()
+
 
 # The constants of the signatures in use: a few per padding call, one per RWKV shape.
 _CONSTANTS: KeyedCache[Any] = KeyedCache(256)

@@ -478,3 +478,36 @@ def test_textured_samples_of_their_own_textures_keep_the_kernel(
     assert_bitwise_equal(F.texture_pad(x, list(pads), bank, texture_index=same), want)
     assert repeats == [3]
     assert walls == [3]  # the first call: its own lattices, one texture
+
+
+@pytest.mark.parametrize("copies", [True], ids=["copies"], indirect=True)
+def test_the_walls_of_all_textures_stay_within_their_byte_budget(
+    walls: list[int], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # Textures in turn, each with its own wall: once the walls held and a new one would pass
+    # WALLS_MAX_BYTES, the cache drops them all and keeps the new one. The canvases stay exact
+    # and a texture dropped is drawn again when it comes back.
+    monkeypatch.setattr(TAICHI, "serial_bytes", 1 << 30)
+    monkeypatch.setattr(pad_copies, "SERIAL_MIN_ELEMENTS", 200)
+    monkeypatch.setattr(pad_copies, "_walls", type(pad_copies._walls)(8))
+    x = random_image((3, 12, 10), torch.float32, seed=70)  # canvases 3 x 16 x 14
+    tiles = [random_image((3, 4, 6), torch.float32, seed=71 + i) for i in range(3)]
+    draws: list[int] = []
+    real = pad_copies._wall
+
+    def drawing(call: Any, texture: torch.Tensor, height: int, width: int) -> torch.Tensor:
+        bits = texture.view(torch.float32)
+        draws.append(next(i for i, t in enumerate(tiles) if torch.equal(t, bits)))
+        return real(call, texture, height, width)
+
+    monkeypatch.setattr(pad_copies, "_wall", drawing)
+    one_wall = 3 * (16 + 4) * (14 + 6) * 4  # bytes: a canvas and a tile each way
+    monkeypatch.setattr(pad_copies, "WALLS_MAX_BYTES", 2 * one_wall)
+    for tile in [*tiles, tiles[0], tiles[2]]:
+        got = F.texture_pad(x, 2, tile, stagger=3, offset=(1, 2))
+        assert_bitwise_equal(got, texture_pad_ref(x, 2, tile, stagger=3, offset=(1, 2)))
+        held = sum(w.nbytes for kept in pad_copies._walls.values() for w in kept)
+        assert held <= 2 * one_wall
+    # Drawn: 0, 1, then 2 (dropping 0 and 1), 0 again (2 stays), and 2 cropped.
+    assert draws == [0, 1, 2, 0]
+    assert walls == [1] * 5

@@ -50,6 +50,9 @@ TEXTURE = True
 #: and it stays cached.
 LATTICES = True
 WALL_MAX_PIXELS = 1 << 21
+#: The walls of all textures together, in bytes, before a new one: past it the cache drops
+#: every wall it holds (8 textures of two walls of ``WALL_MAX_PIXELS`` could take 800 MB).
+WALLS_MAX_BYTES = 128 << 20
 #: Canvases (all of a call's together) from this many bytes, with window rows of at least
 #: ``BORDERS_MIN_ROW_BYTES``, have their border written around their windows (``borders``),
 #: not over them: below either, the windows' second write costs less than the border views'
@@ -390,6 +393,10 @@ def crop_walls(call: PadCall, images: Tensor | Sequence[Tensor], canvas: Tensor)
         else:  # a wall of its own beside the others: tall and wide canvases take turns
             grown = (height, width)
         wall = _wall(call, texture, *grown)
+        held = sum(w.nbytes for texture_walls in _walls.values() for w in texture_walls)
+        if held + wall.nbytes > WALLS_MAX_BYTES:
+            _walls.clear()
+            kept, walls = _walls.get(texture, stagger, list), []
         kept[:] = [*walls, wall][-_WALLS_PER_TEXTURE:]
     height, width = wall.shape[1], wall.shape[2]
     shape = (g.c, g.out_h, g.out_w)
