@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import dataclasses
 import itertools
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 
 import torch
 from torch import Tensor
@@ -19,7 +19,7 @@ from .geometry import PadCall, PadGeometry, StackGeometry, fold_index
 
 __all__ = [
     "CONSTANT", "LATTICES", "STANDARD", "TEXTURE", "borders", "crop_walls", "fill_samples",
-    "first_sample", "repeat_first", "shares_border", "shares_texture", "write",
+    "first_sample", "repeat_first", "shares_border", "shares_texture", "write", "write_any",
 ]  # fmt: skip
 
 # The switches of the forms (each off: the kernel's), and their thresholds.
@@ -304,6 +304,29 @@ def shares_texture(call: PadCall, any_width: bool = False) -> bool:
         and (g.out_h + th) * (g.out_w + tw) <= WALL_MAX_PIXELS
         and _one_value(call.texture_index)
     )
+
+
+def write_any(
+    call: PadCall, image: Tensor, canvas: Tensor,
+    first: Callable[[PadCall, Tensor, Tensor], None],
+    any_width: bool = False, large: bool = True, pool: bool = True,
+) -> bool:  # fmt: skip
+    """Write ``canvas`` by the first CPU copy form that serves ``call``, in this order: ``write``
+    (constant mode; the standard modes where ``large``), a textured batch's first canvas
+    repeated (``shares_border``, where ``pool``; ``first(first_sample(call), image, canvas)``
+    writes that canvas), crops of its texture's wall (``shares_texture``, where ``large``).
+    False where none serves it. ``large``: copies beat the kernel at this canvas's size;
+    ``pool``: the kernel would run on the thread pool; ``any_width``: as ``write``'s."""
+    if (large or call.mode == "constant") and write(call, image, canvas, any_width):
+        return True
+    if pool and shares_border(call, any_width):
+        first(first_sample(call), image, canvas)
+        repeat_first(call, image, canvas)
+        return True
+    if large and shares_texture(call, any_width):
+        crop_walls(call, image, canvas)
+        return True
+    return False
 
 
 def first_sample(call: PadCall) -> PadCall:

@@ -85,19 +85,19 @@ def _pad(call: PadCall, g: PadGeometry, image: Tensor, canvas: Tensor) -> None:
 def _write(call: PadCall, g: PadGeometry, image: Tensor, canvas: Tensor) -> None:
     """``_pad``, or on the CPU the bulk copies that give its bits (``copies``: each element
     written once, no index map and no gather where a form applies)."""
-    if canvas.is_cpu and canvas.numel():
-        if copies.write(call, image, canvas, any_width=True):
-            return
-        if copies.shares_border(call, any_width=True):  # one lattice offset: copy canvas 0's
-            first = copies.first_sample(call)
-            assert isinstance(first.geometry, PadGeometry)
-            _pad(first, first.geometry, image[:1], canvas[:1])
-            copies.repeat_first(call, image, canvas)
-            return
-        if copies.shares_texture(call, any_width=True):
-            copies.crop_walls(call, image, canvas)
-            return
+    if (
+        canvas.is_cpu
+        and canvas.numel()
+        and copies.write_any(call, image, canvas, _first, any_width=True)
+    ):
+        return
     _pad(call, g, image, canvas)
+
+
+def _first(one: PadCall, image: Tensor, canvas: Tensor) -> None:
+    """``_pad`` of a batch's first sample (``one``, ``copies.first_sample``)."""
+    assert isinstance(one.geometry, PadGeometry)
+    _pad(one, one.geometry, image[:1], canvas[:1])
 
 
 def _parts(call: PadCall) -> list[tuple[PadCall, PadGeometry, int, int]]:

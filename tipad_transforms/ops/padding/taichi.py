@@ -538,14 +538,15 @@ def _raw(t: Tensor, how: int | tuple[int, int]) -> tuple[int, int, tuple[int, ..
 
 def forward(
     call: PadCall, image: Tensor, canvas: Tensor, backward: bool = False,
-    texture: Tensor | None = None,
+    texture: Tensor | None = None, kernel_only: bool = False,
 ) -> None:  # fmt: skip
     """Write every element of ``canvas`` (``N*C*H'*W'`` contiguous, any shape) from ``image``
     (``N*C*H*W`` contiguous, or the packed images of a stack), the texture or the fill.
 
     With ``backward`` (``backward`` below): add ``canvas`` (the gradient) into ``image`` and,
-    in texture mode, into ``texture`` along the same index map. Raises ``Refused`` where the
-    Taichi backend cannot serve the call.
+    in texture mode, into ``texture`` along the same index map. ``kernel_only``: no CPU copy
+    form (``copies.write_any``), the kernel. Raises ``Refused`` where the Taichi backend cannot
+    serve the call.
     """
     texture = call.texture if texture is None else texture
     with TAICHI.session(canvas.device, "pad", _build_kernels, (image, canvas, texture)) as kernels:
@@ -553,27 +554,15 @@ def forward(
             return
         if not backward:
             advise_huge_pages(canvas)
-        # The CPU forms of ``copies``: constant mode at every size (cheaper than even a serial
-        # launch); the standard modes and a texture's wall for canvases the thread pool would
-        # write or of ``SERIAL_MIN_ELEMENTS``; a textured batch's first canvas repeated where
-        # the thread pool would write it.
-        cpu = not (backward or TAICHI.gpu_order)
-        cpu_pool = cpu and not serial_launch(canvas)
-        large = cpu_pool or (cpu and canvas.numel() >= copies.SERIAL_MIN_ELEMENTS)
-        if (large or (cpu and call.mode == "constant")) and copies.write(call, image, canvas):
-            return
-        repeat = cpu_pool and copies.shares_border(call)
-        if large and not repeat and copies.shares_texture(call):
-            copies.crop_walls(call, image, canvas)
-            return
-        # The kernel writes the first canvas only, whose border every canvas then copies.
-        full = (call, image, canvas)
-        if repeat:
-            call = copies.first_sample(call)
-            g = call.geometry
-            assert isinstance(g, PadGeometry)
-            image = image.reshape(-1)[: g.c * g.h * g.w]
-            canvas = canvas.reshape(-1)[: g.c * g.out_h * g.out_w]
+        if not (backward or kernel_only or TAICHI.gpu_order):
+            # The CPU forms of ``copies``: constant mode at every size (cheaper than even a
+            # serial launch), the others for canvases the thread pool would write or of
+            # ``SERIAL_MIN_ELEMENTS``; a textured batch's first canvas (the kernel's) repeated
+            # only where the pool would write.
+            pool = not serial_launch(canvas)
+            large = pool or canvas.numel() >= copies.SERIAL_MIN_ELEMENTS
+            if copies.write_any(call, image, canvas, _first, large=large, pool=pool):
+                return
         plan = _plan(call, image, canvas, texture, backward)
         kernel = kernels["pad_canvas"]
         if plan.constant:
@@ -615,8 +604,17 @@ def forward(
                 if len(_bounds) >= _PLANS_SIZE:
                     _bounds.clear()
                 _bounds[signature] = bind(args)
-        if repeat:
-            copies.repeat_first(*full)
+
+
+
+
+def _first(one: PadCall, image: Tensor, canvas: Tensor) -> None:
+    """The kernel's canvas for a batch's first sample (``one``, ``copies.first_sample``), on
+    the first sample's part of the flat ``image`` and ``canvas``."""
+    g = one.geometry
+    assert isinstance(g, PadGeometry)
+    views = (image.reshape(-1)[: g.c * g.h * g.w], canvas.reshape(-1)[: g.c * g.out_h * g.out_w])
+    forward(one, *views, kernel_only=True)
 
 
 def _row_span(out_w: int) -> int:
