@@ -456,6 +456,9 @@ def test_cpu_torch_forms_write_views_and_each_gradient_alone(
     out = torch.full((b, c, t), float("nan"), dtype=torch.float64)
     timex_taichi.forward(w, k, out, 0.25)  # whole: may take over the result's storage
     torch.testing.assert_close(out, conv_ref(w, k, 0.25), rtol=1e-12, atol=1e-12)
+    empty = k.new_empty(0)  # what the op passes: sized by the form, or given its result
+    timex_taichi.forward(w, k, empty, 0.25)
+    torch.testing.assert_close(empty, conv_ref(w, k, 0.25), rtol=1e-12, atol=1e-12)
     dw_ref, dk_ref = conv_grads_ref(w, k, g)
     for grad_w, grad_k in [(True, False), (False, True), (True, True)]:
         dw = torch.full((c, length), float("nan"), dtype=torch.float64)
@@ -506,6 +509,9 @@ def test_hand_over_takes_whole_outputs_and_copies_into_views() -> None:
     wider = torch.full((3, 4), float("nan"), dtype=torch.float64)
     hand_over(result, wider)  # another dtype: converted by the copy
     assert torch.equal(wider, result.double())
+    empty = result.new_empty(0)  # the op's output before a form sizes it
+    hand_over(result, empty)
+    assert torch.equal(empty, result) and empty.data_ptr() == result.data_ptr()
 
 
 @pytest.mark.parametrize(

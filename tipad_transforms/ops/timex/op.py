@@ -55,7 +55,9 @@ def time_conv_forward(w: Tensor, k: Tensor, eps: float) -> Tensor:
     _check(w, k)
     m = math_dtype(w.dtype, k.dtype)
     kk = _operand(k, m)
-    out = kk.new_empty(kk.shape)
+    # Sized by the backend, or rebound to F.conv1d's result: a buffer made here and dropped
+    # unused would change glibc's heap so that every call's buffers page-fault afresh.
+    out = kk.new_empty(0)
     TIME_CONV.forward(_operand(w, m), kk, out, eps)
     return out.to(torch.promote_types(w.dtype, k.dtype))
 

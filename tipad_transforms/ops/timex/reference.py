@@ -14,7 +14,7 @@ __all__ = ["backward", "forward", "hand_over"]
 def forward(w: Tensor, k: Tensor, out: Tensor, eps: float) -> None:
     """``taichi.forward``'s contract."""
     if k.numel() == 0:  # conv1d refuses an input shorter than the kernel (T = 0)
-        out.fill_(eps)
+        out.resize_(k.shape).fill_(eps)
         return
     length = w.shape[-1]
     result = F.conv1d(F.pad(k, (length - 1, 0)), w.unsqueeze(1), groups=w.shape[0])
@@ -24,17 +24,19 @@ def forward(w: Tensor, k: Tensor, out: Tensor, eps: float) -> None:
 
 
 def hand_over(result: Tensor, out: Tensor) -> None:
-    """Give ``out`` the values of ``result`` (a fresh tensor of ``out``'s shape and dtype): a
-    whole contiguous ``out`` (its storage holds just its elements, as the ops' fresh outputs
-    do) takes over ``result``'s storage (``Tensor.set_``: no copy, no first-touch page faults;
-    another view of ``out``'s old storage would not see the values), anything else a copy.
+    """Give ``out`` the values of ``result`` (a fresh tensor of ``out``'s dtype, and its shape
+    unless ``out`` is empty): a whole contiguous ``out`` (its storage holds just its elements,
+    as the ops' fresh outputs do, or nothing) takes over ``result``'s storage (``Tensor.set_``:
+    no copy, no first-touch page faults; another view of ``out``'s old storage would not see
+    the values), anything else a copy.
     """
     whole = (
         out.is_contiguous()
         and out.storage_offset() == 0
         and out.untyped_storage().nbytes() == out.numel() * out.element_size()
     )
-    if whole and result.is_contiguous() and result.dtype == out.dtype and result.shape == out.shape:
+    shaped = result.shape == out.shape or out.numel() == 0
+    if whole and shaped and result.is_contiguous() and result.dtype == out.dtype:
         out.set_(result.untyped_storage(), result.storage_offset(), result.shape, result.stride())
     else:
         out.copy_(result)

@@ -290,17 +290,18 @@ def _tiled(rows: int, n_out: int) -> bool:
 
 
 def forward(w: Tensor, k: Tensor, out: Tensor, eps: float) -> None:
-    """``out[b,c,t] = eps + sum_j w[c, L-1-j] * k[b,c,t-j]``: ``w`` ``(C, L)``, ``k`` and
-    ``out`` ``(B, C, T)``, contiguous, one float dtype. ``out`` is the op's fresh output: where
-    it is a whole tensor, the ``F.conv1d`` form may rebind it to its own result
-    (``reference.hand_over``), so a caller must hold no other view of its storage."""
+    """``out[b,c,t] = eps + sum_j w[c, L-1-j] * k[b,c,t-j]``: ``w`` ``(C, L)``, ``k`` ``(B, C,
+    T)``, contiguous, one float dtype. ``out`` is the op's fresh output, ``(B, C, T)`` or empty
+    (then sized here, ``resize_``): where it is a whole tensor, the ``F.conv1d`` form may rebind
+    it to its own result (``reference.hand_over``), so a caller must hold no other view of its
+    storage."""
     _check_allowed(k)
     if _use_fft(w, k):
-        _fft_forward(w, k, out, eps)
+        _fft_forward(w, k, out.resize_(k.shape), eps)
     elif _use_conv1d(k):
         reference.forward(w, k, out, eps)  # F.conv1d: the torch backend's own forward
     else:
-        _window_dot(w, k, out, offset=w.shape[1] - 1, eps=eps)
+        _window_dot(w, k, out.resize_(k.shape), offset=w.shape[1] - 1, eps=eps)
 
 
 def backward(
