@@ -48,12 +48,14 @@ def backward(
     """``taichi.backward``'s contract."""
     if k.numel() == 0:
         dw.zero_()
-        dk.zero_()
+        dk.resize_(k.shape).zero_()
         return
     length, channels = w.shape[-1], w.shape[0]
     padded = F.pad(k, (length - 1, 0))
     weight = w.unsqueeze(1)
     if grad_k:
-        dk.copy_(conv1d_input(padded.shape, weight, grad, groups=channels)[..., length - 1 :])
+        dk.resize_(k.shape).copy_(
+            conv1d_input(padded.shape, weight, grad, groups=channels)[..., length - 1 :]
+        )
     if grad_w:
         dw.copy_(conv1d_weight(padded, weight.shape, grad, groups=channels).squeeze(1))

@@ -309,10 +309,10 @@ def backward(
 ) -> None:
     """Write ``dk`` (if ``grad_k``) and ``dw`` (if ``grad_w``), the gradients of ``forward``
     for the output gradient ``grad`` ``(B, C, T)``; tensors as ``forward``'s (``dk`` may be
-    rebound as ``out`` is there)."""
+    empty, and is sized or rebound as ``out`` is there)."""
     _check_allowed(k)
     if _use_fft(w, k, grad):
-        _fft_backward(grad, w, k, dw, dk, grad_w, grad_k)
+        _fft_backward(grad, w, k, dw, dk.resize_(k.shape), grad_w, grad_k)
         return
     if grad_k and _use_conv1d(k) and _finite(w):
         # dk[u] = sum_s w[L-1-s] grad[u+s]: a correlation of grad, zero-padded at its end.
@@ -321,7 +321,7 @@ def backward(
             torch.nn.functional.conv1d(pad, w.flip(-1).unsqueeze(1), groups=w.shape[0]), dk
         )
     elif grad_k:
-        _window_dot(w.flip(-1).contiguous(), grad, dk, offset=0)
+        _window_dot(w.flip(-1).contiguous(), grad, dk.resize_(k.shape), offset=0)
     if grad_w:
         _window_dot(grad, k, dw, offset=w.shape[1] - 1, sum_batch=True)
 
