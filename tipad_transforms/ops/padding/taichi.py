@@ -606,8 +606,6 @@ def forward(
                 _bounds[signature] = bind(args)
 
 
-
-
 def _first(one: PadCall, image: Tensor, canvas: Tensor) -> None:
     """The kernel's canvas for a batch's first sample (``one``, ``copies.first_sample``), on
     the first sample's part of the flat ``image`` and ``canvas``."""
