@@ -516,6 +516,9 @@ def test_hand_over_takes_whole_outputs_and_copies_into_views() -> None:
     empty = result.new_empty(0)  # the op's output before a form sizes it
     hand_over(result, empty)
     assert torch.equal(empty, result) and empty.data_ptr() == result.data_ptr()
+    empty = result.new_empty(0)
+    hand_over(result.t(), empty)  # not contiguous: sized, then copied
+    assert torch.equal(empty, result.t()) and empty.is_contiguous()
 
 
 @pytest.mark.parametrize(

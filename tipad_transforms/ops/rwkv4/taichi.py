@@ -320,10 +320,10 @@ def _build_kernels(ti: Any) -> dict[str, Any]:
 
     kernels = {}
     for width in (0, *_WIDTHS):
-        forward, backward = make(width)
-        kernels[_name("forward", width)] = forward
+        fwd, bwd = make(width)
+        kernels[_name("forward", width)] = fwd
         if width in (0, _BACKWARD_LANES):
-            kernels[_name("backward", width)] = backward
+            kernels[_name("backward", width)] = bwd
     return kernels
 
 

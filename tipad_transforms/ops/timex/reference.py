@@ -38,8 +38,8 @@ def hand_over(result: Tensor, out: Tensor) -> None:
     shaped = result.shape == out.shape or out.numel() == 0
     if whole and shaped and result.is_contiguous() and result.dtype == out.dtype:
         out.set_(result.untyped_storage(), result.storage_offset(), result.shape, result.stride())
-    else:
-        out.copy_(result)
+    else:  # resize_ sizes an empty out and leaves one of result's shape as it is (a view too)
+        out.resize_(result.shape).copy_(result)
 
 
 def backward(
