@@ -2,9 +2,9 @@
 
 One chain per (batch, channel), sequential in time. On the GPU a thread per chain (adjacent
 channels, adjacent in memory, to adjacent threads); on the CPU a task walks ``_LANES`` adjacent
-channels (``_BACKWARD_LANES`` in the backward) in lanes unrolled at compile time, which LLVM's
-SLP vectorizer turns into SIMD operations, exponentials included (see ``exp_neg``, ``lanes_at``,
-``put_lanes`` and the one-step-late stores in ``forward_chain``).
+channels in lanes unrolled at compile time, which LLVM's SLP vectorizer turns into SIMD
+operations, exponentials included (see ``exp_neg``, ``lanes_at``, ``put_lanes``, the one-step-late
+stores in ``forward_chain`` and the same-step ones in ``backward_chain``).
 """
 
 # No `from __future__ import annotations`: Taichi reads the kernels' annotations at runtime.
@@ -17,13 +17,11 @@ from ..._compat.taichi import Steps
 from ..._value_cache import constant
 from ...backends.taichi import TAICHI, serial_launch, spread
 
-# Adjacent channels per CPU task of the forward: one SIMD register of float32 where torch
-# reports AVX-512 (16), else 8, which narrower CPUs run as two registers (one of _WIDTHS). The
-# backward takes 8 everywhere: at 16 LLVM vectorizes less of its larger step. The GPU order is
-# one chain per task.
+# Adjacent channels per CPU task: one SIMD register of float32 where torch reports AVX-512 (16),
+# else 8, which narrower CPUs run as two registers (one of _WIDTHS). The GPU order is one chain
+# per task.
 _WIDTHS = (8, 16)
 _LANES = 16 if torch.backends.cpu.get_cpu_capability().startswith("AVX512") else 8
-_BACKWARD_LANES = 8
 # A forward whose output is at most this large runs serially on the CPU (serial_launch):
 # 16k chains of one step (one-token generation), or fewer of a few steps.
 _SERIAL_BYTES = 1 << 16
@@ -32,7 +30,7 @@ _SERIAL_BYTES = 1 << 16
 # fmt: off
 def _build_kernels(ti: Any) -> dict[str, Any]:
     """Kernels ``forward`` and ``backward`` (float32 or float64), and their twins
-    ``forward_<n>`` for each width n of ``_WIDTHS`` and ``backward_<_BACKWARD_LANES>`` (float32,
+    ``forward_<n>`` and ``backward_<n>`` for each width n of ``_WIDTHS`` (float32,
     the arrays of ``(B, T, C)`` elements viewed as ``(N / n, n)``). Layouts as ``forward``'s
     and ``backward``'s below, flat; ``forward`` computes ``w = -exp(time_decay)`` per chain (a
     one-token step spends no torch call on it). ``meta``: int32 ``[B, T, C, spread]``, the
@@ -88,8 +86,9 @@ def _build_kernels(ti: Any) -> dict[str, Any]:
 
     @ti.func
     def put_lanes(a: ti.template(), i: ti.i32, x, n: ti.template(), packed: ti.template()):
-        # Stores x into elements i .. i+n-1, as lanes_at loads them: one SIMD store when
-        # packed, else n scalar stores, each with its own index and reload of a's base.
+        # Stores x into elements i .. i+n-1, as lanes_at loads them. Either way Taichi emits n
+        # scalar stores, each reloading a's base pointer (so LLVM cannot merge them); packed,
+        # they share one index instead of n sign-extended ones.
         if ti.static(packed):
             a[i // n] = x
         else:
@@ -201,13 +200,10 @@ def _build_kernels(ti: Any) -> dict[str, Any]:
         gp = ti.Vector([params[st + 2 * n_c + j] for j in ti.static(range(n))])
         gw = ga * 0
         gu = ga * 0
-        gk_prev = ga * 0  # outputs stored a step late, as in forward_chain
-        gv_prev = ga * 0
         slots = n_t + 1
         plane = n_b * slots * n_c
         so = (b * slots + n_t - 1) * n_c + c
         off = (b * n_t + n_t - 1) * n_c + c
-        dst = off
         for _t in range(n_t):
             aa = lanes_at(states, so, n, packed)
             bb = lanes_at(states, so + plane, n, packed)
@@ -243,15 +239,14 @@ def _build_kernels(ti: Any) -> dict[str, Any]:
                 ga[j] = ga[j] * f1 + g_num * e1
                 gb[j] = gb[j] * f1 + g_den * e1
                 gp[j] = g_ww - g_uk
-            put_lanes(gk, dst, gk_prev, n, packed)
-            put_lanes(gv, dst, gv_prev, n, packed)
-            gk_prev = gkt
-            gv_prev = gvt
-            dst = off
+            # Stored in the step that makes them, unlike forward_chain's y: carried to the next
+            # step, these two vectors made LLVM's SLP vectorizer split the whole step into
+            # 2-, 4- and 8-wide pieces; stored at once, only their last few operations stay
+            # scalar (the stores themselves are scalar either way).
+            put_lanes(gk, off, gkt, n, packed)
+            put_lanes(gv, off, gvt, n, packed)
             off -= n_c
             so -= n_c
-        put_lanes(gk, dst, gk_prev, n, packed)
-        put_lanes(gv, dst, gv_prev, n, packed)
         pc = b * n_c + c
         sc = 2 * n_b * n_c + b * 3 * n_c + c
         for j in ti.static(range(n)):
@@ -322,8 +317,7 @@ def _build_kernels(ti: Any) -> dict[str, Any]:
     for width in (0, *_WIDTHS):
         fwd, bwd = make(width)
         kernels[_name("forward", width)] = fwd
-        if width in (0, _BACKWARD_LANES):
-            kernels[_name("backward", width)] = bwd
+        kernels[_name("backward", width)] = bwd
     return kernels
 
 
@@ -410,7 +404,7 @@ def backward(
         forward(time_decay, u, state, k, v, torch.empty_like(k), states)
     params = torch.cat([w, u, gstate.reshape(-1)])
     with TAICHI.session(k.device, "wkv", _build_kernels, (k, states, params, grads)) as kernels:
-        lanes, single, width = _switches(k, _BACKWARD_LANES)
+        lanes, single, width = _switches(k, _LANES)
         kernels[_name("backward", width)](
             params, _loads(k, width), _loads(v, width), _loads(gy, width), _loads(states, width),
             _loads(gk, width), _loads(gv, width), grads.reshape(-1), _meta(k, lanes), lanes,
