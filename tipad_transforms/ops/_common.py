@@ -27,6 +27,10 @@ def register_state_autograd(forward_op: Any, backward_op: Callable[..., Any], y_
 
     def setup_context(ctx: Any, inputs: tuple[Any, ...], output: tuple[Tensor, ...]) -> None:
         ctx.save_for_backward(*inputs[:-1], output[2])
+        # Unused outputs' gradients arrive as None, not as zeros that autograd would fill:
+        # saved's is never read and as large as the saved states themselves; grad_y's and
+        # grad_state's zeros are made below where one is missing.
+        ctx.set_materialize_grads(False)
 
     def backward(
         ctx: Any, grad_y: Tensor | None, grad_state: Tensor | None, _grad_saved: Any
