@@ -222,18 +222,22 @@ def _build_kernels(ti: Any) -> dict[str, Any]:
                 inv = 1.0 / (e1 * bb[j] + e2)
                 g_num = gyt[j] * inv
                 g_den = -g_num * (e1 * aa[j] + e2 * vt[j]) * inv
-                g_uk = e2 * (g_num * vt[j] + g_den)  # through e2 to u + k; to pp: its negative
+                # gv's two terms are products the carried gradients use too (gv_y, gv_s): what
+                # only the stores use stays scalar (see the stores below), so gv costs one add.
+                gv_y = g_num * e2
+                g_uk = gv_y * vt[j] + g_den * e2  # through e2 to u + k; to pp: its negative
                 # State update: aa' = f1 aa + f2 v, bb' = f1 bb + f2, pp' = max(w + pp, k).
                 ww = w[j] + pp[j]
                 f1, f2 = scales(ww, kt[j], p_inf | k_inf, single)
                 g_f1 = (ga[j] * aa[j] + gb[j] * bb[j]) * f1
-                g_f2 = (ga[j] * vt[j] + gb[j]) * f2
+                gv_s = ga[j] * f2
+                g_f2 = gv_s * vt[j] + gb[j] * f2
                 g_max = gp[j] - g_f1 - g_f2  # through m = max(ww, k), shared by f1 and f2
                 # A tie splits the max's gradient in half, like torch.maximum.
                 to_ww = g_max * ti.select(ww > kt[j], 1.0, ti.select(ww == kt[j], 0.5, 0.0))
                 g_ww = g_f1 + to_ww
                 gkt[j] = g_uk + g_f2 + (g_max - to_ww)
-                gvt[j] = ga[j] * f2 + g_num * e2
+                gvt[j] = gv_s + gv_y
                 gw[j] += g_ww
                 gu[j] += g_uk
                 ga[j] = ga[j] * f1 + g_num * e1
