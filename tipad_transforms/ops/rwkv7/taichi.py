@@ -341,25 +341,33 @@ def _build_kernels(ti: Any) -> dict[str, Any]:
                 prev = (bh * (chunk + 1) + st) * nn
                 g0 = (bh * chunk + st) * nn
                 q0 = (bh * chunk + st) * nk
-                acc = ti.Vector.zero(dt, 5 * nk)
+                # One local array per sum: LLVM's loop vectorizer cannot tell five runs of one
+                # array apart (its 32-bit indices may wrap) and left the loop scalar.
+                acc_r = ti.Vector.zero(dt, nk)
+                acc_d = ti.Vector.zero(dt, nk)
+                acc_k = ti.Vector.zero(dt, nk)
+                acc_a = ti.Vector.zero(dt, nk)
+                acc_b = ti.Vector.zero(dt, nk)
                 for i in range(nk):
                     gyi, vi = gy[x + i], v[x + i]
                     sai, qi = sq[q0 + i], sq[q_plane + q0 + i]
-                    o = i * nk
-                    for j in range(nk):
-                        sp = ss[prev + o + j]
-                        g = gg[g0 + o + j]
-                        acc[j] += gyi * ss[prev + nn + o + j]
-                        acc[nk + j] += g * sp
-                        acc[2 * nk + j] += g * vi
-                        acc[3 * nk + j] += qi * sp
-                        acc[4 * nk + j] += g * sai
+                    # The loop variable indexes the arrays, as in advance.
+                    row = prev + i * nk  # S_{t-1}'s row i in ss
+                    to_g, to_acc = g0 - prev, -row
+                    for xj in range(row, row + nk):
+                        sp = ss[xj]
+                        g = gg[to_g + xj]
+                        acc_r[to_acc + xj] += gyi * ss[nn + xj]
+                        acc_d[to_acc + xj] += g * sp
+                        acc_k[to_acc + xj] += g * vi
+                        acc_a[to_acc + xj] += qi * sp
+                        acc_b[to_acc + xj] += g * sai
                 for j in range(nk):
-                    gr[x + j] = acc[j]
-                    gd[x + j] = acc[nk + j]
-                    gk[x + j] = acc[2 * nk + j]
-                    ga[x + j] = acc[3 * nk + j]
-                    gb[x + j] = acc[4 * nk + j]
+                    gr[x + j] = acc_r[j]
+                    gd[x + j] = acc_d[j]
+                    gk[x + j] = acc_k[j]
+                    ga[x + j] = acc_a[j]
+                    gb[x + j] = acc_b[j]
 
     # The GPU's block order (RWKV-CUDA's x070 kernels, without their T % 16, N = 64 limits): a
     # block of nb >= N threads per (batch, head), a thread per value row holding its state row
